@@ -1,0 +1,197 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+)
+
+// Limits bound the shape of one JSON document.
+type Limits struct {
+	MaxDepth int // nesting of objects and arrays; the top-level object is depth 1
+	MaxNodes int // values of any kind, keys excluded
+}
+
+// Schema says which documents a peer admits: the protocol versions it
+// speaks, the field naming the message kind, and for each kind the exact set
+// of top-level fields allowed and required.
+type Schema struct {
+	Versions      []int
+	Discriminator string // "action" for requests, "type" for responses
+	Kinds         map[string]Fields
+	Limits        Limits
+}
+
+// Fields is the exact field set of one message kind.
+type Fields struct {
+	Required []string
+	Optional []string
+}
+
+func (f Fields) allows(name string) bool {
+	return slices.Contains(f.Required, name) || slices.Contains(f.Optional, name)
+}
+
+// Admission is what Admit learned about an admitted document.
+type Admission struct {
+	Version int
+	Kind    string
+}
+
+// Admit checks b against the schema without decoding it into any type.
+// Order matters: the cheap structural checks run before anything looks at
+// field values, so a hostile document is refused before it can steer us.
+func (s *Schema) Admit(b []byte) (Admission, error) {
+	if !utf8.Valid(b) {
+		return Admission{}, E(CodeNotUTF8)
+	}
+	if err := CheckShape(b, s.Limits); err != nil {
+		return Admission{}, err
+	}
+	// The document is now known to be one well-formed object without
+	// duplicate keys, so gjson's first-match lookup is unambiguous.
+	v := gjson.GetBytes(b, "protocol")
+	if !v.Exists() {
+		return Admission{}, Errorf(CodeMissingField, "protocol")
+	}
+	version, ok := smallInt(v)
+	if !ok {
+		return Admission{}, Errorf(CodeInvalidField, "protocol")
+	}
+	if !slices.Contains(s.Versions, version) {
+		return Admission{}, Errorf(CodeUnsupportedVersion, "version %d", version)
+	}
+	k := gjson.GetBytes(b, s.Discriminator)
+	if !k.Exists() {
+		return Admission{}, Errorf(CodeMissingField, "%s", s.Discriminator)
+	}
+	if k.Type != gjson.String {
+		return Admission{}, Errorf(CodeInvalidField, "%s", s.Discriminator)
+	}
+	fields, ok := s.Kinds[k.Str]
+	if !ok {
+		return Admission{}, Errorf(CodeUnknownAction, "%s %q", s.Discriminator, k.Str)
+	}
+	var bad error
+	gjson.ParseBytes(b).ForEach(func(key, _ gjson.Result) bool {
+		if key.Str != "protocol" && key.Str != s.Discriminator && !fields.allows(key.Str) {
+			bad = Errorf(CodeUnknownField, "%q", key.Str)
+			return false
+		}
+		return true
+	})
+	if bad != nil {
+		return Admission{}, bad
+	}
+	for _, r := range fields.Required {
+		if !gjson.GetBytes(b, gjson.Escape(r)).Exists() {
+			return Admission{}, Errorf(CodeMissingField, "%q", r)
+		}
+	}
+	return Admission{Version: version, Kind: k.Str}, nil
+}
+
+// smallInt accepts only a plain non-negative integer literal that fits in an int.
+func smallInt(v gjson.Result) (int, bool) {
+	if v.Type != gjson.Number || v.Raw == "" || len(v.Raw) > 9 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v.Raw)
+	return n, err == nil && n >= 0
+}
+
+// CheckShape walks the token stream once: one top-level object, no duplicate
+// keys at any level, bounded depth and node count, nothing after the object.
+// encoding/json's tokenizer enforces the grammar (commas, colons, literals).
+func CheckShape(b []byte, lim Limits) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	type level struct {
+		keys     map[string]struct{}
+		isObject bool
+		wantKey  bool
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return Errorf(CodeMalformedJSON, "%w", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return Errorf(CodeMalformedJSON, "top level is not an object")
+	}
+	stack := []level{{keys: map[string]struct{}{}, isObject: true, wantKey: true}}
+	nodes := 1
+	valueEnded := func() {
+		if n := len(stack); n > 0 && stack[n-1].isObject {
+			stack[n-1].wantKey = true
+		}
+	}
+	for len(stack) > 0 {
+		tok, err := dec.Token()
+		if err != nil {
+			return Errorf(CodeMalformedJSON, "%w", err)
+		}
+		top := len(stack) - 1
+		if stack[top].isObject && stack[top].wantKey {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:top]
+				valueEnded()
+				continue
+			}
+			key, ok := tok.(string)
+			if !ok {
+				return E(CodeMalformedJSON)
+			}
+			if _, dup := stack[top].keys[key]; dup {
+				return Errorf(CodeDuplicateKey, "%q", key)
+			}
+			stack[top].keys[key] = struct{}{}
+			stack[top].wantKey = false
+			continue
+		}
+		if d, ok := tok.(json.Delim); ok && d == ']' {
+			stack = stack[:top]
+			valueEnded()
+			continue
+		}
+		nodes++
+		if nodes > lim.MaxNodes {
+			return E(CodeTooManyNodes)
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') {
+			if len(stack)+1 > lim.MaxDepth {
+				return E(CodeTooDeep)
+			}
+			stack = append(stack, level{keys: map[string]struct{}{}, isObject: d == '{', wantKey: d == '{'})
+			continue
+		}
+		valueEnded()
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return E(CodeTrailingData)
+	}
+	return nil
+}
+
+// DecodeStrict unmarshals an admitted document into v, refusing fields the
+// Go type does not declare at any depth.
+func DecodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			return Errorf(CodeInvalidField, "%s: %w", ute.Field, err)
+		}
+		if bytes.Contains([]byte(err.Error()), []byte("unknown field")) {
+			return Errorf(CodeUnknownField, "%w", err)
+		}
+		return Errorf(CodeInvalidField, "%w", err)
+	}
+	return nil
+}

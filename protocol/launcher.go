@@ -1,0 +1,371 @@
+package protocol
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"path"
+	"regexp"
+	"strings"
+)
+
+// LauncherVersion is the launcher protocol version this build speaks.
+const LauncherVersion = 1
+
+// LauncherVersions lists every launcher protocol version this build speaks.
+func LauncherVersions() []int { return []int{LauncherVersion} }
+
+// Launcher actions. The launcher does nothing else.
+const (
+	ActionPreflight  = "preflight"
+	ActionCreate     = "create"
+	ActionFreeze     = "freeze"
+	ActionThaw       = "thaw"
+	ActionCheckpoint = "checkpoint"
+	ActionDestroy    = "destroy"
+	ActionInspect    = "inspect"
+)
+
+// Launcher response types.
+const (
+	TypeError      = "error"
+	TypePreflight  = "preflight"
+	TypeStarted    = "started"
+	TypeViolation  = "violation"
+	TypeExited     = "exited"
+	TypeDomain     = "domain"
+	TypeCheckpoint = "checkpoint"
+)
+
+// Wire limits of the launcher protocol (see README.md).
+const (
+	MaxArgv          = 256
+	MaxArgBytes      = 4096
+	MaxArgvBytes     = 64 << 10
+	MaxEnv           = 128
+	MaxEnvValueBytes = 4096
+	MaxSeccompInsns  = 4096
+	MaxGeneration    = 1 << 30
+)
+
+var (
+	idPattern        = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,63}$`)
+	envKeyPattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	digestPattern    = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// ValidID reports whether s is a valid domain, workspace or socket id. The
+// pattern admits no '/', '.', or upper case, so an id can never name a path
+// component other than itself.
+func ValidID(s string) bool { return idPattern.MatchString(s) }
+
+// ValidDigest reports whether s is a lower-case hex SHA-256.
+func ValidDigest(s string) bool { return digestPattern.MatchString(s) }
+
+// LauncherRequest is every field any launcher action may carry; which are
+// allowed for which action is LauncherRequestSchema's business.
+type LauncherRequest struct {
+	Protocol  int    `json:"protocol"`
+	Action    string `json:"action"`
+	RequestID string `json:"request_id"`
+
+	DomainID     string            `json:"domain_id,omitempty"`
+	Generation   int               `json:"generation,omitempty"`
+	WorkspaceID  string            `json:"workspace_id,omitempty"`
+	Checkpoint   string            `json:"checkpoint,omitempty"`
+	BrokerSocket string            `json:"broker_socket,omitempty"`
+	Argv         []string          `json:"argv,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	Cwd          string            `json:"cwd,omitempty"`
+	Limits       *ResourceLimits   `json:"limits,omitempty"`
+	Seccomp      *SeccompProgram   `json:"seccomp,omitempty"`
+	OneShot      bool              `json:"one_shot,omitempty"`
+}
+
+// ResourceLimits are the resource limits a create asks for; zero means the
+// launcher's configured default. None may exceed the configured maximum.
+type ResourceLimits struct {
+	Pids        uint64 `json:"pids,omitempty"`
+	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
+	CPUMillis   uint64 `json:"cpu_millis,omitempty"` // CPU time per wall second, in ms
+	NProc       uint64 `json:"nproc,omitempty"`
+	NoFile      uint64 `json:"nofile,omitempty"`
+}
+
+// SeccompProgram is a compiled classic-BPF program: little-endian struct
+// sock_filter records (8 bytes each) and their SHA-256.
+type SeccompProgram struct {
+	ProgramB64 string `json:"program_b64"`
+	SHA256     string `json:"sha256"`
+}
+
+var lifecycle = Fields{Required: []string{"request_id", "domain_id"}}
+
+// LauncherRequestSchema is the launcher's admission table: one row per
+// action, listing the exact fields that action accepts.
+func LauncherRequestSchema() *Schema {
+	return &Schema{
+		Versions:      LauncherVersions(),
+		Discriminator: "action",
+		Limits:        Limits{MaxDepth: 4, MaxNodes: 1024},
+		Kinds: map[string]Fields{
+			ActionPreflight: {Required: []string{"request_id"}},
+			ActionCreate: {
+				Required: []string{"request_id", "domain_id", "generation", "workspace_id", "argv"},
+				Optional: []string{"checkpoint", "broker_socket", "env", "cwd", "limits", "seccomp", "one_shot"},
+			},
+			ActionFreeze:     lifecycle,
+			ActionThaw:       lifecycle,
+			ActionCheckpoint: lifecycle,
+			ActionDestroy:    lifecycle,
+			ActionInspect:    lifecycle,
+		},
+	}
+}
+
+// DecodeLauncherRequest admits, decodes and validates one request frame.
+func DecodeLauncherRequest(b []byte) (*LauncherRequest, error) {
+	if _, err := LauncherRequestSchema().Admit(b); err != nil {
+		return nil, err
+	}
+	var r LauncherRequest
+	if err := DecodeStrict(b, &r); err != nil {
+		return nil, err
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Validate checks every field value. It is called on decode and again by
+// the kernel before sending, so both sides agree on what is well-formed.
+func (r *LauncherRequest) Validate() error {
+	if !requestIDPattern.MatchString(r.RequestID) {
+		return Errorf(CodeInvalidField, "request_id")
+	}
+	if r.Action == ActionPreflight {
+		return nil
+	}
+	if !ValidID(r.DomainID) {
+		return Errorf(CodeInvalidField, "domain_id")
+	}
+	if r.Action != ActionCreate {
+		return nil
+	}
+	if r.Generation < 1 || r.Generation > MaxGeneration {
+		return Errorf(CodeInvalidField, "generation")
+	}
+	if !ValidID(r.WorkspaceID) {
+		return Errorf(CodeInvalidField, "workspace_id")
+	}
+	if r.Checkpoint != "" && !ValidDigest(r.Checkpoint) {
+		return Errorf(CodeInvalidField, "checkpoint")
+	}
+	if r.BrokerSocket != "" && !ValidID(r.BrokerSocket) {
+		return Errorf(CodeInvalidField, "broker_socket")
+	}
+	if err := validateArgv(r.Argv); err != nil {
+		return err
+	}
+	if len(r.Env) > MaxEnv {
+		return Errorf(CodeInvalidField, "env")
+	}
+	for k, v := range r.Env {
+		if !envKeyPattern.MatchString(k) || len(v) > MaxEnvValueBytes || strings.IndexByte(v, 0) >= 0 {
+			return Errorf(CodeInvalidField, "env")
+		}
+	}
+	if r.Cwd != "" && (!path.IsAbs(r.Cwd) || path.Clean(r.Cwd) != r.Cwd || len(r.Cwd) > MaxArgBytes || strings.IndexByte(r.Cwd, 0) >= 0) {
+		return Errorf(CodeInvalidField, "cwd")
+	}
+	if r.Seccomp != nil {
+		if _, err := r.Seccomp.Decode(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateArgv(argv []string) error {
+	if len(argv) == 0 || len(argv) > MaxArgv || argv[0] == "" {
+		return Errorf(CodeInvalidField, "argv")
+	}
+	total := 0
+	for _, a := range argv {
+		total += len(a)
+		if len(a) > MaxArgBytes || strings.IndexByte(a, 0) >= 0 {
+			return Errorf(CodeInvalidField, "argv")
+		}
+	}
+	if total > MaxArgvBytes {
+		return Errorf(CodeInvalidField, "argv")
+	}
+	return nil
+}
+
+// Decode returns the raw program after checking its size, alignment and
+// digest; a program that does not match its digest is never installed.
+func (p *SeccompProgram) Decode() ([]byte, error) {
+	raw, err := base64.StdEncoding.Strict().DecodeString(p.ProgramB64)
+	if err != nil || len(raw) == 0 || len(raw)%8 != 0 || len(raw)/8 > MaxSeccompInsns {
+		return nil, Errorf(CodeInvalidField, "seccomp.program_b64")
+	}
+	sum := sha256.Sum256(raw)
+	if !ValidDigest(p.SHA256) || hex.EncodeToString(sum[:]) != p.SHA256 {
+		return nil, Errorf(CodeInvalidField, "seccomp.sha256")
+	}
+	return raw, nil
+}
+
+// NewSeccompProgram wraps a raw program for the wire.
+func NewSeccompProgram(raw []byte) *SeccompProgram {
+	sum := sha256.Sum256(raw)
+	return &SeccompProgram{ProgramB64: base64.StdEncoding.EncodeToString(raw), SHA256: hex.EncodeToString(sum[:])}
+}
+
+// LauncherResponse is one frame from the launcher. Exactly one body field is
+// present, the one its Type names.
+type LauncherResponse struct {
+	Protocol   int               `json:"protocol"`
+	RequestID  string            `json:"request_id"`
+	Type       string            `json:"type"`
+	Error      *Error            `json:"error,omitempty"`
+	Preflight  *PreflightReport  `json:"preflight,omitempty"`
+	Started    *Started          `json:"started,omitempty"`
+	Violation  *Violation        `json:"violation,omitempty"`
+	Exited     *Exited           `json:"exited,omitempty"`
+	Domain     *DomainState      `json:"domain,omitempty"`
+	Checkpoint *CheckpointResult `json:"checkpoint,omitempty"`
+}
+
+// LauncherResponseSchema is the kernel's admission table for launcher frames.
+func LauncherResponseSchema() *Schema {
+	body := func(name string) Fields { return Fields{Required: []string{"request_id", name}} }
+	return &Schema{
+		Versions:      LauncherVersions(),
+		Discriminator: "type",
+		Limits:        Limits{MaxDepth: 6, MaxNodes: 2048},
+		Kinds: map[string]Fields{
+			TypeError:      body("error"),
+			TypePreflight:  body("preflight"),
+			TypeStarted:    body("started"),
+			TypeViolation:  body("violation"),
+			TypeExited:     body("exited"),
+			TypeDomain:     body("domain"),
+			TypeCheckpoint: body("checkpoint"),
+		},
+	}
+}
+
+// DecodeLauncherResponse admits and decodes one launcher frame. An error
+// frame whose code is not in the catalogue is itself refused.
+func DecodeLauncherResponse(b []byte) (*LauncherResponse, error) {
+	if _, err := LauncherResponseSchema().Admit(b); err != nil {
+		return nil, err
+	}
+	var r LauncherResponse
+	if err := DecodeStrict(b, &r); err != nil {
+		return nil, err
+	}
+	if r.Type == TypeError && (r.Error == nil || !Known(r.Error.Code)) {
+		return nil, Errorf(CodeInvalidField, "error.code")
+	}
+	return &r, nil
+}
+
+// Encode marshals a response or request for the wire.
+func Encode(v any) ([]byte, error) { return json.Marshal(v) }
+
+// Limit names one resource limit and whether this host enforces it.
+type Limit struct {
+	Name     string `json:"name"`
+	Value    uint64 `json:"value"`
+	Enforced bool   `json:"enforced"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// PreflightReport is what this host enforces.
+type PreflightReport struct {
+	Kernel            string   `json:"kernel"`
+	Arch              string   `json:"arch"`
+	Namespaces        []string `json:"namespaces"`
+	CgroupV2          bool     `json:"cgroup_v2"`
+	CgroupParent      string   `json:"cgroup_parent"`
+	CgroupControllers []string `json:"cgroup_controllers"`
+	CgroupFreeze      bool     `json:"cgroup_freeze"`
+	CgroupKill        bool     `json:"cgroup_kill"`
+	Limits            []Limit  `json:"limits"`
+	OverlayInUserns   bool     `json:"overlay_in_userns"`
+	IdmappedMounts    bool     `json:"idmapped_mounts"`
+	SeccompActions    []string `json:"seccomp_actions"`
+	SeccompUserNotif  bool     `json:"seccomp_user_notif"`
+	RootfsDigest      string   `json:"rootfs_digest"`
+	RootfsExpected    string   `json:"rootfs_expected"`
+	RootfsMatches     bool     `json:"rootfs_matches"`
+	FloorSHA256       string   `json:"floor_sha256"`
+	LauncherSHA256    string   `json:"launcher_sha256"`
+	Verdict           string   `json:"verdict"` // "ok", "degraded" or "refused"
+	Problems          []string `json:"problems,omitempty"`
+}
+
+// Started says the worker runs, and how it is contained.
+type Started struct {
+	DomainID     string  `json:"domain_id"`
+	Generation   int     `json:"generation"`
+	InitPID      int     `json:"init_pid"`
+	UIDBase      uint32  `json:"uid_base"`
+	Limits       []Limit `json:"limits"`
+	Seccomp      string  `json:"seccomp"` // "filtered" or "unfiltered"
+	SeccompSHA   string  `json:"seccomp_sha256,omitempty"`
+	FloorSHA256  string  `json:"floor_sha256"`
+	Notify       bool    `json:"notify"`
+	RootfsDigest string  `json:"rootfs_digest"`
+	Restored     string  `json:"restored_from,omitempty"`
+	OneShot      bool    `json:"one_shot"`
+}
+
+// Violation is one refused notified syscall, or a coalesced count of them.
+type Violation struct {
+	Syscall     string   `json:"syscall"`
+	Nr          int32    `json:"nr"`
+	Args        []uint64 `json:"args"`
+	PID         int32    `json:"pid"`
+	MonotonicNs int64    `json:"monotonic_ns"`
+	Count       uint64   `json:"count"`
+}
+
+// Exited is the end of a domain's worker.
+type Exited struct {
+	ExitCode    *int   `json:"exit_code,omitempty"`
+	Signal      string `json:"signal,omitempty"`
+	CPUUserUs   uint64 `json:"cpu_user_us"`
+	CPUSystemUs uint64 `json:"cpu_system_us"`
+	MaxRSSBytes uint64 `json:"max_rss_bytes"`
+	PeakMemory  uint64 `json:"peak_memory_bytes,omitempty"`
+	Killed      string `json:"killed_by,omitempty"` // "destroy", "kernel_gone", "monitor"
+	Destroyed   bool   `json:"destroyed"`
+}
+
+// DomainState answers freeze, thaw, destroy and inspect.
+type DomainState struct {
+	DomainID   string `json:"domain_id"`
+	Exists     bool   `json:"exists"`
+	Generation int    `json:"generation,omitempty"`
+	UIDBase    uint32 `json:"uid_base,omitempty"`
+	Populated  bool   `json:"populated"`
+	Frozen     bool   `json:"frozen"`
+	Processes  int    `json:"processes"`
+	HasUpper   bool   `json:"has_upper"`
+	Destroyed  bool   `json:"destroyed,omitempty"`
+}
+
+// CheckpointResult names a stored checkpoint by its content digest.
+type CheckpointResult struct {
+	DomainID string `json:"domain_id"`
+	SHA256   string `json:"sha256"`
+	Bytes    int64  `json:"bytes"`
+	Entries  int    `json:"entries"`
+}
