@@ -1,0 +1,94 @@
+package pgcluster
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/internal/privileged"
+	"github.com/jackc/pgx/v5"
+)
+
+// startTestCluster starts a throwaway cluster as the service account; root
+// is needed to switch to it.
+func startTestCluster(t *testing.T) *Cluster {
+	t.Helper()
+	privileged.Require(t)
+	acct, err := ServiceAccount()
+	if err != nil {
+		privileged.Skip(t, err.Error())
+	}
+	dir, err := os.MkdirTemp("", "autonomic-pgc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Config{Dir: dir, RunAs: &acct, NoSyncInit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
+}
+
+func TestRefusesRoot(t *testing.T) {
+	if _, err := credentialFor(&Account{Name: "root", UID: 0}); err == nil {
+		t.Fatal("uid 0 account accepted")
+	}
+	if os.Geteuid() == 0 {
+		if _, err := credentialFor(nil); err == nil {
+			t.Fatal("root without an account accepted")
+		}
+	}
+}
+
+func TestClusterLifecycle(t *testing.T) {
+	c := startTestCluster(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.AdminConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fsync, sync, listen, user string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'),
+		current_setting('listen_addresses'), (SELECT usename FROM pg_stat_activity WHERE pid = pg_backend_pid())`).
+		Scan(&fsync, &sync, &listen, &user); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	if fsync != "on" || sync != "on" || listen != "" {
+		t.Fatalf("fsync=%q synchronous_commit=%q listen_addresses=%q", fsync, sync, listen)
+	}
+	// The server process must not be root.
+	if uid := procUID(t, c.PID()); uid == 0 {
+		t.Fatal("postgres runs as root")
+	}
+	// Kernel role can log in; wrong password cannot.
+	kc, err := pgx.Connect(ctx, c.KernelConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc.Close(ctx)
+	if _, err := pgx.Connect(ctx, c.connString(KernelRole, "wrong", "postgres")); err == nil {
+		t.Fatal("wrong password accepted")
+	}
+
+	// Crash and recover.
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgx.Connect(ctx, c.AdminConnString("postgres")); err == nil {
+		t.Fatal("connected to a killed cluster")
+	}
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err = pgx.Connect(ctx, c.AdminConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+}
