@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// openCgroupParent opens the configured parent and proves it is cgroup v2:
+// on a hybrid host the v1 hierarchies sit next to it and must never be
+// touched.
+func (l *launcher) openCgroupParent() (int, error) {
+	if err := unix.Mkdir(l.cfg.CgroupParent, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, protocol.Errorf(protocol.CodeCgroupFailed, "cgroup parent: %w", err)
+	}
+	fd, err := openRoot(l.cfg.CgroupParent)
+	if err != nil {
+		return -1, err
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil || sfs.Type != unix.CGROUP2_SUPER_MAGIC {
+		unix.Close(fd)
+		return -1, protocol.Errorf(protocol.CodeConfigInvalid, "cgroup_parent is not on cgroup v2")
+	}
+	return fd, nil
+}
+
+func cgRead(fd int, name string) (string, error) {
+	b, err := readFileAt(fd, name, 64<<10)
+	return string(b), err
+}
+
+func cgWrite(fd int, name, value string) error {
+	f, err := openBeneath(fd, name, unix.O_WRONLY)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(f)
+	_, err = unix.Write(f, []byte(value))
+	return err
+}
+
+// cgKey returns the value of "key value" lines in a flat-keyed cgroup file.
+func cgKey(content, key string) (string, bool) {
+	for _, line := range strings.Split(content, "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// applyLimits enables what the parent offers and writes each limit,
+// reporting honestly which ones this host enforces.
+func applyLimits(parent, cg int, lim limitSet) []protocol.Limit {
+	avail, _ := cgRead(parent, "cgroup.controllers")
+	has := map[string]bool{}
+	for _, c := range strings.Fields(avail) {
+		has[c] = true
+	}
+	type want struct {
+		name, controller, file, value string
+		v                             uint64
+	}
+	cpu := "max 100000"
+	if lim.CPUMillis > 0 {
+		cpu = strconv.FormatUint(lim.CPUMillis*100, 10) + " 100000"
+	}
+	wants := []want{
+		{"pids", "pids", "pids.max", strconv.FormatUint(lim.Pids, 10), lim.Pids},
+		{"memory_bytes", "memory", "memory.max", strconv.FormatUint(lim.MemoryBytes, 10), lim.MemoryBytes},
+		{"cpu_millis", "cpu", "cpu.max", cpu, lim.CPUMillis},
+	}
+	var out []protocol.Limit
+	for _, w := range wants {
+		r := protocol.Limit{Name: w.name, Value: w.v}
+		switch {
+		case !has[w.controller]:
+			r.Reason = "cgroup v2 controller " + w.controller + " is not available here (hybrid or undelegated host)"
+		case cgWrite(parent, "cgroup.subtree_control", "+"+w.controller) != nil:
+			r.Reason = "could not enable controller " + w.controller
+		case cgWrite(cg, w.file, w.value) != nil:
+			r.Reason = "could not write " + w.file
+		default:
+			r.Enforced = true
+		}
+		out = append(out, r)
+	}
+	// RLIMIT_NPROC counts per host uid, and every domain has its own uid
+	// range, so it bounds this domain alone on any host.
+	out = append(out, protocol.Limit{Name: "nproc", Value: lim.NProc, Enforced: true, Reason: "RLIMIT_NPROC"})
+	out = append(out, protocol.Limit{Name: "nofile", Value: lim.NoFile, Enforced: true, Reason: "RLIMIT_NOFILE"})
+	return out
+}
+
+type cgState struct {
+	populated, frozen bool
+	procs             int
+}
+
+func readCgState(cg int) (cgState, error) {
+	ev, err := cgRead(cg, "cgroup.events")
+	if err != nil {
+		return cgState{}, err
+	}
+	p, _ := cgKey(ev, "populated")
+	f, _ := cgKey(ev, "frozen")
+	procs, _ := cgRead(cg, "cgroup.procs")
+	return cgState{populated: p == "1", frozen: f == "1", procs: bytes.Count([]byte(procs), []byte("\n"))}, nil
+}
+
+// waitCg polls cgroup.events until cond holds or the deadline passes.
+func waitCg(cg int, deadline time.Time, cond func(cgState) bool) error {
+	delay := 200 * time.Microsecond
+	for {
+		st, err := readCgState(cg)
+		if err != nil {
+			return err
+		}
+		if cond(st) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("deadline")
+		}
+		time.Sleep(delay)
+		if delay < 10*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// killCgroup kills every process of the domain and proves the cgroup empty.
+// cgroup.kill reaches processes that forked, double-forked or left their
+// session; nothing in the domain can escape it by reparenting.
+func killCgroup(cg int, deadline time.Time) error {
+	if err := cgWrite(cg, "cgroup.kill", "1"); err != nil {
+		return protocol.Errorf(protocol.CodeCgroupFailed, "cgroup.kill: %w", err)
+	}
+	if err := waitCg(cg, deadline, func(s cgState) bool { return !s.populated }); err != nil {
+		return protocol.Errorf(protocol.CodeKillTimeout, "%w", err)
+	}
+	return nil
+}
+
+// cpuUsage reads user and system CPU microseconds from cpu.stat, which
+// cgroup v2 keeps even without the cpu controller.
+func cpuUsage(cg int) (user, system uint64) {
+	s, err := cgRead(cg, "cpu.stat")
+	if err != nil {
+		return 0, 0
+	}
+	u, _ := cgKey(s, "user_usec")
+	y, _ := cgKey(s, "system_usec")
+	user, _ = strconv.ParseUint(u, 10, 64)
+	system, _ = strconv.ParseUint(y, 10, 64)
+	return user, system
+}
+
+func memoryPeak(cg int) uint64 {
+	s, err := cgRead(cg, "memory.peak")
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	return v
+}

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"archive/tar"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// opaqueXattr marks an overlay directory that hides the lower one. With
+// userxattr (an overlay mounted in a user namespace) it lives in "user.".
+const opaqueXattr = "user.overlay.opaque"
+
+const paxOpaque = "SCHILY.xattr." + opaqueXattr
+
+// checkpoint freezes the domain, archives its upper layer into the
+// checkpoint store under its SHA-256, and thaws it again (unless it was
+// already frozen).
+func (l *launcher) checkpoint() error {
+	domfd, cg, err := l.openDomain()
+	if err != nil {
+		return err
+	}
+	defer closeAll(domfd, cg)
+	if err := lockDomain(domfd, l.deadline); err != nil {
+		return err
+	}
+	m, err := readMeta(domfd)
+	if err != nil {
+		return protocol.Errorf(protocol.CodeDomainNotFound, "meta: %w", err)
+	}
+	if cg >= 0 {
+		if st, err := readCgState(cg); err == nil && !st.frozen {
+			if err := freezeCg(cg, true, l.deadline); err != nil {
+				return err
+			}
+			defer freezeCg(cg, false, l.deadline)
+		}
+	}
+	upper, err := openDirBeneath(domfd, "upper")
+	if err != nil {
+		return protocol.Errorf(protocol.CodeDomainNotFound, "upper: %w", err)
+	}
+	defer unix.Close(upper)
+	res, err := l.archive(upper, m.UIDBase)
+	if err != nil {
+		return err
+	}
+	res.DomainID = l.req.DomainID
+	l.out.send(&protocol.LauncherResponse{Type: protocol.TypeCheckpoint, Checkpoint: res})
+	return nil
+}
+
+// archive writes a deterministic tar of the upper layer: entries sorted by
+// name, ownership as in-domain ids, permission bits without set-id bits,
+// mtimes in whole seconds, no user or group names. Whiteouts (0/0 character
+// devices) and opaque markers are kept, so a restore reproduces deletions.
+func (l *launcher) archive(upper int, base uint32) (*protocol.CheckpointResult, error) {
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	tmp := ".tmp-" + hex.EncodeToString(nonce[:])
+	fd, err := unix.Openat(l.state.checkpoints, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "create checkpoint: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	defer func() {
+		f.Close()
+		_ = unix.Unlinkat(l.state.checkpoints, tmp, 0)
+	}()
+	h := sha256.New()
+	cw := &countingWriter{w: io.MultiWriter(f, h), max: l.cfg.MaxCheckpointBytes}
+	a := &archiver{tw: tar.NewWriter(cw), base: base, size: l.cfg.UIDPool.Size, maxEntries: l.cfg.MaxCheckpointEntries}
+	if err := a.walk(upper, ""); err != nil {
+		return nil, err
+	}
+	if err := a.tw.Close(); err != nil {
+		return nil, checkpointWriteError(err)
+	}
+	if err := f.Sync(); err != nil {
+		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "fsync: %w", err)
+	}
+	digest := hex.EncodeToString(h.Sum(nil))
+	if err := unix.Renameat(l.state.checkpoints, tmp, l.state.checkpoints, digest+".tar"); err != nil {
+		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "publish checkpoint: %w", err)
+	}
+	_ = unix.Fsync(l.state.checkpoints)
+	return &protocol.CheckpointResult{SHA256: digest, Bytes: cw.n, Entries: a.entries}, nil
+}
+
+type archiver struct {
+	tw         *tar.Writer
+	base, size uint32
+	entries    int
+	maxEntries int
+}
+
+func (a *archiver) walk(dir int, prefix string) error {
+	names, err := readNames(dir)
+	if err != nil {
+		return protocol.Errorf(protocol.CodeLauncherFailed, "read upper: %w", err)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if a.entries++; a.entries > a.maxEntries {
+			return protocol.E(protocol.CodeCheckpointTooLarge)
+		}
+		if err := a.entry(dir, name, prefix+name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *archiver) entry(dir int, name, full string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return protocol.Errorf(protocol.CodeLauncherFailed, "stat: %w", err)
+	}
+	hdr := &tar.Header{
+		Name: full, Mode: int64(st.Mode & 0o1777), Uid: a.inDomain(st.Uid), Gid: a.inDomain(st.Gid),
+		ModTime: time.Unix(st.Mtim.Sec, 0), Format: tar.FormatPAX,
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		hdr.Typeflag, hdr.Name = tar.TypeDir, full+"/"
+		sub, err := openDirBeneath(dir, name)
+		if err != nil {
+			return protocol.Errorf(protocol.CodeLauncherFailed, "open dir: %w", err)
+		}
+		defer unix.Close(sub)
+		buf := make([]byte, 8)
+		if n, err := unix.Fgetxattr(sub, opaqueXattr, buf); err == nil && string(buf[:n]) == "y" {
+			hdr.PAXRecords = map[string]string{paxOpaque: "y"}
+		}
+		if err := a.tw.WriteHeader(hdr); err != nil {
+			return checkpointWriteError(err)
+		}
+		return a.walk(sub, full+"/")
+	case unix.S_IFREG:
+		fd, err := openBeneath(dir, name, unix.O_RDONLY)
+		if err != nil {
+			return protocol.Errorf(protocol.CodeLauncherFailed, "open file: %w", err)
+		}
+		f := os.NewFile(uintptr(fd), name)
+		defer f.Close()
+		hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
+		if err := a.tw.WriteHeader(hdr); err != nil {
+			return checkpointWriteError(err)
+		}
+		// The domain is frozen, so the size cannot move under us; CopyN
+		// still refuses a file that shrank.
+		if _, err := io.CopyN(a.tw, f, st.Size); err != nil {
+			return checkpointWriteError(err)
+		}
+		return nil
+	case unix.S_IFLNK:
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(dir, name, buf)
+		if err != nil {
+			return protocol.Errorf(protocol.CodeLauncherFailed, "readlink: %w", err)
+		}
+		hdr.Typeflag, hdr.Linkname, hdr.Mode = tar.TypeSymlink, string(buf[:n]), 0o777
+	case unix.S_IFCHR:
+		if st.Rdev != 0 {
+			return protocol.Errorf(protocol.CodeCheckpointUnsafe, "device node in upper layer")
+		}
+		hdr.Typeflag = tar.TypeChar // an overlay whiteout
+	case unix.S_IFIFO:
+		hdr.Typeflag = tar.TypeFifo
+	default:
+		a.entries-- // sockets mean nothing after a restore
+		return nil
+	}
+	if err := a.tw.WriteHeader(hdr); err != nil {
+		return checkpointWriteError(err)
+	}
+	return nil
+}
+
+// inDomain turns a host id into the domain's own numbering; ids outside the
+// domain's range (none should exist) become nobody.
+func (a *archiver) inDomain(id uint32) int {
+	if id >= a.base && id-a.base < a.size {
+		return int(id - a.base)
+	}
+	return 65534
+}
+
+type countingWriter struct {
+	w   io.Writer
+	n   int64
+	max int64
+}
+
+var errCheckpointTooLarge = errors.New("checkpoint too large")
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	if c.n+int64(len(p)) > c.max {
+		return 0, errCheckpointTooLarge
+	}
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func checkpointWriteError(err error) error {
+	if errors.Is(err, errCheckpointTooLarge) {
+		return protocol.E(protocol.CodeCheckpointTooLarge)
+	}
+	return protocol.Errorf(protocol.CodeLauncherFailed, "write checkpoint: %w", err)
+}
+
+// openCheckpoint opens a stored checkpoint and proves its content matches
+// its name before anything is extracted from it.
+func (l *launcher) openCheckpoint(digest string) (*os.File, error) {
+	fd, err := openBeneath(l.state.checkpoints, digest+".tar", unix.O_RDONLY)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, protocol.E(protocol.CodeCheckpointNotFound)
+	}
+	if err != nil {
+		return nil, classifyOpen(err)
+	}
+	f := os.NewFile(uintptr(fd), digest)
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(f, l.cfg.MaxCheckpointBytes+1))
+	if err != nil || n > l.cfg.MaxCheckpointBytes || hex.EncodeToString(h.Sum(nil)) != digest {
+		f.Close()
+		return nil, protocol.E(protocol.CodeCheckpointCorrupt)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "seek: %w", err)
+	}
+	return f, nil
+}
+
+// extract restores an archive into an empty upper layer. Each entry's parent
+// is opened beneath the upper with no symlink crossing, so neither a "../"
+// name nor a symlink planted by an earlier entry can lead outside it. Only
+// directories, regular files, symlinks, fifos and whiteouts are accepted.
+func (l *launcher) extract(f *os.File, upper int, base uint32) (int, error) {
+	unsafeEntry := func(why string) (int, error) {
+		return 0, protocol.Errorf(protocol.CodeCheckpointUnsafe, "%s", why)
+	}
+	tr := tar.NewReader(f)
+	type dirTime struct {
+		name string
+		t    time.Time
+	}
+	var dirs []dirTime
+	entries := 0
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, protocol.Errorf(protocol.CodeCheckpointCorrupt, "%w", err)
+		}
+		if entries++; entries > l.cfg.MaxCheckpointEntries {
+			return 0, protocol.E(protocol.CodeCheckpointTooLarge)
+		}
+		name := strings.TrimSuffix(hdr.Name, "/")
+		if name == "" || path.IsAbs(name) || path.Clean(name) != name || name == ".." || strings.HasPrefix(name, "../") || strings.Contains(name, "/../") {
+			return unsafeEntry("entry name")
+		}
+		for k := range hdr.PAXRecords {
+			if strings.HasPrefix(k, "SCHILY.xattr.") && k != paxOpaque {
+				return unsafeEntry("extended attribute")
+			}
+		}
+		if hdr.Uid < 0 || hdr.Gid < 0 || uint64(hdr.Uid) >= uint64(l.cfg.UIDPool.Size) || uint64(hdr.Gid) >= uint64(l.cfg.UIDPool.Size) {
+			return unsafeEntry("owner outside the domain's range")
+		}
+		parentName, base1 := path.Split(name)
+		parent := upper
+		if parentName != "" {
+			if parent, err = openDirBeneath(upper, strings.TrimSuffix(parentName, "/")); err != nil {
+				return unsafeEntry("parent is not a directory beneath the upper layer")
+			}
+		}
+		err = l.extractOne(tr, hdr, parent, base1, base)
+		if parent != upper {
+			unix.Close(parent)
+		}
+		if err != nil {
+			return 0, err
+		}
+		if hdr.Typeflag == tar.TypeDir {
+			dirs = append(dirs, dirTime{name, hdr.ModTime})
+		}
+	}
+	// Directory mtimes last: creating their children moved them.
+	for i := len(dirs) - 1; i >= 0; i-- {
+		ts := []unix.Timespec{unix.NsecToTimespec(dirs[i].t.UnixNano()), unix.NsecToTimespec(dirs[i].t.UnixNano())}
+		_ = unix.UtimesNanoAt(upper, dirs[i].name, ts, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	return entries, nil
+}
+
+func (l *launcher) extractOne(tr *tar.Reader, hdr *tar.Header, parent int, name string, base uint32) error {
+	mode := uint32(hdr.Mode) & 0o1777 // never set-id, whatever the archive says
+	var err error
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		err = unix.Mkdirat(parent, name, 0o700)
+		if err == nil && hdr.PAXRecords[paxOpaque] == "y" {
+			var d int
+			if d, err = openDirBeneath(parent, name); err == nil {
+				err = unix.Fsetxattr(d, opaqueXattr, []byte("y"), 0)
+				unix.Close(d)
+			}
+		}
+	case tar.TypeReg:
+		var fd int
+		fd, err = unix.Openat(parent, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err == nil {
+			w := os.NewFile(uintptr(fd), name)
+			_, err = io.CopyN(w, tr, hdr.Size)
+			w.Close()
+		}
+	case tar.TypeSymlink:
+		err = unix.Symlinkat(hdr.Linkname, parent, name)
+	case tar.TypeChar:
+		if hdr.Devmajor != 0 || hdr.Devminor != 0 {
+			return protocol.Errorf(protocol.CodeCheckpointUnsafe, "device node")
+		}
+		err = unix.Mknodat(parent, name, unix.S_IFCHR|0o000, 0)
+	case tar.TypeFifo:
+		err = unix.Mkfifoat(parent, name, 0o600)
+	default:
+		return protocol.Errorf(protocol.CodeCheckpointUnsafe, "entry type %q", hdr.Typeflag)
+	}
+	if err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return protocol.Errorf(protocol.CodeCheckpointUnsafe, "duplicate entry")
+		}
+		return protocol.Errorf(protocol.CodeLauncherFailed, "extract: %w", err)
+	}
+	if err := unix.Fchownat(parent, name, int(base)+hdr.Uid, int(base)+hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return protocol.Errorf(protocol.CodeLauncherFailed, "chown: %w", err)
+	}
+	if hdr.Typeflag != tar.TypeSymlink && hdr.Typeflag != tar.TypeChar {
+		if err := unix.Fchmodat(parent, name, mode, 0); err != nil {
+			return protocol.Errorf(protocol.CodeLauncherFailed, "chmod: %w", err)
+		}
+	}
+	if hdr.Typeflag != tar.TypeDir {
+		t := unix.NsecToTimespec(hdr.ModTime.UnixNano())
+		_ = unix.UtimesNanoAt(parent, name, []unix.Timespec{t, t}, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// configPath is fixed at build time (-ldflags -X main.configPath=...), never
+// taken from the environment or argv: whoever can run the launcher must not
+// be able to point it at a configuration of their own.
+var configPath = "/etc/autonomic/launcher.json"
+
+type limitSet struct {
+	Pids        uint64 `json:"pids"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+	CPUMillis   uint64 `json:"cpu_millis"`
+	NProc       uint64 `json:"nproc"`
+	NoFile      uint64 `json:"nofile"`
+}
+
+type uidPool struct {
+	Base  uint32 `json:"base"`
+	Count uint32 `json:"count"`
+	Size  uint32 `json:"size"`
+}
+
+// config is the launcher's whole world: every host path, id range and limit
+// it will ever use comes from here, never from a request.
+type config struct {
+	StateRoot            string   `json:"state_root"`
+	Rootfs               string   `json:"rootfs"`
+	RootfsManifestSHA256 string   `json:"rootfs_manifest_sha256"`
+	WorkspacesRoot       string   `json:"workspaces_root"`
+	WorkspaceOwnerUID    uint32   `json:"workspace_owner_uid"`
+	WorkspaceOwnerGID    uint32   `json:"workspace_owner_gid"`
+	BrokerSocketsRoot    string   `json:"broker_sockets_root,omitempty"`
+	CgroupParent         string   `json:"cgroup_parent"`
+	UIDPool              uidPool  `json:"uid_pool"`
+	WorkerUID            uint32   `json:"worker_uid"`
+	WorkerGID            uint32   `json:"worker_gid"`
+	Defaults             limitSet `json:"defaults"`
+	Max                  limitSet `json:"max"`
+	EnvAllowlist         []string `json:"env_allowlist"`
+	MaxCheckpointBytes   int64    `json:"max_checkpoint_bytes"`
+	MaxCheckpointEntries int      `json:"max_checkpoint_entries"`
+}
+
+func loadConfig() (*config, error) {
+	bad := func(why string) error { return protocol.Errorf(protocol.CodeConfigInvalid, "%s", why) }
+	if err := checkRootOwned(path.Dir(configPath), true); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(configPath, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeConfigInvalid, "open config: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), configPath)
+	defer f.Close()
+	if err := checkFdRootOwned(fd, false); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10+1))
+	if err != nil || len(b) > 64<<10 {
+		return nil, bad("config unreadable or over 64 KiB")
+	}
+	if err := protocol.CheckShape(b, protocol.Limits{MaxDepth: 4, MaxNodes: 512}); err != nil {
+		return nil, protocol.Errorf(protocol.CodeConfigInvalid, "config: %w", err)
+	}
+	var c config
+	if err := protocol.DecodeStrict(b, &c); err != nil {
+		return nil, protocol.Errorf(protocol.CodeConfigInvalid, "config: %w", err)
+	}
+	return &c, c.validate()
+}
+
+func (c *config) validate() error {
+	bad := func(why string) error { return protocol.Errorf(protocol.CodeConfigInvalid, "%s", why) }
+	for _, p := range []string{c.StateRoot, c.Rootfs, c.WorkspacesRoot, c.CgroupParent} {
+		if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+			return bad("every configured path must be absolute, clean and not /")
+		}
+	}
+	if c.BrokerSocketsRoot != "" && (!path.IsAbs(c.BrokerSocketsRoot) || path.Clean(c.BrokerSocketsRoot) != c.BrokerSocketsRoot) {
+		return bad("broker_sockets_root must be absolute and clean")
+	}
+	if !protocol.ValidDigest(c.RootfsManifestSHA256) {
+		return bad("rootfs_manifest_sha256 must be a lower-case hex SHA-256")
+	}
+	p := c.UIDPool
+	if p.Count == 0 || p.Size < 65536 || p.Base < 65536 {
+		return bad("uid_pool needs count >= 1, size >= 65536 and base >= 65536")
+	}
+	if uint64(p.Base)+uint64(p.Count)*uint64(p.Size) > 1<<32-2 {
+		return bad("uid_pool overflows the uid space")
+	}
+	if c.WorkerUID == 0 || c.WorkerUID >= p.Size || c.WorkerGID == 0 || c.WorkerGID >= p.Size {
+		return bad("worker_uid and worker_gid must be non-zero and inside one range")
+	}
+	if c.WorkspaceOwnerUID == 0 || c.WorkspaceOwnerGID == 0 {
+		return bad("workspace owner must not be root")
+	}
+	if c.Max.Pids == 0 || c.Max.NProc == 0 || c.Max.NoFile == 0 || c.Max.MemoryBytes == 0 || c.Max.CPUMillis == 0 {
+		return bad("every max limit must be set")
+	}
+	if exceeds(c.Defaults, c.Max) != "" {
+		return bad("a default limit exceeds its max")
+	}
+	if c.MaxCheckpointBytes <= 0 || c.MaxCheckpointEntries <= 0 {
+		return bad("checkpoint caps must be positive")
+	}
+	for _, k := range c.EnvAllowlist {
+		if k == "" || strings.ContainsAny(k, "= \x00") {
+			return bad("env_allowlist holds an invalid name")
+		}
+	}
+	// The pool must never overlap a host account: a domain uid that is also
+	// a host user would own that user's files.
+	for _, db := range []string{"/etc/passwd", "/etc/group"} {
+		if id, ok := accountInRange(db, p.Base, p.Base+p.Count*p.Size); ok {
+			return protocol.Errorf(protocol.CodeConfigInvalid, "%s has id %d inside uid_pool", db, id)
+		}
+	}
+	if err := checkRootOwned(c.StateRoot, true); err != nil {
+		return err
+	}
+	return nil
+}
+
+// exceeds names the first limit in a that is above its max in m.
+func exceeds(a, m limitSet) string {
+	switch {
+	case a.Pids > m.Pids:
+		return "pids"
+	case a.MemoryBytes > m.MemoryBytes:
+		return "memory_bytes"
+	case a.CPUMillis > m.CPUMillis:
+		return "cpu_millis"
+	case a.NProc > m.NProc:
+		return "nproc"
+	case a.NoFile > m.NoFile:
+		return "nofile"
+	}
+	return ""
+}
+
+func accountInRange(db string, lo, hi uint32) (uint32, bool) {
+	f, err := os.Open(db)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Split(s.Text(), ":")
+		if len(fields) < 3 {
+			continue
+		}
+		id, err := strconv.ParseUint(fields[2], 10, 32)
+		if err == nil && uint32(id) >= lo && uint32(id) < hi {
+			return uint32(id), true
+		}
+	}
+	return 0, false
+}
+
+func checkRootOwned(p string, dir bool) error {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return protocol.Errorf(protocol.CodeConfigInvalid, "open %s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	return checkFdRootOwned(fd, dir)
+}
+
+// checkFdRootOwned refuses anything another account could have written: a
+// config or state root that is not root's alone is not the launcher's.
+func checkFdRootOwned(fd int, dir bool) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return protocol.Errorf(protocol.CodeConfigInvalid, "stat: %w", err)
+	}
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if st.Uid != 0 || st.Mode&0o022 != 0 || isDir != dir || (!dir && st.Mode&unix.S_IFMT != unix.S_IFREG) {
+		return protocol.Errorf(protocol.CodeConfigInvalid, "not root-owned, group/world-writable or wrong type")
+	}
+	return nil
+}

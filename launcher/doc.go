@@ -1,0 +1,25 @@
+// Command autonomic-launcher is Autonomic's only root code. It is reached
+// through one exact sudoers rule, reads one request from standard input,
+// acts, answers on standard output, and exits — except create, which stays
+// as the domain's monitor until the worker exits.
+//
+// Invariants:
+//   - It holds no policy. Every host path, uid range and limit comes from its
+//     root-owned configuration; a request only names validated ids, so a
+//     compromised kernel cannot make it touch a host path of its choosing.
+//   - Every host path it opens on a request's behalf is resolved beneath a
+//     configured root without following symlinks, and mounted through the
+//     descriptor, never re-resolved by name.
+//   - Nothing is acted on before the request is admitted (protocol package);
+//     every error it reports is a code from the closed catalogue.
+//   - A domain's processes are born in its cgroup and die with it: destroy
+//     proves the cgroup empty before deleting anything, and the monitor's
+//     death (or the kernel's) kills the domain.
+//   - The worker starts with no capabilities, no_new_privs, a new session,
+//     descriptors 0-2 only, an allowlisted environment, the mandatory
+//     seccomp floor and the requested profile; it never runs a shell string.
+//
+// Read in this order: main.go (dispatch), create.go (the create path and
+// monitor), init.go (the domain's PID 1), stage.go (the last step before
+// the worker's execve), lifecycle.go, checkpoint.go, preflight.go.
+package main

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// newRoot is where the init assembles the domain's root inside its own
+// mount namespace, on a tmpfs of its own; nothing here is visible to the host.
+const newRoot = "/tmp/.autonomic-root"
+
+// runInit is PID 1 of a domain. It finishes the mounts, pivots into the
+// rootfs, starts the worker stage and reaps until the worker exits. When it
+// exits, the kernel kills every process left in its PID namespace.
+func runInit() int {
+	// Not dumpable: no process of the domain may ptrace us or open our
+	// /proc entries (exe, mem, fds) even though it shares our user namespace.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+	if os.Getpid() != 1 {
+		return 1
+	}
+	ctl := os.NewFile(3, "ctl")
+	execCh := os.NewFile(4, "exec")
+	b, fds, err := recvRaw(ctl, time.Now().Add(actionDeadline))
+	if err != nil {
+		return 1
+	}
+	var spec initSpec
+	if err := json.Unmarshal(b, &spec); err != nil || len(fds) != 3+boolInt(spec.HasSocket) {
+		_ = sendReply(ctl, initReply{Error: string(protocol.CodeNamespaceFailed)}, nil)
+		return 1
+	}
+	if err := assembleRoot(fds, spec.HasSocket); err != nil {
+		_ = sendReply(ctl, initReply{Error: string(protocol.AsWire(err).Code)}, nil)
+		return 1
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	_ = unix.Sethostname([]byte("domain"))
+	_ = loopbackUp()
+
+	stage, err := startStage(&spec, execCh)
+	execCh.Close()
+	if err != nil {
+		_ = sendReply(ctl, initReply{Error: string(protocol.CodeExecFailed)}, nil)
+		return 1
+	}
+	_ = sendReply(ctl, initReply{Ready: true}, nil)
+
+	// The monitor closing its end means it died: take the domain down.
+	go func() {
+		for {
+			if _, _, err := recvRaw(ctl, time.Time{}); err != nil {
+				os.Exit(137)
+			}
+		}
+	}()
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 1
+		}
+		if pid != stage {
+			continue // an orphan reparented to us: reap and go on
+		}
+		r := initReply{Exited: true}
+		if ws.Signaled() {
+			r.Signal = int(ws.Signal())
+		} else {
+			r.Code = ws.ExitStatus()
+		}
+		_ = sendReply(ctl, r, nil)
+		return 0
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// assembleRoot builds the domain's filesystem from the descriptors the
+// monitor sent. Every host object arrives as a descriptor (a detached mount
+// or an open directory); no host path is resolved by name here.
+func assembleRoot(fds []int, hasSocket bool) error {
+	fail := func(step string, err error) error {
+		return protocol.Errorf(protocol.CodeMountFailed, "%s: %w", step, err)
+	}
+	// Nothing we mount may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fail("make private", err)
+	}
+	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size=64k"); err != nil {
+		return fail("staging tmpfs", err)
+	}
+	if err := unix.Mkdir(newRoot, 0o700); err != nil {
+		return fail("staging dir", err)
+	}
+	if err := unix.MoveMount(fds[fdRootfs], "", unix.AT_FDCWD, newRoot, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fail("attach rootfs", err)
+	}
+	at := func(p string) string { return newRoot + p }
+	nosuid := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	if err := unix.Mount("proc", at("/proc"), "proc", nosuid|unix.MS_NOEXEC, ""); err != nil {
+		return fail("proc", err)
+	}
+	if err := unix.Mount("tmpfs", at("/tmp"), "tmpfs", nosuid, "mode=1777"); err != nil {
+		return fail("tmp", err)
+	}
+	if err := minimalDev(at("/dev")); err != nil {
+		return fail("dev", err)
+	}
+	if err := unix.Mount("tmpfs", at("/run"), "tmpfs", nosuid|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fail("run", err)
+	}
+	if err := os.MkdirAll(at("/run/autonomic/.lower"), 0o755); err != nil {
+		return fail("run dirs", err)
+	}
+	if err := os.Mkdir(at("/run/autonomic/.layers"), 0o755); err != nil {
+		return fail("run dirs", err)
+	}
+	if hasSocket {
+		sockPath := at("/run/autonomic/effect.sock")
+		if err := os.WriteFile(sockPath, nil, 0o600); err != nil {
+			return fail("socket mountpoint", err)
+		}
+		if err := unix.MoveMount(fds[fdSocket], "", unix.AT_FDCWD, sockPath, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fail("attach socket", err)
+		}
+	}
+	// The overlay keeps private clones of its layers, so the lower's
+	// staging mount is detached again right after.
+	lowerAt := at("/run/autonomic/.lower")
+	if err := unix.MoveMount(fds[fdLower], "", unix.AT_FDCWD, lowerAt, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fail("attach lower", err)
+	}
+	layersAt := at("/run/autonomic/.layers")
+	if err := unix.MoveMount(fds[fdLayers], "", unix.AT_FDCWD, layersAt, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fail("attach layers", err)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lowerAt, layersAt, layersAt)
+	if err := unix.Mount("overlay", at("/workspace"), "overlay", nosuid, opts); err != nil {
+		return fail("overlay", err)
+	}
+	for _, p := range []string{lowerAt, layersAt} {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
+			return fail("detach staging", err)
+		}
+		_ = unix.Rmdir(p)
+	}
+	if err := unix.Mount("", at("/run"), "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fail("seal run", err)
+	}
+	// pivot_root(".", ".") stacks the old root under the new one; the
+	// detach then drops every host mount from this namespace.
+	if err := unix.Chdir(newRoot); err != nil {
+		return fail("chdir", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fail("pivot_root", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fail("detach old root", err)
+	}
+	return unix.Chdir("/")
+}
+
+// minimalDev is a tmpfs with bind mounts of the five harmless host devices;
+// a user namespace cannot mknod, and needs no other device.
+func minimalDev(dev string) error {
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return err
+	}
+	for _, name := range []string{"null", "zero", "full", "random", "urandom"} {
+		if err := os.WriteFile(dev+"/"+name, nil, 0o666); err != nil {
+			return err
+		}
+		if err := unix.Mount("/dev/"+name, dev+"/"+name, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, dev+"/"+name); err != nil {
+			return err
+		}
+	}
+	return unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "")
+}
+
+// loopbackUp raises lo in the domain's empty network namespace; there is no
+// other interface, so this reaches nothing outside the domain.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// startStage starts the worker stage: this binary again, in a new session,
+// with the spec on fd 3 and the exec channel on fd 4.
+func startStage(spec *initSpec, execCh *os.File) (int, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	devnull, err := os.Open("/dev/null")
+	if err != nil {
+		return 0, err
+	}
+	defer devnull.Close()
+	cmd := &exec.Cmd{
+		Path: "/proc/self/exe", Args: []string{stageArg0}, Env: []string{},
+		Stdin: devnull, Stdout: os.Stdout, Stderr: os.Stderr,
+		ExtraFiles:  []*os.File{pr, execCh},
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	err = cmd.Start()
+	pr.Close()
+	if err != nil {
+		pw.Close()
+		return 0, err
+	}
+	b, _ := json.Marshal(spec)
+	_, err = pw.Write(b)
+	pw.Close()
+	if err != nil {
+		return 0, errors.Join(err, cmd.Process.Kill())
+	}
+	return cmd.Process.Pid, nil
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// Internal stages are this binary re-executed through /proc/self/exe with a
+// fixed argv[0]. sudo always passes the command path as argv[0], so a caller
+// of the sudoers rule can only ever reach serve().
+const (
+	initArg0  = "autonomic-domain-init"
+	stageArg0 = "autonomic-worker-stage"
+	holdArg0  = "autonomic-userns-hold"
+)
+
+// requestDeadline bounds reading the one request; actionDeadline bounds
+// every action except a create's monitor phase.
+const (
+	requestDeadline = 10 * time.Second
+	actionDeadline  = 30 * time.Second
+)
+
+func main() {
+	switch os.Args[0] {
+	case initArg0:
+		os.Exit(runInit())
+	case stageArg0:
+		os.Exit(runStage())
+	case holdArg0:
+		runHold()
+		os.Exit(0)
+	}
+	os.Exit(serve())
+}
+
+// frameWriter serialises frames from the monitor's goroutines onto stdout.
+type frameWriter struct {
+	mu  sync.Mutex
+	out *os.File
+	id  string
+}
+
+func (w *frameWriter) send(r *protocol.LauncherResponse) {
+	r.Protocol, r.RequestID = protocol.LauncherVersion, w.id
+	b, err := protocol.Encode(r)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_ = protocol.WriteFrame(w.out, b, protocol.LauncherResponseMax)
+}
+
+func (w *frameWriter) fail(err error) int {
+	w.send(&protocol.LauncherResponse{Type: protocol.TypeError, Error: protocol.AsWire(err)})
+	return 1
+}
+
+// handlers is the whole launcher: one row per action. Admission has already
+// checked the request's exact field set against protocol's table.
+func handlers() map[string]func(*launcher) error {
+	return map[string]func(*launcher) error{
+		protocol.ActionPreflight:  (*launcher).preflight,
+		protocol.ActionCreate:     (*launcher).create,
+		protocol.ActionFreeze:     (*launcher).freeze,
+		protocol.ActionThaw:       (*launcher).thaw,
+		protocol.ActionCheckpoint: (*launcher).checkpoint,
+		protocol.ActionDestroy:    (*launcher).destroy,
+		protocol.ActionInspect:    (*launcher).inspect,
+	}
+}
+
+type launcher struct {
+	cfg      *config
+	req      *protocol.LauncherRequest
+	out      *frameWriter
+	stdin    *os.File
+	deadline time.Time
+	state    stateDirs
+}
+
+func serve() int {
+	out := &frameWriter{out: os.Stdout}
+	if len(os.Args) != 1 {
+		return out.fail(protocol.Errorf(protocol.CodeInvalidField, "the launcher takes no arguments"))
+	}
+	if os.Geteuid() != 0 {
+		return out.fail(protocol.E(protocol.CodeNotPrivileged))
+	}
+	// A non-blocking stdin lets the Go poller enforce read deadlines.
+	_ = unix.SetNonblock(0, true)
+	stdin := os.NewFile(0, "stdin")
+	b, err := protocol.ReadFrame(stdin, protocol.LauncherRequestMax, time.Now().Add(requestDeadline))
+	if err != nil {
+		return out.fail(err)
+	}
+	req, err := protocol.DecodeLauncherRequest(b)
+	if err != nil {
+		return out.fail(err)
+	}
+	out.id = req.RequestID
+	cfg, err := loadConfig()
+	if err != nil {
+		return out.fail(err)
+	}
+	l := &launcher{cfg: cfg, req: req, out: out, stdin: stdin, deadline: time.Now().Add(actionDeadline)}
+	if l.state, err = openState(cfg); err != nil {
+		return out.fail(err)
+	}
+	if err := handlers()[req.Action](l); err != nil {
+		return out.fail(err)
+	}
+	return 0
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// beneath is the only way the launcher resolves a name: relative to a
+// directory it already holds, never crossing a symlink, a magic link or "..".
+// A compromised kernel that plants a symlink where we expect a directory gets
+// path_unsafe instead of us following it into the host.
+const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+
+func openBeneath(dirfd int, name string, flags uint64) (int, error) {
+	for {
+		fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: beneath})
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		return fd, err
+	}
+}
+
+// openDirBeneath opens name as a directory and proves it is one.
+func openDirBeneath(dirfd int, name string) (int, error) {
+	fd, err := openBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return -1, classifyOpen(err)
+	}
+	return fd, nil
+}
+
+func classifyOpen(err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return err
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ENOTDIR):
+		return protocol.Errorf(protocol.CodePathUnsafe, "%w", err)
+	}
+	return err
+}
+
+// openRoot opens a configured absolute path. Configuration is root-owned and
+// trusted, but the final component must still not be a symlink.
+func openRoot(path string) (int, error) {
+	if !strings.HasPrefix(path, "/") {
+		return -1, protocol.Errorf(protocol.CodeConfigInvalid, "relative path")
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, protocol.Errorf(protocol.CodeConfigInvalid, "open configured root: %w", err)
+	}
+	return fd, nil
+}
+
+// removeBeneath deletes name under dirfd recursively without following any
+// symlink: the tree may hold whatever a hostile worker wrote into its upper
+// layer, including symlinks pointing at host paths.
+func removeBeneath(dirfd int, name string) error {
+	err := unix.Unlinkat(dirfd, name, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	fd, err := openBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return err
+	}
+	// Overlay's work dir leaves mode-000 directories; we are root, but the
+	// explicit chmod keeps this correct if CAP_DAC_OVERRIDE is ever dropped.
+	_ = unix.Fchmod(fd, 0o700)
+	for {
+		names, err := readNames(fd)
+		if err != nil {
+			unix.Close(fd)
+			return err
+		}
+		if len(names) == 0 {
+			break
+		}
+		for _, n := range names {
+			if err := removeBeneath(fd, n); err != nil {
+				unix.Close(fd)
+				return err
+			}
+		}
+	}
+	unix.Close(fd)
+	err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
+}
+
+// readNames lists a directory through its descriptor.
+func readNames(fd int) ([]string, error) {
+	dup, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "dir")
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+func writeFileAt(dirfd int, name string, data []byte, mode uint32) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	_, err = unix.Write(fd, data)
+	return err
+}
+
+func readFileAt(dirfd int, name string, max int64) ([]byte, error) {
+	fd, err := openBeneath(dirfd, name, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = errors.New("file too large")
+	}
+	return b, err
+}

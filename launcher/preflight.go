@@ -1,0 +1,111 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/launcher/internal/floor"
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// preflight reports what this host enforces, without changing anything
+// beyond creating the configured cgroup parent.
+func (l *launcher) preflight() error {
+	rep := &protocol.PreflightReport{Arch: runtime.GOARCH, FloorSHA256: floor.ProgramSHA256, RootfsExpected: l.cfg.RootfsManifestSHA256}
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	rep.Kernel = unix.ByteSliceToString(uts.Release[:])
+	problem := func(p string) { rep.Problems = append(rep.Problems, p) }
+
+	for _, ns := range []string{"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"} {
+		if _, err := os.Stat("/proc/self/ns/" + ns); err == nil {
+			rep.Namespaces = append(rep.Namespaces, ns)
+		} else {
+			problem("namespace " + ns + " unavailable")
+		}
+	}
+	if parent, err := l.openCgroupParent(); err == nil {
+		rep.CgroupV2, rep.CgroupParent = true, l.cfg.CgroupParent
+		avail, _ := cgRead(parent, "cgroup.controllers")
+		rep.CgroupControllers = strings.Fields(avail)
+		var st unix.Stat_t
+		rep.CgroupFreeze = unix.Fstatat(parent, "cgroup.freeze", &st, 0) == nil
+		rep.CgroupKill = unix.Fstatat(parent, "cgroup.kill", &st, 0) == nil
+		for _, c := range []struct{ name, controller string }{{"pids", "pids"}, {"memory_bytes", "memory"}, {"cpu_millis", "cpu"}} {
+			lim := protocol.Limit{Name: c.name, Enforced: slices.Contains(rep.CgroupControllers, c.controller)}
+			if !lim.Enforced {
+				lim.Reason = "cgroup v2 controller " + c.controller + " is not available here (hybrid or undelegated host)"
+			}
+			rep.Limits = append(rep.Limits, lim)
+		}
+		unix.Close(parent)
+	} else {
+		problem("cgroup_parent is not a usable cgroup v2 directory")
+	}
+	rep.Limits = append(rep.Limits, protocol.Limit{Name: "nproc", Enforced: true, Reason: "RLIMIT_NPROC"})
+	if !rep.CgroupFreeze || !rep.CgroupKill {
+		problem("cgroup.freeze or cgroup.kill missing (kernel older than 5.14)")
+	}
+	major, minor := kernelVersion(rep.Kernel)
+	at := func(ma, mi int) bool { return major > ma || major == ma && minor >= mi }
+	fs, _ := os.ReadFile("/proc/filesystems")
+	// Overlay in a user namespace arrived in 5.11; overlay over idmapped
+	// layers in 5.19.
+	rep.OverlayInUserns = strings.Contains(string(fs), "\toverlay\n") && at(5, 11)
+	rep.IdmappedMounts = at(5, 19)
+	if !rep.OverlayInUserns || !rep.IdmappedMounts {
+		problem("overlay in user namespaces over idmapped layers needs Linux 5.19 or newer")
+	}
+	acts := hostSeccompActions()
+	for a := range acts {
+		rep.SeccompActions = append(rep.SeccompActions, a)
+	}
+	slices.Sort(rep.SeccompActions)
+	rep.SeccompUserNotif = acts["user_notif"]
+	if !rep.SeccompUserNotif {
+		problem("no seccomp user notification: NOTIFY rules must be compiled to KILL_PROCESS")
+	}
+	if fd, digest, err := l.openRootfs(); err == nil {
+		unix.Close(fd)
+		rep.RootfsDigest = digest
+		rep.RootfsMatches = digest == l.cfg.RootfsManifestSHA256
+	}
+	if !rep.RootfsMatches {
+		problem("rootfs manifest digest differs from the configured one")
+	}
+	if f, err := os.Open("/proc/self/exe"); err == nil {
+		h := sha256.New()
+		_, _ = io.Copy(h, f)
+		f.Close()
+		rep.LauncherSHA256 = hex.EncodeToString(h.Sum(nil))
+	}
+	rep.Verdict = "ok"
+	for _, lim := range rep.Limits {
+		if !lim.Enforced {
+			rep.Verdict = "degraded"
+		}
+	}
+	if len(rep.Namespaces) < 7 || !rep.CgroupV2 || !rep.CgroupFreeze || !rep.CgroupKill || !rep.OverlayInUserns || !rep.IdmappedMounts || !rep.RootfsMatches {
+		rep.Verdict = "refused"
+	}
+	l.out.send(&protocol.LauncherResponse{Type: protocol.TypePreflight, Preflight: rep})
+	return nil
+}
+
+func kernelVersion(release string) (int, int) {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0
+	}
+	ma, _ := strconv.Atoi(parts[0])
+	mi, _ := strconv.Atoi(strings.TrimFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
+	return ma, mi
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// runStage is the worker's last stage before its own program: this binary,
+// inside the domain, as the domain's root. Go's ForkExec has no hook
+// between fork and exec, so everything that must happen on the exec'ing
+// thread happens here, on one locked thread, in this order: drop the
+// bounding set and groups, become the worker, forbid new privileges, set
+// rlimits, install the seccomp floor and the profile, close every inherited
+// descriptor, execve.
+func runStage() int {
+	runtime.LockOSThread()
+	execCh := os.NewFile(4, "exec")
+	fail := func(code protocol.Code) int {
+		_ = sendReply(execCh, initReply{Error: string(code)}, nil)
+		return 127
+	}
+	b, err := io.ReadAll(io.LimitReader(os.NewFile(3, "spec"), 1<<20))
+	if err != nil {
+		return fail(protocol.CodeExecFailed)
+	}
+	unix.Close(3)
+	var spec initSpec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return fail(protocol.CodeExecFailed)
+	}
+	// Resolve the program with the worker's PATH, inside the domain's root.
+	prog, err := lookPath(spec.Argv[0], spec.Env)
+	if err != nil {
+		return fail(protocol.CodeExecFailed)
+	}
+	for c := 0; c <= 63; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err == unix.EINVAL {
+			break // past the kernel's last capability
+		}
+	}
+	// syscall's Set* run on every thread (AllThreadsSyscall), so no Go
+	// thread keeps root's ids; setuid from 0 clears every capability set.
+	if syscall.Setgroups([]int{}) != nil ||
+		syscall.Setresgid(int(spec.GID), int(spec.GID), int(spec.GID)) != nil ||
+		syscall.Setresuid(int(spec.UID), int(spec.UID), int(spec.UID)) != nil {
+		return fail(protocol.CodeExecFailed)
+	}
+	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fail(protocol.CodeExecFailed)
+	}
+	for _, rl := range []struct {
+		res int
+		max uint64
+	}{{unix.RLIMIT_NPROC, spec.NProc}, {unix.RLIMIT_NOFILE, spec.NoFile}, {unix.RLIMIT_CORE, 0}} {
+		if err := unix.Setrlimit(rl.res, &unix.Rlimit{Cur: rl.max, Max: rl.max}); err != nil {
+			return fail(protocol.CodeExecFailed)
+		}
+	}
+	if err := unix.Chdir(spec.Cwd); err != nil {
+		return fail(protocol.CodeExecFailed)
+	}
+	// Seccomp goes last: after it, only what the filters allow is possible,
+	// and the next syscalls (sendmsg, close_range, execve) must be allowed.
+	// The floor goes to every thread; the profile only to this one, the
+	// thread that execs (execve discards the others).
+	if _, err := installFilter(spec.Floor, unix.SECCOMP_FILTER_FLAG_TSYNC); err != nil {
+		return fail(protocol.CodeSeccompFailed)
+	}
+	if spec.Profile != nil {
+		var flags uintptr
+		if spec.Notify {
+			flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+		}
+		listener, err := installFilter(spec.Profile, flags)
+		if err != nil {
+			return fail(protocol.CodeSeccompFailed)
+		}
+		if spec.Notify {
+			// The listener leaves the domain: the monitor, outside, answers
+			// and records every notified call; the worker never holds it.
+			err := sendReply(execCh, initReply{Listener: true}, []int{listener})
+			unix.Close(listener)
+			if err != nil {
+				return fail(protocol.CodeSeccompFailed)
+			}
+		}
+	}
+	// Only 0-2 survive the exec; the exec channel closing is the monitor's
+	// signal that the worker runs.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fail(protocol.CodeExecFailed)
+	}
+	_ = unix.Exec(prog, spec.Argv, spec.Env)
+	return fail(protocol.CodeExecFailed)
+}
+
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, e := range env {
+		if p, ok := strings.CutPrefix(e, "PATH="); ok {
+			os.Setenv("PATH", p)
+		}
+	}
+	return exec.LookPath(name)
+}
+
+// installFilter loads one classic-BPF program with seccomp(2). It returns
+// the listener descriptor when flags ask for one. SPEC_ALLOW is never used.
+func installFilter(raw []byte, flags uintptr) (int, error) {
+	prog := make([]unix.SockFilter, len(raw)/8)
+	for i := range prog {
+		rec := raw[i*8:]
+		prog[i] = unix.SockFilter{Code: binary.LittleEndian.Uint16(rec), Jt: rec[2], Jf: rec[3], K: binary.LittleEndian.Uint32(rec[4:])}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	r, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(prog)
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(r), nil
+}
+
+// programUsesNotify reports whether a program can return USER_NOTIF, which
+// a host without user notification cannot honour.
+func programUsesNotify(raw []byte) bool {
+	for i := 0; i+8 <= len(raw); i += 8 {
+		code := binary.LittleEndian.Uint16(raw[i:])
+		k := binary.LittleEndian.Uint32(raw[i+4:])
+		if code == unix.BPF_RET|unix.BPF_K && k&unix.SECCOMP_RET_ACTION_FULL == unix.SECCOMP_RET_USER_NOTIF {
+			return true
+		}
+	}
+	return false
+}
+
+func hostSeccompActions() map[string]bool {
+	b, _ := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
+	out := map[string]bool{}
+	for _, a := range strings.Fields(string(b)) {
+		out[a] = true
+	}
+	return out
+}

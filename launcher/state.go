@@ -1,0 +1,119 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// stateDirs are descriptors for the launcher's root-owned state:
+// domains/<id>/{meta.json,upper,work}, slots/<n> -> <id>, checkpoints/<sha>.tar.
+type stateDirs struct {
+	root, domains, slots, checkpoints int
+}
+
+func openState(c *config) (stateDirs, error) {
+	var s stateDirs
+	var err error
+	if s.root, err = openRoot(c.StateRoot); err != nil {
+		return s, err
+	}
+	for _, d := range []struct {
+		name string
+		fd   *int
+	}{{"domains", &s.domains}, {"slots", &s.slots}, {"checkpoints", &s.checkpoints}} {
+		if err := unix.Mkdirat(s.root, d.name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+			return s, protocol.Errorf(protocol.CodeConfigInvalid, "state dir: %w", err)
+		}
+		if *d.fd, err = openDirBeneath(s.root, d.name); err != nil {
+			return s, protocol.Errorf(protocol.CodeConfigInvalid, "state dir: %w", err)
+		}
+		if err := checkFdRootOwned(*d.fd, true); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// domainMeta is written once at create; later actions trust it because it
+// lives in a root-owned directory no domain can reach.
+type domainMeta struct {
+	Generation   int    `json:"generation"`
+	Slot         uint32 `json:"slot"`
+	UIDBase      uint32 `json:"uid_base"`
+	OneShot      bool   `json:"one_shot"`
+	RootfsDigest string `json:"rootfs_digest"`
+}
+
+func readMeta(domfd int) (*domainMeta, error) {
+	b, err := readFileAt(domfd, "meta.json", 4096)
+	if err != nil {
+		return nil, err
+	}
+	var m domainMeta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// lockDomain takes the domain's exclusive lock, waiting until the deadline.
+// create holds it while it builds the domain, so a concurrent destroy waits
+// for a consistent domain instead of racing a half-built one.
+func lockDomain(domfd int, deadline time.Time) error {
+	for {
+		err := unix.Flock(domfd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return protocol.E(protocol.CodeDomainBusy)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// allocSlot claims the first free uid range. symlinkat is atomic and its
+// target records the owner, so two launchers can never claim one slot.
+func (l *launcher) allocSlot(id string) (uint32, error) {
+	for i := uint32(0); i < l.cfg.UIDPool.Count; i++ {
+		err := unix.Symlinkat(id, l.state.slots, strconv.FormatUint(uint64(i), 10))
+		if err == nil {
+			return i, nil
+		}
+		if !errors.Is(err, unix.EEXIST) {
+			return 0, err
+		}
+	}
+	return 0, protocol.E(protocol.CodeUIDPoolExhausted)
+}
+
+// releaseSlot frees slot only if id still owns it.
+func (l *launcher) releaseSlot(id string, slot uint32) {
+	name := strconv.FormatUint(uint64(slot), 10)
+	buf := make([]byte, 128)
+	n, err := unix.Readlinkat(l.state.slots, name, buf)
+	if err == nil && string(buf[:n]) == id {
+		_ = unix.Unlinkat(l.state.slots, name, 0)
+	}
+}
+
+// releaseSlotsOf frees every slot id owns; used when meta.json never got
+// written (a create that died early).
+func (l *launcher) releaseSlotsOf(id string) {
+	for i := uint32(0); i < l.cfg.UIDPool.Count; i++ {
+		l.releaseSlot(id, i)
+	}
+}
+
+func (l *launcher) uidBase(slot uint32) uint32 {
+	return l.cfg.UIDPool.Base + slot*l.cfg.UIDPool.Size
+}
