@@ -1,0 +1,42 @@
+package domain
+
+import (
+	"context"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// Spec describes a domain to create.
+type Spec struct {
+	ID           string
+	Generation   int
+	WorkspaceID  string
+	Checkpoint   string // restore this checkpoint digest into the new generation
+	BrokerSocket string // id of the episode's broker socket, if any
+	Argv         []string
+	Env          map[string]string
+	Cwd          string
+	Limits       *protocol.ResourceLimits
+	Seccomp      []byte // compiled BPF program; nil runs unfiltered
+	OneShot      bool   // destroy as soon as the worker exits
+}
+
+// Event is one thing a domain's monitor reported after start.
+type Event struct {
+	Violation *protocol.Violation
+	Exited    *protocol.Exited
+	// Isolation is "none" for UnsafeLocal and empty for real domains.
+	Isolation string
+}
+
+// ExecutionDomain creates and manages domains. Implementations are safe for
+// concurrent use; each lifecycle call is independent of a running create.
+type ExecutionDomain interface {
+	Preflight(ctx context.Context) (*protocol.PreflightReport, error)
+	Create(ctx context.Context, spec Spec) (*Running, error)
+	Freeze(ctx context.Context, id string) (*protocol.DomainState, error)
+	Thaw(ctx context.Context, id string) (*protocol.DomainState, error)
+	Checkpoint(ctx context.Context, id string) (*protocol.CheckpointResult, error)
+	Destroy(ctx context.Context, id string) (*protocol.DomainState, error)
+	Inspect(ctx context.Context, id string) (*protocol.DomainState, error)
+}
