@@ -1,0 +1,15 @@
+// Command autonomic-rootfs builds and verifies domain root filesystems.
+//
+//	autonomic-rootfs build --spec SPEC --dest DIR [--add SRC=DEST]... [--quiet]
+//	autonomic-rootfs verify DIR
+//	autonomic-rootfs digest DIR
+//
+// build prints the rootfs identity (the SHA-256 of manifest.json) as the only
+// line on standard output; progress and notes go to standard error. verify
+// exits 1 and lists every difference when a tree does not match its
+// manifest.
+//
+// Invariant: this command adds no policy of its own; everything it refuses
+// or admits is decided by package rootfs, so the CLI and Go callers build
+// identical trees from identical inputs.
+package main

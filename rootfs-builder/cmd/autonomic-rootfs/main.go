@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage:
+  autonomic-rootfs build --spec SPEC --dest DIR [--add SRC=DEST]... [--quiet]
+  autonomic-rootfs verify DIR
+  autonomic-rootfs digest DIR
+`
+
+// addFlags collects repeated --add SRC=DEST.
+type addFlags []rootfs.Add
+
+func (a *addFlags) String() string { return fmt.Sprint(len(*a)) }
+
+func (a *addFlags) Set(s string) error {
+	v, err := rootfs.ParseAdd(s)
+	if err != nil {
+		return err
+	}
+	*a = append(*a, v)
+	return nil
+}
+
+// run returns the exit status: 0 success, 1 failure or mismatch, 2 usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "build":
+		return build(ctx, args[1:], stdout, stderr)
+	case "verify", "digest":
+		fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 1 {
+			fmt.Fprint(stderr, usage)
+			return 2
+		}
+		dir := fs.Arg(0)
+		if args[0] == "verify" {
+			if err := rootfs.Verify(dir); err != nil {
+				fmt.Fprintf(stderr, "autonomic-rootfs: verify %s: %v\n", dir, err)
+				return 1
+			}
+		}
+		d, err := rootfs.ManifestDigest(dir)
+		if err != nil {
+			fmt.Fprintf(stderr, "autonomic-rootfs: %v\n", err)
+			return 1
+		}
+		if args[0] == "verify" {
+			fmt.Fprintf(stderr, "autonomic-rootfs: %s matches its manifest\n", dir)
+		}
+		fmt.Fprintln(stdout, d)
+		return 0
+	default:
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+}
+
+func build(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("build", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	specPath := fs.String("spec", "", "spec file (JSON)")
+	dest := fs.String("dest", "", "destination directory; must not exist or be empty")
+	quiet := fs.Bool("quiet", false, "no progress output")
+	var adds addFlags
+	fs.Var(&adds, "add", "SRC=DEST: copy host file SRC to rootfs path DEST (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *specPath == "" || *dest == "" || fs.NArg() != 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	spec, err := rootfs.LoadSpec(*specPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "autonomic-rootfs: %v\n", err)
+		return 1
+	}
+	opts := rootfs.Options{Add: adds, Notes: stderr}
+	if !*quiet {
+		opts.Progress = stderr
+	}
+	digest, err := rootfs.Build(ctx, spec, *dest, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "autonomic-rootfs: build failed: %v\n", err)
+		if errors.Is(err, rootfs.ErrDenied) {
+			fmt.Fprintln(stderr, "autonomic-rootfs: the denylist is not configurable; remove the entry from the spec")
+		}
+		return 1
+	}
+	fmt.Fprintln(stdout, digest)
+	return 0
+}

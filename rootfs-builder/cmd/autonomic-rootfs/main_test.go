@@ -1,0 +1,44 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBuildVerifyCLI(t *testing.T) {
+	dest := filepath.Join(t.TempDir(), "root")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"build", "--spec", "../../specs/minimal.json", "--dest", dest, "--quiet"}, &out, &errb); code != 0 {
+		t.Fatalf("build exit %d: %s", code, errb.String())
+	}
+	digest := strings.TrimSpace(out.String())
+	if len(digest) != 64 {
+		t.Fatalf("build printed %q, want a SHA-256", digest)
+	}
+	if strings.Contains(errb.String(), "paths (") {
+		t.Errorf("--quiet still printed progress: %s", errb.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"verify", dest}, &out, &errb); code != 0 || strings.TrimSpace(out.String()) != digest {
+		t.Fatalf("verify exit %d, out %q", code, out.String())
+	}
+	if err := os.WriteFile(filepath.Join(dest, "workspace", "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if code := run(context.Background(), []string{"verify", dest}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "extra: /workspace/x") {
+		t.Fatalf("verify of tampered tree: exit %d, %s", code, errb.String())
+	}
+	for _, args := range [][]string{{}, {"nope"}, {"build"}, {"verify"}, {"build", "--spec", "x", "--dest", dest, "--add", "bad"}} {
+		if code := run(context.Background(), args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if code := run(context.Background(), []string{"build", "--spec", "../../specs/minimal.json", "--dest", dest}, &out, &errb); code != 1 {
+		t.Errorf("build into non-empty dest: exit %d, want 1", code)
+	}
+}
