@@ -1,0 +1,176 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// BeginCommit is the commit horizon. In one transaction it locks episode →
+// effect → lease FOR UPDATE (always in that order: AdvanceEpoch takes the
+// episode first too, so the two can neither interleave nor deadlock),
+// re-reads them, runs the store's own checks, hands the view to check for
+// the broker's, and records commit_intent only if every check passed.
+//
+// The store's checks: the effect is ready and at the requested revision;
+// the episode is active; the request's epoch, the effect's epoch and the
+// lease's epoch are all the current epoch; the lease is the effect's, not
+// revoked and not expired; the effect has not expired; the version vector
+// captured at prepare names this episode, epoch, lease and revision; and the
+// current snapshot descends from the prepared one. Failures are
+// stale_request_epoch, stale_authority or illegal_transition.
+func (p *Postgres) BeginCommit(ctx context.Context, req CommitRequest, check CommitCheck) (CommitView, error) {
+	if check == nil {
+		return CommitView{}, invalid("commit check is required")
+	}
+	var view CommitView
+	err := p.mutate(ctx, "begin_commit", episodeOfRow(ctx, "effects", "effect", req.EffectID), func(m *mtx) error {
+		e, err := lockEffect(m, req.EffectID)
+		if err != nil {
+			return err
+		}
+		if err := checkTransition(e.State, CommitIntent); err != nil {
+			return err
+		}
+		if err := m.forward(e, req.Epoch, req.Revision); err != nil {
+			return err
+		}
+		vv := e.VersionVector
+		if vv == nil || vv.EpisodeID != m.ep.ID || vv.Epoch != e.Epoch || vv.LeaseID != e.LeaseID || vv.EffectRevision != e.Revision {
+			return stale("version vector does not match the effect")
+		}
+		l, err := lockLease(m, e.LeaseID, "FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		if err := l.live(m.ep.Epoch, m.now); err != nil {
+			return err
+		}
+		ok, err := descends(m, m.ep.CurrentCheckpoint, vv.SnapshotAncestry)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return stale("current snapshot does not descend from the prepared one")
+		}
+		rows, err := m.tx.Query(m.ctx, `SELECT `+decisionCols+` FROM decisions
+			WHERE effect_id = $1 AND revision = $2 AND epoch = $3 ORDER BY created_at, id`, e.ID, e.Revision, e.Epoch)
+		if err != nil {
+			return err
+		}
+		decisions, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Decision, error) { return scanDecision(r) })
+		if err != nil {
+			return err
+		}
+		view = CommitView{Episode: m.ep, Effect: e, Lease: l, Decisions: decisions, Now: m.now}
+		if err := check(ctx, view); err != nil {
+			var pe *protocol.Error
+			if errors.As(err, &pe) {
+				return err
+			}
+			return protocol.Errorf(protocol.CodeStaleAuthority, "commit check: %w", err)
+		}
+		e.CommitIntentAt = &m.now
+		if err := m.saveEffect(&e, CommitIntent, map[string]any{"lease_id": l.ID, "policy_version": m.ep.PolicyVersion}); err != nil {
+			return err
+		}
+		view.Effect = e
+		return nil
+	})
+	if err != nil {
+		return CommitView{}, err
+	}
+	return view, nil
+}
+
+// descends reports whether checkpoint cur is prepared or one of its
+// descendants. A nil prepared ancestry is the root every snapshot descends
+// from.
+func descends(m *mtx, cur, prepared *uuid.UUID) (bool, error) {
+	if prepared == nil {
+		return true, nil
+	}
+	if cur == nil {
+		return false, nil
+	}
+	if *cur == *prepared {
+		return true, nil
+	}
+	var ok bool
+	err := m.tx.QueryRow(m.ctx, `WITH RECURSIVE anc (id, parent_id, depth) AS (
+			SELECT id, parent_id, 0 FROM checkpoints WHERE id = $1
+			UNION ALL
+			SELECT c.id, c.parent_id, a.depth + 1 FROM checkpoints c JOIN anc a ON c.id = a.parent_id
+			WHERE a.depth < 10000
+		) SELECT EXISTS (SELECT 1 FROM anc WHERE id = $2)`, *cur, *prepared).Scan(&ok)
+	return ok, err
+}
+
+// FinishCommit records how the adapter's commit ended — committed,
+// commit_unknown or failed — with its receipt, or how reconciliation
+// settled a commit_unknown. From commit_intent a committed outcome passes
+// through committing, so the ledger always shows the full path. Neither an
+// epoch advance nor the end of the episode prevents it: the world changed
+// (or may have), and the record must say so.
+func (p *Postgres) FinishCommit(ctx context.Context, req Outcome) (Effect, error) {
+	switch req.State {
+	case Committed, CommitUnknown, Failed:
+	default:
+		return Effect{}, invalid("%s is not a commit outcome", req.State)
+	}
+	receipt, err := checkJSONObject("receipt", req.Receipt, maxTarget)
+	if err != nil {
+		return Effect{}, err
+	}
+	var out Effect
+	err = p.mutate(ctx, "finish_commit", episodeOfRow(ctx, "effects", "effect", req.EffectID), func(m *mtx) error {
+		e, err := lockEffect(m, req.EffectID)
+		if err != nil {
+			return err
+		}
+		if e.State == CommitIntent && req.State == Committed {
+			if err := m.saveEffect(&e, Committing, nil); err != nil {
+				return err
+			}
+		}
+		if err := checkTransition(e.State, req.State); err != nil {
+			return err
+		}
+		e.OutcomeAt = &m.now
+		e.Receipt = receipt
+		if err := m.saveEffect(&e, req.State, map[string]any{"receipt_digest": digestOf(receipt)}); err != nil {
+			return err
+		}
+		out = e
+		return nil
+	})
+	return out, err
+}
+
+// Unsettled lists effects an adapter may have acted on without a recorded
+// outcome (commit_intent, committing, commit_unknown), oldest first, for
+// reconciliation after a restart. uuid.Nil lists every episode's.
+func (p *Postgres) Unsettled(ctx context.Context, episodeID uuid.UUID) ([]Effect, error) {
+	var out []Effect
+	err := p.read(ctx, "unsettled", func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+effectCols+` FROM effects
+			WHERE state = ANY($1) AND ($2::uuid IS NULL OR episode_id = $2) ORDER BY commit_intent_at, id`,
+			unsettledStates(), nullUUID(episodeID))
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Effect, error) { return scanEffect(r) })
+		return err
+	})
+	return out, err
+}
+
+func nullUUID(id uuid.UUID) any {
+	if id == uuid.Nil {
+		return nil
+	}
+	return id
+}

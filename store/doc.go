@@ -1,0 +1,28 @@
+// Package store is the authority store: the only place where Autonomic
+// decides what is true about episodes, epochs, leases, effects, decisions,
+// checkpoints and recovery lineage. Its implementation is PostgreSQL.
+//
+// Invariants:
+//
+//   - An effect never reaches commit_intent under an epoch other than the
+//     episode's current one. BeginCommit locks episode → effect → lease
+//     FOR UPDATE, in that order, re-reads them and records commit_intent in
+//     the same transaction; AdvanceEpoch locks the same episode row first,
+//     so the two are totally ordered per episode.
+//   - Every mutation writes its ledger event in the same transaction as the
+//     change it records; there is no change without its event and no event
+//     without its change. The ledger is hash-chained per episode and the
+//     kernel's database role cannot UPDATE or DELETE it.
+//   - Effect states change only through the one transition table in
+//     state.go; an illegal transition is a typed error and changes nothing.
+//   - Only the instance holding an episode's ownership lease (by the
+//     database's clock) may mutate it, so two kernels on one database never
+//     both drive an episode.
+//   - When the database cannot be reached, or a commit's outcome is
+//     unknown, every call fails with protocol.CodeAuthorityUnavailable.
+//     Nothing is cached: every answer is read in the transaction that
+//     depends on it.
+//
+// The store must never import kernel code, and never act on the world: it
+// records intent and outcome, adapters act.
+package store

@@ -1,0 +1,365 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+var (
+	kindPattern   = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+	digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+)
+
+const maxTarget = 64 << 10
+
+func lockEffect(m *mtx, id uuid.UUID) (Effect, error) {
+	e, err := scanEffect(m.tx.QueryRow(m.ctx, `SELECT `+effectCols+` FROM effects WHERE id = $1 FOR UPDATE`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Effect{}, notFound("effect")
+	}
+	if err == nil && e.EpisodeID != m.ep.ID {
+		return Effect{}, protocol.Errorf(protocol.CodeInternal, "store: effect moved episodes")
+	}
+	return e, err
+}
+
+func lockLease(m *mtx, id uuid.UUID, mode string) (Lease, error) {
+	l, err := scanLease(m.tx.QueryRow(m.ctx, `SELECT `+leaseCols+` FROM leases WHERE id = $1 AND episode_id = $2 `+mode, id, m.ep.ID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, notFound("lease")
+	}
+	return l, err
+}
+
+// saveEffect moves e to state to (checked against the table), writes every
+// mutable column and records the transition in the ledger.
+func (m *mtx) saveEffect(e *Effect, to EffectState, extra map[string]any) error {
+	from := e.State
+	if err := checkTransition(from, to); err != nil {
+		return err
+	}
+	e.State = to
+	e.UpdatedAt = m.now
+	var vv []byte
+	if e.VersionVector != nil {
+		var err error
+		if vv, err = json.Marshal(e.VersionVector); err != nil {
+			return err
+		}
+	}
+	m.write(`UPDATE effects SET state = $2, revision = $3, target = $4, payload_digest = $5, version_vector = $6,
+		updated_at = $7, commit_intent_at = $8, outcome_at = $9, receipt = $10 WHERE id = $1`,
+		e.ID, string(e.State), e.Revision, e.Target, e.PayloadDigest, nullJSON(vv), m.now,
+		e.CommitIntentAt, e.OutcomeAt, nullJSON(e.Receipt))
+	body := map[string]any{"effect_id": e.ID, "revision": e.Revision, "effect_epoch": e.Epoch,
+		"from": string(from), "to": string(to)}
+	for k, v := range extra {
+		body[k] = v
+	}
+	m.emit("effect_transition", body)
+	return nil
+}
+
+// forward checks what every forward move before the horizon requires: an
+// active episode, the request's epoch current, the effect's epoch current,
+// the revision the caller saw, and no expiry.
+func (m *mtx) forward(e Effect, claimedEpoch int64, revision int) error {
+	if err := m.requireActive(); err != nil {
+		return err
+	}
+	if err := m.requireEpoch(claimedEpoch); err != nil {
+		return err
+	}
+	if e.Epoch != m.ep.Epoch {
+		return stale("effect epoch %d, current %d", e.Epoch, m.ep.Epoch)
+	}
+	if revision != e.Revision {
+		return stale("effect revision %d superseded by %d", revision, e.Revision)
+	}
+	if e.ExpiresAt != nil && !m.now.Before(*e.ExpiresAt) {
+		return stale("effect expired")
+	}
+	return nil
+}
+
+// ProposeEffect records a new effect at revision 1 under the current epoch,
+// backed by a live lease of that epoch.
+func (p *Postgres) ProposeEffect(ctx context.Context, req Proposal) (Effect, error) {
+	switch {
+	case !kindPattern.MatchString(req.Kind):
+		return Effect{}, invalid("effect kind")
+	case req.Class < 2 || req.Class > 4:
+		return Effect{}, invalid("effect class %d is not brokered", req.Class)
+	case req.TargetID == "" || len(req.TargetID) > maxTextField:
+		return Effect{}, invalid("target id")
+	case !digestPattern.MatchString(req.PayloadDigest):
+		return Effect{}, invalid("payload digest")
+	case req.TTL < 0:
+		return Effect{}, invalid("ttl")
+	}
+	target, err := checkJSONObject("target", req.Target, maxTarget)
+	if err != nil {
+		return Effect{}, err
+	}
+	var out Effect
+	err = p.mutate(ctx, "propose_effect", episodeIDFn(req.EpisodeID), func(m *mtx) error {
+		if err := m.requireActive(); err != nil {
+			return err
+		}
+		if err := m.requireEpoch(req.Epoch); err != nil {
+			return err
+		}
+		l, err := lockLease(m, req.LeaseID, "FOR SHARE")
+		if err != nil {
+			return err
+		}
+		if err := l.live(m.ep.Epoch, m.now); err != nil {
+			return err
+		}
+		e := Effect{ID: newID(), EpisodeID: m.ep.ID, LeaseID: l.ID, Kind: req.Kind, Class: req.Class,
+			State: Proposed, Revision: 1, Epoch: m.ep.Epoch, TargetID: req.TargetID, Target: target,
+			PayloadDigest: req.PayloadDigest, CreatedAt: m.now, UpdatedAt: m.now}
+		if req.TTL > 0 {
+			exp := m.now.Add(req.TTL)
+			e.ExpiresAt = &exp
+		}
+		m.write(`INSERT INTO effects (`+effectCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+			NULL, $12, $13, $13, NULL, NULL, NULL)`,
+			e.ID, e.EpisodeID, e.LeaseID, e.Kind, e.Class, string(e.State), e.Revision, e.Epoch, e.TargetID,
+			e.Target, e.PayloadDigest, e.ExpiresAt, m.now)
+		m.write(`INSERT INTO effect_revisions (effect_id, revision, epoch, target, payload_digest, version_vector, created_at)
+			VALUES ($1, 1, $2, $3, $4, NULL, $5)`, e.ID, e.Epoch, e.Target, e.PayloadDigest, m.now)
+		m.emit("effect_proposed", map[string]any{
+			"effect_id": e.ID, "revision": 1, "kind": e.Kind, "class": e.Class, "target_id": e.TargetID,
+			"target_digest": digestOf(target), "payload_digest": e.PayloadDigest, "lease_id": e.LeaseID,
+			"expires_at": e.ExpiresAt,
+		})
+		out = e
+		return nil
+	})
+	return out, err
+}
+
+// PrepareEffect captures the version vector from durable state and moves
+// proposed → prepared.
+func (p *Postgres) PrepareEffect(ctx context.Context, req Prepare) (Effect, error) {
+	if len(req.TrajectoryRegime) > maxTextField {
+		return Effect{}, invalid("trajectory regime")
+	}
+	var out Effect
+	err := p.mutate(ctx, "prepare_effect", episodeOfRow(ctx, "effects", "effect", req.EffectID), func(m *mtx) error {
+		e, err := lockEffect(m, req.EffectID)
+		if err != nil {
+			return err
+		}
+		if err := checkTransition(e.State, Prepared); err != nil {
+			return err
+		}
+		if err := m.forward(e, req.Epoch, req.Revision); err != nil {
+			return err
+		}
+		l, err := lockLease(m, e.LeaseID, "FOR SHARE")
+		if err != nil {
+			return err
+		}
+		if err := l.live(m.ep.Epoch, m.now); err != nil {
+			return err
+		}
+		vv := VersionVector{EpisodeID: m.ep.ID, Epoch: m.ep.Epoch, PolicyVersion: m.ep.PolicyVersion,
+			SnapshotAncestry: m.ep.CurrentCheckpoint, TrajectoryVersion: req.TrajectoryVersion,
+			TrajectoryRegime: req.TrajectoryRegime, LeaseID: e.LeaseID, EffectRevision: e.Revision}
+		e.VersionVector = &vv
+		raw, err := json.Marshal(vv)
+		if err != nil {
+			return err
+		}
+		m.write(`UPDATE effect_revisions SET version_vector = $3 WHERE effect_id = $1 AND revision = $2`, e.ID, e.Revision, raw)
+		if err := m.saveEffect(&e, Prepared, map[string]any{"version_vector": vv}); err != nil {
+			return err
+		}
+		out = e
+		return nil
+	})
+	return out, err
+}
+
+// ReviseEffect replaces target and payload before the horizon: revision+1,
+// back to proposed, version vector cleared. Decisions and approvals bound
+// to the old revision no longer match.
+func (p *Postgres) ReviseEffect(ctx context.Context, req Revision) (Effect, error) {
+	if !digestPattern.MatchString(req.PayloadDigest) {
+		return Effect{}, invalid("payload digest")
+	}
+	target, err := checkJSONObject("target", req.Target, maxTarget)
+	if err != nil {
+		return Effect{}, err
+	}
+	var out Effect
+	err = p.mutate(ctx, "revise_effect", episodeOfRow(ctx, "effects", "effect", req.EffectID), func(m *mtx) error {
+		e, err := lockEffect(m, req.EffectID)
+		if err != nil {
+			return err
+		}
+		if err := checkTransition(e.State, Proposed); err != nil {
+			return err
+		}
+		if err := m.forward(e, req.Epoch, req.FromRevision); err != nil {
+			return err
+		}
+		e.Revision++
+		e.Target, e.PayloadDigest, e.VersionVector = target, req.PayloadDigest, nil
+		m.write(`INSERT INTO effect_revisions (effect_id, revision, epoch, target, payload_digest, version_vector, created_at)
+			VALUES ($1, $2, $3, $4, $5, NULL, $6)`, e.ID, e.Revision, e.Epoch, e.Target, e.PayloadDigest, m.now)
+		if err := m.saveEffect(&e, Proposed, map[string]any{
+			"target_digest": digestOf(target), "payload_digest": e.PayloadDigest,
+		}); err != nil {
+			return err
+		}
+		out = e
+		return nil
+	})
+	return out, err
+}
+
+// Transition performs the state changes that need no more than the table
+// and the epoch: evaluating, ready, committing, aborted, expired. The
+// others have their own calls because they carry more: prepared
+// (PrepareEffect), proposed (ReviseEffect), commit_intent (BeginCommit),
+// outcomes (FinishCommit), stale (AdvanceEpoch only — staleness is what an
+// epoch advance means).
+func (p *Postgres) Transition(ctx context.Context, req Transition) (Effect, error) {
+	if !req.To.Valid() {
+		return Effect{}, invalid("unknown effect state")
+	}
+	var out Effect
+	err := p.mutate(ctx, "effect_transition", episodeOfRow(ctx, "effects", "effect", req.EffectID), func(m *mtx) error {
+		e, err := lockEffect(m, req.EffectID)
+		if err != nil {
+			return err
+		}
+		if err := checkTransition(e.State, req.To); err != nil {
+			return err
+		}
+		switch req.To {
+		case Evaluating, Ready:
+			if err := m.forward(e, req.Epoch, req.Revision); err != nil {
+				return err
+			}
+		case Committing, Aborted, Expired:
+			// Backward or outcome-side moves stay possible after the
+			// episode ended or the epoch moved on (an effect past the
+			// horizon must still be driven to its end), but the caller
+			// must have seen the current epoch and revision.
+			if err := m.requireEpoch(req.Epoch); err != nil {
+				return err
+			}
+			if req.Revision != e.Revision {
+				return stale("effect revision %d superseded by %d", req.Revision, e.Revision)
+			}
+		default:
+			return invalid("transition to %s has its own call", req.To)
+		}
+		extra := map[string]any{}
+		if req.Reason != "" {
+			extra["reason"] = clip(req.Reason)
+		}
+		if req.To == Aborted && e.State == CommitIntent {
+			e.OutcomeAt = &m.now
+		}
+		if err := m.saveEffect(&e, req.To, extra); err != nil {
+			return err
+		}
+		out = e
+		return nil
+	})
+	return out, err
+}
+
+// Effect reads an effect.
+func (p *Postgres) Effect(ctx context.Context, id uuid.UUID) (Effect, error) {
+	var out Effect
+	err := p.read(ctx, "effect", func(tx pgx.Tx) error {
+		var err error
+		out, err = scanEffect(tx.QueryRow(ctx, `SELECT `+effectCols+` FROM effects WHERE id = $1`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("effect")
+		}
+		return err
+	})
+	return out, err
+}
+
+const maxDecisionBody = 64 << 10
+
+// RecordDecision binds a decision to an effect's exact current revision and
+// epoch, while the effect is between prepare and commit.
+func (p *Postgres) RecordDecision(ctx context.Context, req NewDecision) (Decision, error) {
+	switch {
+	case req.Kind != DecisionSemantic && req.Kind != DecisionVerification && req.Kind != DecisionHuman:
+		return Decision{}, invalid("decision kind")
+	case req.Verdict != VerdictAllow && req.Verdict != VerdictDeny:
+		return Decision{}, invalid("decision verdict")
+	case (req.KeyID == "") != (len(req.Signature) == 0):
+		return Decision{}, invalid("key id and signature go together")
+	case req.Kind == DecisionHuman && len(req.Signature) == 0:
+		return Decision{}, invalid("a human decision must be signed")
+	case len(req.KeyID) > maxTextField || len(req.Signature) > 1024:
+		return Decision{}, invalid("signature")
+	}
+	body, err := checkJSONObject("decision body", req.Body, maxDecisionBody)
+	if err != nil {
+		return Decision{}, err
+	}
+	var out Decision
+	err = p.mutate(ctx, "record_decision", episodeOfRow(ctx, "effects", "effect", req.EffectID), func(m *mtx) error {
+		e, err := lockEffect(m, req.EffectID)
+		if err != nil {
+			return err
+		}
+		switch e.State {
+		case Prepared, Evaluating, Ready:
+		default:
+			return protocol.Errorf(protocol.CodeIllegalTransition, "effect is %s; decisions bind between prepare and commit", e.State)
+		}
+		if err := m.forward(e, req.Epoch, req.Revision); err != nil {
+			return err
+		}
+		d := Decision{ID: newID(), EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, Kind: req.Kind,
+			Verdict: req.Verdict, Body: body, KeyID: req.KeyID, Signature: req.Signature, CreatedAt: m.now}
+		var key *string
+		if d.KeyID != "" {
+			key = &d.KeyID
+		}
+		m.write(`INSERT INTO decisions (`+decisionCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			d.ID, d.EffectID, d.Revision, d.Epoch, d.Kind, d.Verdict, d.Body, key, nullBytes(d.Signature), m.now)
+		m.emit("decision_recorded", map[string]any{
+			"decision_id": d.ID, "effect_id": d.EffectID, "revision": d.Revision, "decision_epoch": d.Epoch,
+			"kind": d.Kind, "verdict": d.Verdict, "key_id": d.KeyID, "body_digest": digestOf(body),
+			"signature_digest": digestOf(d.Signature),
+		})
+		out = d
+		return nil
+	})
+	return out, err
+}
+
+func nullJSON(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+

@@ -1,0 +1,363 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/store/ledger"
+	"github.com/google/uuid"
+)
+
+// Store is what the kernel and the broker hold authority through. Every
+// method is one database transaction; none returns cached state.
+type Store interface {
+	CreateEpisode(ctx context.Context, req NewEpisode) (Episode, error)
+	Episode(ctx context.Context, id uuid.UUID) (Episode, error)
+	EndEpisode(ctx context.Context, req EndEpisode) (Episode, error)
+	SetPolicyVersion(ctx context.Context, episodeID uuid.UUID, epoch, version int64) (Episode, error)
+
+	AcquireOwnership(ctx context.Context, episodeID uuid.UUID) (Ownership, error)
+	ReleaseOwnership(ctx context.Context, episodeID uuid.UUID) error
+
+	AdvanceEpoch(ctx context.Context, req AdvanceEpoch) (EpochAdvance, error)
+	Lineage(ctx context.Context, episodeID uuid.UUID) ([]Lineage, error)
+
+	GrantLease(ctx context.Context, req LeaseGrant) (Lease, error)
+	RevokeLease(ctx context.Context, leaseID uuid.UUID, reason string) (Lease, error)
+	Lease(ctx context.Context, id uuid.UUID) (Lease, error)
+
+	CreateDomain(ctx context.Context, episodeID uuid.UUID, epoch int64) (Domain, Generation, error)
+	DestroyGeneration(ctx context.Context, domainID uuid.UUID, generation int) (Generation, error)
+	NewGeneration(ctx context.Context, req NewGeneration) (Generation, error)
+
+	RecordCheckpoint(ctx context.Context, req NewCheckpoint) (Checkpoint, error)
+	MarkCheckpointStable(ctx context.Context, checkpointID uuid.UUID) (Checkpoint, error)
+	LatestStableCheckpoint(ctx context.Context, episodeID uuid.UUID) (Checkpoint, error)
+
+	ProposeEffect(ctx context.Context, req Proposal) (Effect, error)
+	PrepareEffect(ctx context.Context, req Prepare) (Effect, error)
+	ReviseEffect(ctx context.Context, req Revision) (Effect, error)
+	Transition(ctx context.Context, req Transition) (Effect, error)
+	Effect(ctx context.Context, id uuid.UUID) (Effect, error)
+	RecordDecision(ctx context.Context, req NewDecision) (Decision, error)
+
+	BeginCommit(ctx context.Context, req CommitRequest, check CommitCheck) (CommitView, error)
+	FinishCommit(ctx context.Context, req Outcome) (Effect, error)
+	Unsettled(ctx context.Context, episodeID uuid.UUID) ([]Effect, error)
+
+	Events(ctx context.Context, episodeID uuid.UUID) ([]ledger.Entry, error)
+	VerifyLedger(ctx context.Context, episodeID uuid.UUID) (ledger.Report, error)
+}
+
+// EpisodeState is the lifecycle state of an episode.
+type EpisodeState string
+
+// Episode states. Only an active episode can be mutated.
+const (
+	EpisodeActive    EpisodeState = "active"
+	EpisodeCompleted EpisodeState = "completed"
+	EpisodeContained EpisodeState = "contained"
+	EpisodeAborted   EpisodeState = "aborted"
+)
+
+// Episode is one episode's authoritative record.
+type Episode struct {
+	ID                uuid.UUID
+	Spec              json.RawMessage
+	State             EpisodeState
+	Epoch             int64
+	PolicyVersion     int64
+	CurrentCheckpoint *uuid.UUID
+	Owner             Ownership
+	LedgerHead        ledger.Head
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// Ownership is a kernel instance's lease on driving an episode. Token
+// increases on every change of owner, so it can fence external systems too.
+type Ownership struct {
+	EpisodeID  uuid.UUID
+	InstanceID string
+	Token      int64
+	ExpiresAt  time.Time
+}
+
+// NewEpisode creates an episode at epoch 1, owned by the calling instance.
+type NewEpisode struct {
+	ID            uuid.UUID // zero: a new UUIDv7
+	Spec          json.RawMessage
+	PolicyVersion int64
+}
+
+// EndEpisode moves an active episode to a final state.
+type EndEpisode struct {
+	EpisodeID uuid.UUID
+	Epoch     int64
+	State     EpisodeState // completed, contained or aborted
+	Reason    string
+}
+
+// AdvanceEpoch fences an episode's authority.
+type AdvanceEpoch struct {
+	EpisodeID uuid.UUID
+	// FromEpoch must be the current epoch: two components reacting to the
+	// same incident must not advance twice.
+	FromEpoch int64
+	Reason    string
+	// CheckpointID, when set, is the checkpoint a repair restores; it is
+	// recorded in the lineage.
+	CheckpointID *uuid.UUID
+}
+
+// EpochAdvance reports what an advance fenced.
+type EpochAdvance struct {
+	Lineage       Lineage
+	RevokedLeases []uuid.UUID
+	StaledEffects []uuid.UUID
+	// Unsettled are effects of older epochs at or beyond commit_intent,
+	// left for reconciliation rather than staled.
+	Unsettled []uuid.UUID
+}
+
+// Lineage is one recovery step.
+type Lineage struct {
+	ID           uuid.UUID
+	EpisodeID    uuid.UUID
+	FromEpoch    int64
+	ToEpoch      int64
+	CheckpointID *uuid.UUID
+	Reason       string
+	CreatedAt    time.Time
+}
+
+// LeaseGrant mints a lease in the current epoch.
+type LeaseGrant struct {
+	EpisodeID    uuid.UUID
+	Epoch        int64
+	Capabilities json.RawMessage
+	TTL          time.Duration
+}
+
+// Lease is a capability grant bound to an epoch.
+type Lease struct {
+	ID           uuid.UUID
+	EpisodeID    uuid.UUID
+	Epoch        int64
+	Capabilities json.RawMessage
+	CreatedAt    time.Time
+	ExpiresAt    time.Time
+	RevokedAt    *time.Time
+	RevokeReason string
+}
+
+// Domain is an execution domain; its generations are the successive
+// incarnations restored into it.
+type Domain struct {
+	ID        uuid.UUID
+	EpisodeID uuid.UUID
+	CreatedAt time.Time
+}
+
+// Generation states.
+const (
+	GenerationLive      = "live"
+	GenerationDestroyed = "destroyed"
+)
+
+// Generation is one incarnation of a domain.
+type Generation struct {
+	DomainID     uuid.UUID
+	Generation   int
+	Epoch        int64
+	CheckpointID *uuid.UUID
+	State        string
+	CreatedAt    time.Time
+	DestroyedAt  *time.Time
+}
+
+// NewGeneration starts the next generation of a domain whose current one is
+// destroyed, optionally restored from a checkpoint.
+type NewGeneration struct {
+	DomainID     uuid.UUID
+	Epoch        int64
+	CheckpointID *uuid.UUID
+}
+
+// NewCheckpoint records a checkpoint of a domain generation; its parent is
+// the episode's current checkpoint and it becomes the current one.
+type NewCheckpoint struct {
+	EpisodeID  uuid.UUID
+	DomainID   uuid.UUID
+	Generation int
+	Epoch      int64
+	Digest     string // "sha256:<64 hex>"
+	Stable     bool
+}
+
+// Checkpoint is a digest-addressed snapshot of a domain's overlay.
+type Checkpoint struct {
+	ID         uuid.UUID
+	EpisodeID  uuid.UUID
+	DomainID   uuid.UUID
+	Generation int
+	Epoch      int64
+	Digest     string
+	ParentID   *uuid.UUID
+	Stable     bool
+	CreatedAt  time.Time
+}
+
+// Proposal creates an effect at revision 1, state proposed.
+type Proposal struct {
+	EpisodeID     uuid.UUID
+	Epoch         int64 // the epoch the request claims; must be current
+	LeaseID       uuid.UUID
+	Kind          string
+	Class         int // 2..4; classes 0 and 1 are never brokered
+	TargetID      string
+	Target        json.RawMessage
+	PayloadDigest string        // "sha256:<64 hex>"
+	TTL           time.Duration // 0: the effect does not expire
+}
+
+// Prepare captures the version vector and moves proposed → prepared. The
+// store fills in everything it holds authoritatively; the caller supplies
+// only the trajectory, which the homeostat owns.
+type Prepare struct {
+	EffectID          uuid.UUID
+	Revision          int
+	Epoch             int64
+	TrajectoryVersion int64
+	TrajectoryRegime  string
+}
+
+// Revision replaces an effect's target and payload, bumping its revision
+// and returning it to proposed. Decisions bound to the old revision no
+// longer apply.
+type Revision struct {
+	EffectID      uuid.UUID
+	FromRevision  int
+	Epoch         int64
+	Target        json.RawMessage
+	PayloadDigest string
+}
+
+// Transition is a generic state change (evaluating, ready, committing,
+// aborted, expired, …) checked against the table.
+type Transition struct {
+	EffectID uuid.UUID
+	Revision int
+	Epoch    int64
+	To       EffectState
+	Reason   string
+}
+
+// VersionVector is what the broker captured at prepare and compares at
+// commit (ARCHITECTURE §5).
+type VersionVector struct {
+	EpisodeID         uuid.UUID  `json:"episode_id"`
+	Epoch             int64      `json:"epoch"`
+	PolicyVersion     int64      `json:"policy_version"`
+	SnapshotAncestry  *uuid.UUID `json:"snapshot_ancestry"`
+	TrajectoryVersion int64      `json:"trajectory_version"`
+	TrajectoryRegime  string     `json:"trajectory_regime"`
+	LeaseID           uuid.UUID  `json:"lease_id"`
+	EffectRevision    int        `json:"effect_revision"`
+}
+
+// Effect is a brokered effect's authoritative record at its current
+// revision.
+type Effect struct {
+	ID             uuid.UUID
+	EpisodeID      uuid.UUID
+	LeaseID        uuid.UUID
+	Kind           string
+	Class          int
+	State          EffectState
+	Revision       int
+	Epoch          int64
+	TargetID       string
+	Target         json.RawMessage
+	PayloadDigest  string
+	VersionVector  *VersionVector
+	ExpiresAt      *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	CommitIntentAt *time.Time
+	OutcomeAt      *time.Time
+	Receipt        json.RawMessage
+}
+
+// Decision kinds and verdicts.
+const (
+	DecisionSemantic     = "semantic"
+	DecisionVerification = "verification"
+	DecisionHuman        = "human"
+	VerdictAllow         = "allow"
+	VerdictDeny          = "deny"
+)
+
+// NewDecision binds a decision to an effect's exact revision and epoch.
+// Signature verification is the caller's job; the store keeps the bytes.
+type NewDecision struct {
+	EffectID  uuid.UUID
+	Revision  int
+	Epoch     int64
+	Kind      string
+	Verdict   string
+	Body      json.RawMessage
+	KeyID     string
+	Signature []byte
+}
+
+// Decision is a recorded decision.
+type Decision struct {
+	ID        uuid.UUID
+	EffectID  uuid.UUID
+	Revision  int
+	Epoch     int64
+	Kind      string
+	Verdict   string
+	Body      json.RawMessage
+	KeyID     string
+	Signature []byte
+	CreatedAt time.Time
+}
+
+// CommitRequest names the effect revision to commit and the epoch the
+// request claims.
+type CommitRequest struct {
+	EffectID uuid.UUID
+	Revision int
+	Epoch    int64
+}
+
+// CommitView is what BeginCommit re-read under its locks: everything the
+// broker needs for the nine commit checks.
+type CommitView struct {
+	Episode Episode
+	Effect  Effect
+	Lease   Lease
+	// Decisions bound to exactly this effect revision and epoch.
+	Decisions []Decision
+	// Now is the database's clock inside the transaction.
+	Now time.Time
+}
+
+// CommitCheck runs inside BeginCommit's transaction, with the episode,
+// effect and lease rows locked, after the store's own checks have passed.
+// It performs the checks only the broker can (policy compatibility, regime,
+// decision sufficiency, adapter preconditions). It must not act on the
+// world and should be quick: it holds the episode's lock. A non-nil error
+// aborts the commit; an error outside the catalogue becomes
+// stale_authority.
+type CommitCheck func(ctx context.Context, v CommitView) error
+
+// Outcome records how a commit ended (or how reconciliation settled it).
+type Outcome struct {
+	EffectID uuid.UUID
+	State    EffectState // committed, commit_unknown or failed
+	Receipt  json.RawMessage
+}
