@@ -2,6 +2,7 @@ package seccomp
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,12 +19,29 @@ const maxWitnesses = 4096
 // refuses rules equal to the default); without this check such a rule would
 // vanish from the program while still reading as policy in the profile.
 func (c *compiled) checkLive() error {
+	// Candidate values per syscall and argument, drawn from every rule for
+	// that syscall, so that a search can step around the other rules.
+	pools := map[string]*[6]map[uint64]bool{}
+	for _, e := range c.entries {
+		if pools[e.name] == nil {
+			var p [6]map[uint64]bool
+			for i := range p {
+				p[i] = map[uint64]bool{0: true}
+			}
+			pools[e.name] = &p
+		}
+		for _, a := range c.profile.Syscalls[e.rule].Args {
+			for _, v := range candidates(a) {
+				pools[e.name][a.Index][v] = true
+			}
+		}
+	}
 	for _, e := range c.entries {
 		if e.status != statusAdded && e.status != statusSameAsDefault {
 			continue
 		}
 		r := c.profile.Syscalls[e.rule]
-		got, ok, err := c.witness(e, r)
+		got, ok, err := c.witness(e, r, pools[e.name])
 		if err != nil {
 			return err
 		}
@@ -39,31 +57,16 @@ func (c *compiled) checkLive() error {
 // witness searches for arguments that satisfy the rule and for which the
 // program answers the rule's action. It returns the answer for the first
 // satisfying input when none is decided by the rule.
-func (c *compiled) witness(e entry, r Rule) (uint32, bool, error) {
+func (c *compiled) witness(e entry, r Rule, all *[6]map[uint64]bool) (uint32, bool, error) {
 	var pools [6][]uint64
 	for i := range pools {
-		pools[i] = []uint64{0}
-	}
-	// Values that make the other rules for this syscall match or miss, so the
-	// search can step around them.
-	for _, o := range c.entries {
-		if o.name != e.name || o.rule == e.rule {
-			continue
-		}
-		for _, a := range c.profile.Syscalls[o.rule].Args {
-			pools[a.Index] = appendUnique(pools[a.Index], candidates(a)...)
-		}
+		pools[i] = sortedKeys(all[i])
 	}
 	for _, a := range r.Args {
 		var sat []uint64
-		for _, v := range candidates(a) {
-			if a.matches(v) {
-				sat = appendUnique(sat, v)
-			}
-		}
 		for _, v := range pools[a.Index] {
 			if a.matches(v) {
-				sat = appendUnique(sat, v)
+				sat = append(sat, v)
 			}
 		}
 		if len(sat) == 0 {
@@ -105,6 +108,16 @@ func (c *compiled) witness(e entry, r Rule) (uint32, bool, error) {
 	return first, false, nil
 }
 
+// sortedKeys keeps the search, and so the reported answer, deterministic.
+func sortedKeys(m map[uint64]bool) []uint64 {
+	out := make([]uint64, 0, len(m))
+	for v := range m {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // candidates are values on both sides of a comparison's boundary.
 func candidates(a Arg) []uint64 {
 	v, w := a.Value, a.ValueTwo
@@ -115,18 +128,6 @@ func candidates(a Arg) []uint64 {
 	return out
 }
 
-func appendUnique(s []uint64, vs ...uint64) []uint64 {
-outer:
-	for _, v := range vs {
-		for _, x := range s {
-			if x == v {
-				continue outer
-			}
-		}
-		s = append(s, v)
-	}
-	return s
-}
 
 // Explanation says how a program answers one system call and why.
 type Explanation struct {

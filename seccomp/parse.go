@@ -131,6 +131,14 @@ func decodeRule(raw json.RawMessage) (Rule, error) {
 	fail := func(field string, err error) error { return &ParseError{Names: r.Names, Field: field, Err: err} }
 	obj, err := decodeObject(raw)
 	if err != nil {
+		// Name the rule if a lenient read can, so the error still points
+		// at it; the rule is rejected either way.
+		var loose struct {
+			Names []string `json:"names"`
+		}
+		if json.Unmarshal(raw, &loose) == nil {
+			r.Names = loose.Names
+		}
 		return r, fail("", err)
 	}
 	// Names come first so that every later error can name the rule.
