@@ -111,8 +111,9 @@ func descends(m *mtx, cur, prepared *uuid.UUID) (bool, error) {
 
 // FinishCommit records how the adapter's commit ended — committed,
 // commit_unknown or failed — with its receipt, or how reconciliation
-// settled a commit_unknown. From commit_intent a committed outcome passes
-// through committing, so the ledger always shows the full path. Neither an
+// settled a commit_unknown. committed requires committing first (the
+// broker marks it just before the adapter acts), so after a crash an effect
+// still at commit_intent is known never to have reached its adapter. Neither an
 // epoch advance nor the end of the episode prevents it: the world changed
 // (or may have), and the record must say so.
 func (p *Postgres) FinishCommit(ctx context.Context, req Outcome) (Effect, error) {
@@ -130,11 +131,6 @@ func (p *Postgres) FinishCommit(ctx context.Context, req Outcome) (Effect, error
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
 			return err
-		}
-		if e.State == CommitIntent && req.State == Committed {
-			if err := m.saveEffect(&e, Committing, nil); err != nil {
-				return err
-			}
 		}
 		if err := checkTransition(e.State, req.State); err != nil {
 			return err

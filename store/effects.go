@@ -252,12 +252,16 @@ func (p *Postgres) Transition(ctx context.Context, req Transition) (Effect, erro
 				return err
 			}
 		case Committing, Aborted, Expired:
-			// Backward or outcome-side moves stay possible after the
-			// episode ended or the epoch moved on (an effect past the
-			// horizon must still be driven to its end), but the caller
-			// must have seen the current epoch and revision.
-			if err := m.requireEpoch(req.Epoch); err != nil {
-				return err
+			// These stay possible after the episode ended or the epoch
+			// moved on. Before the horizon the caller must have seen the
+			// current epoch. Past it (committing; aborted after
+			// reconciliation) the authority was settled when
+			// commit_intent was recorded, and a later epoch must not be
+			// able to strand an adapter mid-commit, so Epoch is ignored.
+			if e.State.PreIntent() {
+				if err := m.requireEpoch(req.Epoch); err != nil {
+					return err
+				}
 			}
 			if req.Revision != e.Revision {
 				return stale("effect revision %d superseded by %d", req.Revision, e.Revision)
@@ -362,4 +366,3 @@ func nullBytes(b []byte) any {
 	}
 	return b
 }
-

@@ -42,6 +42,9 @@ func TestCommitLifecycle(t *testing.T) {
 	if err != nil || len(un) != 1 || un[0].ID != eff.ID {
 		t.Fatalf("unsettled: %v %v", un, err)
 	}
+	if _, err := s.Transition(ctx, Transition{EffectID: eff.ID, Revision: 1, Epoch: 1, To: Committing}); err != nil {
+		t.Fatal(err)
+	}
 	done, err := s.FinishCommit(ctx, Outcome{EffectID: eff.ID, State: Committed, Receipt: json.RawMessage(`{"oid":"abc"}`)})
 	if err != nil {
 		t.Fatal(err)

@@ -314,4 +314,3 @@ func checkJSONObject(field string, raw json.RawMessage, max int) (json.RawMessag
 }
 
 func digestOf(raw []byte) string { return sha256Hex(raw) }
-

@@ -71,10 +71,16 @@ func CanTransition(from, to EffectState) bool {
 	return false
 }
 
-// checkTransition is CanTransition as a typed error.
+// checkTransition is CanTransition as a typed error. Moving a stale effect
+// is reported as stale_authority rather than illegal_transition: the effect
+// was fenced by an epoch advance, and the worker's remedy is to re-propose
+// under the current epoch, which is what stale_authority tells it.
 func checkTransition(from, to EffectState) error {
 	if CanTransition(from, to) {
 		return nil
+	}
+	if from == Stale {
+		return protocol.Errorf(protocol.CodeStaleAuthority, "effect was fenced by an epoch advance")
 	}
 	return protocol.Errorf(protocol.CodeIllegalTransition, "effect %s → %s", from, to)
 }
