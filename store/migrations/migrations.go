@@ -174,6 +174,13 @@ func applyNext(ctx context.Context, conn *pgx.Conn, set []Migration) (done bool,
 // Check verifies, read-only, that the database is at exactly set. The
 // kernel role uses it: it may read the schema table but not change it.
 func Check(ctx context.Context, q pgx.Tx, set []Migration) error {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("%w: no schema (run with an admin URL to migrate)", ErrIncomplete)
+	}
 	have, err := readApplied(ctx, q)
 	if err != nil {
 		return err
