@@ -171,4 +171,3 @@ func TestMigrations(t *testing.T) {
 		}
 	})
 }
-

@@ -115,9 +115,12 @@ func TestDBOutageBlocksAuthority(t *testing.T) {
 			// Direct calls of every kind while down.
 			ctx := ctxT(t)
 			for name, f := range map[string]func() error{
-				"episode":  func() error { _, err := s.Episode(ctx, eps[0]); return err },
-				"advance":  func() error { _, err := s.AdvanceEpoch(ctx, AdvanceEpoch{EpisodeID: eps[0], FromEpoch: 1}); return err },
-				"commit":   func() error { _, err := s.BeginCommit(ctx, CommitRequest{EffectID: uuid.New(), Revision: 1, Epoch: 1}, allow); return err },
+				"episode": func() error { _, err := s.Episode(ctx, eps[0]); return err },
+				"advance": func() error { _, err := s.AdvanceEpoch(ctx, AdvanceEpoch{EpisodeID: eps[0], FromEpoch: 1}); return err },
+				"commit": func() error {
+					_, err := s.BeginCommit(ctx, CommitRequest{EffectID: uuid.New(), Revision: 1, Epoch: 1}, allow)
+					return err
+				},
 				"unsettle": func() error { _, err := s.Unsettled(ctx, uuid.Nil); return err },
 				"verify":   func() error { _, err := s.VerifyLedger(ctx, eps[0]); return err },
 				"create":   func() error { _, err := s.CreateEpisode(ctx, NewEpisode{}); return err },

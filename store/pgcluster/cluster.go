@@ -318,8 +318,8 @@ func (c *Cluster) start(ctx context.Context) error {
 	cmd.Env = []string{"LC_ALL=C", "PATH=/usr/bin:/bin"}
 	cmd.Dir = c.cfg.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, so Kill can take down the postmaster and
-	// every backend it forked — and nothing else.
+	// Its own process group, so a signal meant for the test runner's
+	// terminal group (^C) does not reach the server behind our back.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("pgcluster: starting postgres: %w", err)
@@ -417,65 +417,90 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	}
 }
 
-// Kill sends SIGKILL to the process group this Cluster started (postmaster
-// and backends: a crash, as far as the data directory is concerned) and
-// waits until none of its members is alive.
+// Kill crashes the cluster the way a power cut or the OOM killer would:
+// SIGKILL to the postmaster this Cluster started and to every child it had
+// forked, then waits until none of them is alive. Backends call setsid(),
+// so a process-group kill would miss them; they are found by parent pid
+// while the postmaster is stopped and cannot fork more.
 func (c *Cluster) Kill() error {
-	if c.cmd == nil || c.cmd.Process == nil {
+	if !c.running() {
 		return nil
 	}
-	pgid := c.cmd.Process.Pid
-	if c.running() {
-		if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("pgcluster: kill: %w", err)
-		}
-		<-c.done
+	pid := c.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("pgcluster: stop: %w", err)
 	}
-	// Orphaned backends are reparented away from us; wait for them to die
-	// so a restart does not find the shared memory block still attached.
+	kids := childrenOf(pid)
+	for _, k := range kids {
+		_ = syscall.Kill(k, syscall.SIGKILL)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("pgcluster: kill: %w", err)
+	}
+	<-c.done
+	// Only once every backend is gone is the shared memory block free
+	// for a restart.
 	deadline := time.Now().Add(10 * time.Second)
-	for groupAlive(pgid) {
-		if time.Now().After(deadline) {
-			return errors.New("pgcluster: postgres processes survived SIGKILL")
+	for _, k := range kids {
+		for alive(k) {
+			if time.Now().After(deadline) {
+				return errors.New("pgcluster: postgres processes survived SIGKILL")
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
 }
 
-// groupAlive reports whether a non-zombie process is in process group pgid.
-// Zombies are ignored: they hold no shared memory, and whether they are
-// reaped depends on the host's init, not on us.
-func groupAlive(pgid int) bool {
+// childrenOf lists the pids whose parent is ppid.
+func childrenOf(ppid int) []int {
+	var out []int
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return false
+		return nil
 	}
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		// comm may contain spaces and parentheses; fields resume after
-		// the last ')'.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		// f[0]=state f[1]=ppid f[2]=pgrp
-		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if g, _ := strconv.Atoi(f[2]); g == pgid {
-			return true
+		if st, ok := procStat(pid); ok && st.ppid == ppid {
+			out = append(out, pid)
 		}
 	}
-	return false
+	return out
+}
+
+// alive reports whether pid exists and is not a zombie. Zombies are
+// ignored: they hold no shared memory, and whether they are reaped depends
+// on the host's init, not on us.
+func alive(pid int) bool {
+	st, ok := procStat(pid)
+	return ok && st.state != "Z" && st.state != "X"
+}
+
+type stat struct {
+	state string
+	ppid  int
+}
+
+func procStat(pid int) (stat, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return stat{}, false
+	}
+	// comm may contain spaces and parentheses; fields resume after the
+	// last ')': state, ppid, ...
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return stat{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return stat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return stat{state: f[0], ppid: ppid}, true
 }
 
 // AdminConnString connects to database db as the admin role.

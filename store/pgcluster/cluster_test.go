@@ -76,7 +76,12 @@ func TestClusterLifecycle(t *testing.T) {
 		t.Fatal("wrong password accepted")
 	}
 
-	// Crash and recover.
+	// Crash and recover, with a backend alive at the time of the crash.
+	held, err := pgx.Connect(ctx, c.AdminConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close(ctx)
 	if err := c.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -91,4 +96,7 @@ func TestClusterLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close(ctx)
+	if _, err := held.Exec(ctx, "SELECT 1"); err == nil {
+		t.Fatal("connection survived the crash")
+	}
 }

@@ -10,6 +10,6 @@
 // authentication is scram-sha-256 even on the socket, so reaching the file
 // is not enough to act as the kernel role.
 //
-// The package stops only the process group it started, by its pid; it never
-// signals a postgres it did not start.
+// The package signals only the postmaster it started, by its pid, and that
+// postmaster's own children; it never signals a postgres it did not start.
 package pgcluster
