@@ -74,15 +74,15 @@ func TestDockerDefaultProfileCompiles(t *testing.T) {
 		args [6]uint64
 		want string
 	}{
-		{39, [6]uint64{}, "SCMP_ACT_ALLOW"},                               // getpid
-		{165, [6]uint64{}, "SCMP_ACT_ERRNO(1 EPERM)"},                     // mount: CAP_SYS_ADMIN only
-		{435, [6]uint64{}, "SCMP_ACT_ERRNO(38 ENOSYS)"},                   // clone3
-		{56, [6]uint64{0x10000000}, "SCMP_ACT_ERRNO(1 EPERM)"},            // clone(CLONE_NEWUSER)
-		{56, [6]uint64{0x01200011}, "SCMP_ACT_ALLOW"},                     // fork-style clone
-		{101, [6]uint64{}, "SCMP_ACT_ALLOW"},                              // ptrace: minKernel 4.8
-		{41, [6]uint64{2}, "SCMP_ACT_ALLOW"},                              // socket(AF_INET)
-		{41, [6]uint64{40}, "SCMP_ACT_ERRNO(1 EPERM)"},                    // socket(AF_VSOCK)
-		{135, [6]uint64{0xffffffff}, "SCMP_ACT_ALLOW"},                    // personality query
+		{39, [6]uint64{}, "SCMP_ACT_ALLOW"},                    // getpid
+		{165, [6]uint64{}, "SCMP_ACT_ERRNO(1 EPERM)"},          // mount: CAP_SYS_ADMIN only
+		{435, [6]uint64{}, "SCMP_ACT_ERRNO(38 ENOSYS)"},        // clone3
+		{56, [6]uint64{0x10000000}, "SCMP_ACT_ERRNO(1 EPERM)"}, // clone(CLONE_NEWUSER)
+		{56, [6]uint64{0x01200011}, "SCMP_ACT_ALLOW"},          // fork-style clone
+		{101, [6]uint64{}, "SCMP_ACT_ALLOW"},                   // ptrace: minKernel 4.8
+		{41, [6]uint64{2}, "SCMP_ACT_ALLOW"},                   // socket(AF_INET)
+		{41, [6]uint64{40}, "SCMP_ACT_ERRNO(1 EPERM)"},         // socket(AF_VSOCK)
+		{135, [6]uint64{0xffffffff}, "SCMP_ACT_ALLOW"},         // personality query
 	} {
 		got, err := Run(prog.Instructions, Data{Nr: tc.nr, Arch: 0xc000003e, Args: tc.args})
 		if err != nil {

@@ -128,7 +128,6 @@ func candidates(a Arg) []uint64 {
 	return out
 }
 
-
 // Explanation says how a program answers one system call and why.
 type Explanation struct {
 	Syscall string
