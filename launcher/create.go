@@ -163,6 +163,12 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 	if err := lockDomain(domfd, l.deadline); err != nil {
 		return err
 	}
+	// A destroy may have removed the directory between our mkdir and our
+	// lock; building inside an unlinked directory would leak the domain.
+	var st unix.Stat_t
+	if err := unix.Fstat(domfd, &st); err != nil || st.Nlink == 0 {
+		return protocol.Errorf(protocol.CodeDomainNotFound, "destroyed while being created")
+	}
 	slot, err := l.allocSlot(r.DomainID)
 	if err != nil {
 		return err

@@ -144,12 +144,10 @@ func (l *launcher) destroyDomain(id string, deadline time.Time) (existed bool, e
 			return true, protocol.Errorf(protocol.CodeCgroupFailed, "rmdir cgroup: %w", err)
 		}
 	}
-	if domfd >= 0 {
-		if m, err := readMeta(domfd); err == nil {
-			l.releaseSlot(id, m.Slot)
-		} else {
-			l.releaseSlotsOf(id)
-		}
+	if m, err := readMeta(domfd); domfd >= 0 && err == nil {
+		l.releaseSlot(id, m.Slot)
+	} else {
+		l.releaseSlotsOf(id) // a create that died, or lost a race, before meta.json
 	}
 	if err := removeBeneath(l.state.domains, id); err != nil {
 		return true, protocol.Errorf(protocol.CodeLauncherFailed, "remove domain: %w", err)

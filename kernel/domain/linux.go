@@ -74,6 +74,9 @@ func (l *Linux) start(ctx context.Context, req *protocol.LauncherRequest) (*sess
 	// is mid-action; the launcher bounds itself. Only Create's monitor is
 	// tied to the kernel, through stdin.
 	cmd.Cancel = func() error { return nil }
+	// Worker output shares the launcher's stderr; a process that escaped
+	// the domain's death must not hold our Wait forever.
+	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "start launcher: %w", err)
 	}

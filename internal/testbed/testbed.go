@@ -1,0 +1,186 @@
+package testbed
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
+)
+
+// CgroupV2Mount is where this host family mounts the unified hierarchy:
+// /sys/fs/cgroup on a pure v2 host, /sys/fs/cgroup/unified on a hybrid one.
+func CgroupV2Mount() string {
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			pre, post, ok := strings.Cut(line, " - ")
+			if !ok || !strings.HasPrefix(post, "cgroup2 ") {
+				continue
+			}
+			if f := strings.Fields(pre); len(f) > 4 {
+				return f[4]
+			}
+		}
+	}
+	return ""
+}
+
+// Bed is one installed launcher.
+type Bed struct {
+	Dir          string // everything lives here
+	Launcher     string // the launcher binary
+	ConfigPath   string
+	Rootfs       string
+	RootfsDigest string
+	Workspaces   string
+	Sockets      string
+	State        string
+	CgroupParent string
+	OwnerUID     int
+	OwnerGID     int
+	UIDBase      uint32
+}
+
+// Options select the rootfs spec and extra files.
+type Options struct {
+	Spec string // path relative to the module root; default rootfs-builder/specs/minimal.json
+	Add  []rootfs.Add
+}
+
+// ModuleRoot finds the repository root from the current directory.
+func ModuleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+// New builds and installs a launcher. The caller must be root.
+func New(ctx context.Context, opts Options) (*Bed, error) {
+	mod, err := ModuleRoot()
+	if err != nil {
+		return nil, fmt.Errorf("module root: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "autonomic-testbed-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	b := &Bed{
+		Dir: dir, Launcher: filepath.Join(dir, "bin", "autonomic-launcher"), ConfigPath: filepath.Join(dir, "etc", "launcher.json"),
+		Rootfs: filepath.Join(dir, "rootfs"), Workspaces: filepath.Join(dir, "workspaces"), Sockets: filepath.Join(dir, "sockets"),
+		State: filepath.Join(dir, "state"),
+	}
+	for _, d := range []string{"bin", "etc", "workspaces", "sockets"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Mkdir(b.State, 0o700); err != nil {
+		return nil, err
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w -X main.configPath="+b.ConfigPath, "-o", b.Launcher, "./launcher")
+	build.Dir = mod
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build launcher: %v\n%s", err, out)
+	}
+	specPath := opts.Spec
+	if specPath == "" {
+		specPath = "rootfs-builder/specs/minimal.json"
+	}
+	spec, err := rootfs.LoadSpec(filepath.Join(mod, specPath))
+	if err != nil {
+		return nil, err
+	}
+	if b.RootfsDigest, err = rootfs.Build(ctx, spec, b.Rootfs, rootfs.Options{Add: opts.Add}); err != nil {
+		return nil, fmt.Errorf("build rootfs: %w", err)
+	}
+	b.OwnerUID, b.OwnerGID = 65533, 65533
+	if u, err := user.Lookup("autonomic"); err == nil {
+		b.OwnerUID, _ = strconv.Atoi(u.Uid)
+		b.OwnerGID, _ = strconv.Atoi(u.Gid)
+	}
+	cg := CgroupV2Mount()
+	if cg == "" {
+		return nil, fmt.Errorf("no cgroup v2 mount on this host")
+	}
+	var rnd [2]byte
+	_, _ = rand.Read(rnd[:])
+	// Each testbed draws its own slice of the uid space, so test packages
+	// running in parallel never hand two live domains one range.
+	b.UIDBase = 0x70000000 + uint32(binary.BigEndian.Uint16(rnd[:])%1024)*16*65536
+	b.CgroupParent = filepath.Join(cg, "autonomic-test-"+filepath.Base(dir)[len("autonomic-testbed-"):])
+	cfg := map[string]any{
+		"state_root": b.State, "rootfs": b.Rootfs, "rootfs_manifest_sha256": b.RootfsDigest,
+		"workspaces_root": b.Workspaces, "workspace_owner_uid": b.OwnerUID, "workspace_owner_gid": b.OwnerGID,
+		"broker_sockets_root": b.Sockets, "cgroup_parent": b.CgroupParent,
+		"uid_pool":   map[string]any{"base": b.UIDBase, "count": 16, "size": 65536},
+		"worker_uid": 1000, "worker_gid": 1000,
+		"defaults":      map[string]any{"pids": 256, "memory_bytes": 1 << 30, "cpu_millis": 1000, "nproc": 256, "nofile": 1024},
+		"max":           map[string]any{"pids": 1024, "memory_bytes": 4 << 30, "cpu_millis": 2000, "nproc": 1024, "nofile": 4096},
+		"env_allowlist": []string{"LANG", "TERM", "GOFLAGS", "PROBE"}, "max_checkpoint_bytes": 256 << 20, "max_checkpoint_entries": 100000,
+	}
+	cb, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := os.WriteFile(b.ConfigPath, cb, 0o644); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Domains is the Linux backend pointed at this bed's launcher, run directly
+// (the test process is root).
+func (b *Bed) Domains() *domain.Linux {
+	return &domain.Linux{LauncherPath: b.Launcher, Direct: true}
+}
+
+// Workspace creates a workspace owned by the kernel's account and returns
+// its id and host path.
+func (b *Bed) Workspace(id string, files map[string]string) (string, error) {
+	root := filepath.Join(b.Workspaces, id)
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return "", err
+	}
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return "", err
+		}
+	}
+	err := filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, b.OwnerUID, b.OwnerGID)
+	})
+	return root, err
+}
+
+// Close removes the bed: its cgroup parent (only if empty) and its files.
+func (b *Bed) Close() error {
+	if b.CgroupParent != "" {
+		entries, _ := os.ReadDir(b.CgroupParent)
+		for _, e := range entries {
+			if e.IsDir() {
+				_ = os.Remove(filepath.Join(b.CgroupParent, e.Name()))
+			}
+		}
+		_ = os.Remove(b.CgroupParent)
+	}
+	return os.RemoveAll(b.Dir)
+}
