@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -82,7 +85,7 @@ func watchNotifications(listener int, stop <-chan struct{}, out *frameWriter) {
 		var ts unix.Timespec
 		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 		v := &protocol.Violation{
-			Syscall: floor.SyscallName(uint32(req.Nr)), Nr: req.Nr, Args: req.Args[:], PID: int32(req.PID),
+			Syscall: floor.SyscallName(uint32(req.Nr)), Nr: req.Nr, Args: req.Args[:], PID: domainPID(req.PID), HostPID: int32(req.PID),
 			MonotonicNs: ts.Nano(), Count: 1,
 		}
 		if sent < violationBudget {
@@ -97,6 +100,25 @@ func watchNotifications(listener int, stop <-chan struct{}, out *frameWriter) {
 			pending[req.Nr] = v
 		}
 	}
+}
+
+// domainPID translates a host pid (as notifications report it to a
+// listener in the host's PID namespace) to the pid the worker has inside its
+// domain: the last NSpid entry. 0 if the task is already gone.
+func domainPID(host uint32) int32 {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(host), 10) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if n, err := strconv.ParseInt(f[len(f)-1], 10, 32); len(f) > 0 && err == nil {
+				return int32(n)
+			}
+		}
+	}
+	return 0
 }
 
 func ioctlPtr(fd int, req uint, arg unsafe.Pointer) error {

@@ -143,6 +143,9 @@ func DecodeLauncherRequest(b []byte) (*LauncherRequest, error) {
 // Validate checks every field value. It is called on decode and again by
 // the kernel before sending, so both sides agree on what is well-formed.
 func (r *LauncherRequest) Validate() error {
+	if _, ok := LauncherRequestSchema().Kinds[r.Action]; !ok {
+		return Errorf(CodeUnknownAction, "%q", r.Action)
+	}
 	if !requestIDPattern.MatchString(r.RequestID) {
 		return Errorf(CodeInvalidField, "request_id")
 	}
@@ -210,7 +213,10 @@ func validateArgv(argv []string) error {
 // digest; a program that does not match its digest is never installed.
 func (p *SeccompProgram) Decode() ([]byte, error) {
 	raw, err := base64.StdEncoding.Strict().DecodeString(p.ProgramB64)
-	if err != nil || len(raw) == 0 || len(raw)%8 != 0 || len(raw)/8 > MaxSeccompInsns {
+	// The decoder skips '\r' and '\n'; only the canonical encoding is
+	// admitted, so one program has exactly one wire form.
+	if err != nil || len(raw) == 0 || len(raw)%8 != 0 || len(raw)/8 > MaxSeccompInsns ||
+		base64.StdEncoding.EncodeToString(raw) != p.ProgramB64 {
 		return nil, Errorf(CodeInvalidField, "seccomp.program_b64")
 	}
 	sum := sha256.Sum256(raw)
@@ -270,10 +276,40 @@ func DecodeLauncherResponse(b []byte) (*LauncherResponse, error) {
 	if err := DecodeStrict(b, &r); err != nil {
 		return nil, err
 	}
-	if r.Type == TypeError && (r.Error == nil || !Known(r.Error.Code)) {
+	if r.Type == TypeError && r.Error != nil && !Known(r.Error.Code) {
 		return nil, Errorf(CodeInvalidField, "error.code")
 	}
+	// Admission proved the body field present; null would still leave the
+	// client holding a nil body.
+	if !r.hasBody() {
+		return nil, Errorf(CodeInvalidField, "%s", r.Type)
+	}
+	// Only an error sent before the request was admitted has no request id
+	// to echo; every other frame answers one request.
+	if r.RequestID == "" && r.Type != TypeError || r.RequestID != "" && !requestIDPattern.MatchString(r.RequestID) {
+		return nil, Errorf(CodeInvalidField, "request_id")
+	}
 	return &r, nil
+}
+
+func (r *LauncherResponse) hasBody() bool {
+	switch r.Type {
+	case TypeError:
+		return r.Error != nil
+	case TypePreflight:
+		return r.Preflight != nil
+	case TypeStarted:
+		return r.Started != nil
+	case TypeViolation:
+		return r.Violation != nil
+	case TypeExited:
+		return r.Exited != nil
+	case TypeDomain:
+		return r.Domain != nil
+	case TypeCheckpoint:
+		return r.Checkpoint != nil
+	}
+	return false
 }
 
 // Encode marshals a response or request for the wire.
@@ -332,7 +368,8 @@ type Violation struct {
 	Syscall     string   `json:"syscall"`
 	Nr          int32    `json:"nr"`
 	Args        []uint64 `json:"args"`
-	PID         int32    `json:"pid"`
+	PID         int32    `json:"pid"`      // inside the domain's PID namespace; 0 if already gone
+	HostPID     int32    `json:"host_pid"` // as the host sees it, for correlation with host tools
 	MonotonicNs int64    `json:"monotonic_ns"`
 	Count       uint64   `json:"count"`
 }

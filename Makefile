@@ -1,0 +1,40 @@
+# Autonomic. `make demo` and `make test` each do all set-up on a fresh
+# Debian/Ubuntu host (as root, or with sudo); both are idempotent.
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+
+.PHONY: all build provision install test demo bench fmt vet clean
+
+all: build
+
+provision:
+	scripts/provision_host.sh
+
+build: provision
+	scripts/build_launcher.sh bin/autonomic-launcher
+	$(GO) build -o bin/autonomic ./kernel/cmd/autonomic
+	$(GO) build -o bin/autonomic-rootfs ./rootfs-builder/cmd/autonomic-rootfs
+
+install: build
+	scripts/install.sh
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+# Every test, privileged ones included (they need root; under
+# AUTONOMIC_REQUIRE_PRIVILEGED=1 a skip is a failure).
+test: install fmt vet
+	$(GO) test -count=1 -timeout 40m ./...
+
+demo: install
+	scripts/demo.sh
+
+bench: install
+	scripts/bench
+
+clean:
+	rm -rf bin artifacts

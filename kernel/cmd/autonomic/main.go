@@ -1,0 +1,240 @@
+// Command autonomic is the Autonomic kernel. It runs as the unprivileged
+// service account `autonomic` and refuses to run as root: every privileged
+// step goes through the launcher, one request at a time.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/seccomp"
+)
+
+const usage = `usage: autonomic <command> [flags]
+
+commands:
+  preflight [--json]                    what this host and its launcher enforce, with a verdict
+  domain run --workspace ID [--profile NAME|FILE] [--json] -- ARGV...
+                                        run ARGV in a one-shot domain and print its output and exit report
+  domain inspect|freeze|thaw|checkpoint|destroy ID [--json]
+  seccomp compile|explain|check ...     the profile compiler (see 'autonomic seccomp')
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	if os.Geteuid() == 0 && os.Getenv("AUTONOMIC_ALLOW_ROOT") != "1" {
+		fmt.Fprintln(stderr, "autonomic: refusing to run as root; run as the service account (e.g. runuser -u autonomic -- autonomic ...)")
+		return 2
+	}
+	switch args[0] {
+	case "seccomp":
+		return seccomp.Command(args[1:], stdout, stderr)
+	case "preflight":
+		return preflight(args[1:], stdout, stderr)
+	case "domain":
+		return domainCmd(args[1:], stdout, stderr)
+	}
+	fmt.Fprint(stderr, usage)
+	return 2
+}
+
+func backend() *domain.Linux {
+	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: os.Stderr, JSONFormat: !isTerminal(os.Stderr), Level: hclog.Warn})
+	d := &domain.Linux{Direct: os.Getenv("AUTONOMIC_NO_SUDO") == "1", Log: log}
+	if p := os.Getenv("AUTONOMIC_LAUNCHER"); p != "" {
+		d.LauncherPath = p
+	}
+	return d
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func printJSON(w io.Writer, v any) {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	fmt.Fprintln(w, string(b))
+}
+
+func fail(stderr io.Writer, err error) int {
+	w := protocol.AsWire(err)
+	fmt.Fprintf(stderr, "autonomic: %s: %s (retryable: %v)\n", w.Code, w.Message, w.Retryable)
+	return 1
+}
+
+func preflight(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("preflight", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := backend().Preflight(ctx)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if *asJSON {
+		printJSON(stdout, rep)
+	} else {
+		fmt.Fprintf(stdout, "kernel          %s (%s)\n", rep.Kernel, rep.Arch)
+		fmt.Fprintf(stdout, "namespaces      %s\n", strings.Join(rep.Namespaces, " "))
+		fmt.Fprintf(stdout, "cgroup v2       %v at %s (controllers: %s; freeze %v, kill %v)\n", rep.CgroupV2, rep.CgroupParent, strings.Join(rep.CgroupControllers, " "), rep.CgroupFreeze, rep.CgroupKill)
+		for _, l := range rep.Limits {
+			state := "ENFORCED"
+			if !l.Enforced {
+				state = "NOT ENFORCED"
+			}
+			fmt.Fprintf(stdout, "limit %-10s %s (%s)\n", l.Name, state, l.Reason)
+		}
+		fmt.Fprintf(stdout, "overlay/userns  %v, idmapped mounts %v\n", rep.OverlayInUserns, rep.IdmappedMounts)
+		fmt.Fprintf(stdout, "seccomp         %s (user notification: %v)\n", strings.Join(rep.SeccompActions, " "), rep.SeccompUserNotif)
+		fmt.Fprintf(stdout, "rootfs          %s (matches configuration: %v)\n", rep.RootfsDigest, rep.RootfsMatches)
+		fmt.Fprintf(stdout, "floor           %s\nlauncher        %s\n", rep.FloorSHA256, rep.LauncherSHA256)
+		for _, p := range rep.Problems {
+			fmt.Fprintf(stdout, "problem         %s\n", p)
+		}
+		fmt.Fprintf(stdout, "verdict         %s\n", strings.ToUpper(rep.Verdict))
+	}
+	if rep.Verdict == "refused" {
+		return 1
+	}
+	return 0
+}
+
+func domainCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	if args[0] == "run" {
+		return domainRun(args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("domain", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if len(args) < 2 || fs.Parse(args[2:]) != nil {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, id := backend(), args[1]
+	var v any
+	var err error
+	switch args[0] {
+	case "inspect":
+		v, err = d.Inspect(ctx, id)
+	case "freeze":
+		v, err = d.Freeze(ctx, id)
+	case "thaw":
+		v, err = d.Thaw(ctx, id)
+	case "checkpoint":
+		v, err = d.Checkpoint(ctx, id)
+	case "destroy":
+		v, err = d.Destroy(ctx, id)
+	default:
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	if err != nil {
+		return fail(stderr, err)
+	}
+	_ = asJSON // domain state is always printed as JSON: it is small and exact
+	printJSON(stdout, v)
+	return 0
+}
+
+func domainRun(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("domain run", flag.ContinueOnError)
+	ws := fs.String("workspace", "", "workspace id under the launcher's workspaces root")
+	profile := fs.String("profile", "worker", "seccomp profile: a shipped name (worker, worker-loopback) or a file; 'none' runs unfiltered")
+	id := fs.String("id", "", "domain id (default: generated)")
+	asJSON := fs.Bool("json", false, "print the exit report as JSON")
+	if fs.Parse(args) != nil || *ws == "" || fs.NArg() == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	if *id == "" {
+		*id = "run-" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")[:20]
+	}
+	spec := domain.Spec{ID: *id, Generation: 1, WorkspaceID: *ws, Argv: fs.Args(), OneShot: true}
+	if *profile != "none" {
+		prog, err := compileProfile(*profile)
+		if err != nil {
+			fmt.Fprintf(stderr, "autonomic: profile: %v\n", err)
+			return 1
+		}
+		spec.Seccomp = prog
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	r, err := backend().Create(ctx, spec)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	go func() { <-ctx.Done(); _ = r.Close() }()
+	ex, err := r.Wait()
+	stdout.Write(r.Output())
+	if err != nil {
+		return fail(stderr, err)
+	}
+	report := map[string]any{"started": r.Started, "violations": r.Violations(), "exited": ex}
+	if *asJSON {
+		printJSON(stdout, report)
+	} else {
+		printJSON(stderr, report)
+	}
+	if ex.ExitCode != nil {
+		return *ex.ExitCode
+	}
+	return 128 + 9
+}
+
+func compileProfile(name string) ([]byte, error) {
+	var p seccomp.Profile
+	var err error
+	if strings.ContainsRune(name, '/') {
+		b, rerr := os.ReadFile(name)
+		if rerr != nil {
+			return nil, rerr
+		}
+		p, err = seccomp.Parse(b)
+	} else {
+		p, err = seccomp.Shipped(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	prog, err := seccomp.Compile(p, seccomp.Options{NotifyUnsupported: !userNotifAvailable()})
+	if err != nil {
+		return nil, err
+	}
+	return prog.Bytes(), nil
+}
+
+func userNotifAvailable() bool {
+	b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
+	return err == nil && strings.Contains(string(b), "user_notif")
+}
+

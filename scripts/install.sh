@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs Autonomic on this host: the launcher (root, static) and its sudoers
+# rule, the kernel command, the worker rootfs and the launcher configuration.
+# Idempotent. Needs root. Run scripts/provision_host.sh first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || exec sudo -E "$0" "$@"
+export PATH=$PATH:/usr/local/go/bin
+
+scripts/build_launcher.sh bin/autonomic-launcher
+go build -o bin/autonomic ./kernel/cmd/autonomic
+go build -o bin/autonomic-rootfs ./rootfs-builder/cmd/autonomic-rootfs
+
+install -d -o root -g root -m 0755 /usr/local/libexec /etc/autonomic
+install -o root -g root -m 0755 bin/autonomic-launcher /usr/local/libexec/autonomic-launcher
+install -o root -g root -m 0755 bin/autonomic bin/autonomic-rootfs /usr/local/bin/
+visudo -cqf sudoers.d/autonomic
+install -o root -g root -m 0440 sudoers.d/autonomic /etc/sudoers.d/autonomic
+
+# Root's state (domains, uid slots, checkpoints) and the kernel's state.
+install -d -o root -g root -m 0700 /var/lib/autonomic-launcher
+install -d -o root -g root -m 0755 /var/lib/autonomic-rootfs
+install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic
+install -d -o autonomic -g autonomic -m 0755 /var/lib/autonomic/workspaces
+install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic/sockets
+
+# The worker rootfs: rebuilt into a fresh directory, kept only if its
+# identity (manifest digest) changed.
+rootfs=/var/lib/autonomic-rootfs/worker
+tmp=$(mktemp -d /var/lib/autonomic-rootfs/.build-XXXXXX)
+rmdir "$tmp"
+digest=$(bin/autonomic-rootfs build --quiet --spec rootfs-builder/specs/worker.json --dest "$tmp")
+if [ -f "$rootfs/manifest.json" ] && [ "$(bin/autonomic-rootfs digest "$rootfs" 2>/dev/null)" = "$digest" ]; then
+	rm -rf "$tmp"
+else
+	rm -rf "$rootfs.old"
+	[ -d "$rootfs" ] && mv "$rootfs" "$rootfs.old"
+	mv "$tmp" "$rootfs"
+	rm -rf "$rootfs.old"
+fi
+chmod 0755 "$rootfs"
+
+cgroup2=$(findmnt -n -t cgroup2 -o TARGET | head -n 1)
+[ -n "$cgroup2" ] || { echo "install: no cgroup v2 mount on this host" >&2; exit 1; }
+cat >/etc/autonomic/launcher.json.new <<JSON
+{
+  "state_root": "/var/lib/autonomic-launcher",
+  "rootfs": "$rootfs",
+  "rootfs_manifest_sha256": "$digest",
+  "workspaces_root": "/var/lib/autonomic/workspaces",
+  "workspace_owner_uid": $(id -u autonomic),
+  "workspace_owner_gid": $(id -g autonomic),
+  "broker_sockets_root": "/var/lib/autonomic/sockets",
+  "cgroup_parent": "$cgroup2/autonomic",
+  "uid_pool": {"base": 1879048192, "count": 64, "size": 65536},
+  "worker_uid": 1000,
+  "worker_gid": 1000,
+  "defaults": {"pids": 512, "memory_bytes": 2147483648, "cpu_millis": 1000, "nproc": 512, "nofile": 4096},
+  "max": {"pids": 4096, "memory_bytes": 8589934592, "cpu_millis": 2000, "nproc": 4096, "nofile": 65536},
+  "env_allowlist": ["LANG", "LC_ALL", "TERM", "TZ", "GOFLAGS", "GOCACHE", "GOPATH", "CC", "CFLAGS"],
+  "max_checkpoint_bytes": 1073741824,
+  "max_checkpoint_entries": 200000
+}
+JSON
+chown root:root /etc/autonomic/launcher.json.new
+chmod 0644 /etc/autonomic/launcher.json.new
+mv /etc/autonomic/launcher.json.new /etc/autonomic/launcher.json
+echo "install: launcher, sudoers rule, kernel and rootfs $digest installed"
