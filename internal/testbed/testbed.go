@@ -34,6 +34,9 @@ func CgroupV2Mount() string {
 	return ""
 }
 
+// ProbePath is where the probe sits inside every testbed rootfs.
+const ProbePath = "/usr/local/bin/autonomic-probe"
+
 // Bed is one installed launcher.
 type Bed struct {
 	Dir          string // everything lives here
@@ -97,6 +100,15 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build launcher: %v\n%s", err, out)
 	}
+	// The probe makes raw syscalls inside domains; tests assert on them.
+	probe := filepath.Join(dir, "bin", "autonomic-probe")
+	pb := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", probe, "./internal/testbed/probe")
+	pb.Dir = mod
+	pb.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := pb.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build probe: %v\n%s", err, out)
+	}
+	add := append([]rootfs.Add{{Src: probe, Dest: ProbePath}}, opts.Add...)
 	specPath := opts.Spec
 	if specPath == "" {
 		specPath = "rootfs-builder/specs/minimal.json"
@@ -105,7 +117,7 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 	if err != nil {
 		return nil, err
 	}
-	if b.RootfsDigest, err = rootfs.Build(ctx, spec, b.Rootfs, rootfs.Options{Add: opts.Add}); err != nil {
+	if b.RootfsDigest, err = rootfs.Build(ctx, spec, b.Rootfs, rootfs.Options{Add: add}); err != nil {
 		return nil, fmt.Errorf("build rootfs: %w", err)
 	}
 	b.OwnerUID, b.OwnerGID = 65533, 65533

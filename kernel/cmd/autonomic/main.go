@@ -237,4 +237,3 @@ func userNotifAvailable() bool {
 	b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
 	return err == nil && strings.Contains(string(b), "user_notif")
 }
-

@@ -1,0 +1,123 @@
+// Command autonomic-probe makes raw system calls from inside a domain and
+// prints what the kernel answered, one "name=result" line each. Tests run it
+// as a worker to prove what the seccomp floor and profiles refuse.
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func report(name string, errno syscall.Errno) {
+	if errno == 0 {
+		fmt.Printf("%s=ok\n", name)
+		return
+	}
+	fmt.Printf("%s=%s\n", name, unix.ErrnoName(errno))
+}
+
+func socket(family int) syscall.Errno {
+	fd, _, e := unix.RawSyscall(unix.SYS_SOCKET, uintptr(family), unix.SOCK_STREAM, 0)
+	if e == 0 {
+		unix.Close(int(fd))
+	}
+	return e
+}
+
+// floorCalls are invoked with arguments that are harmless even when a
+// filter fails to refuse them (bad pointers, invalid fds, zero flags).
+func floorCalls() map[string][6]uintptr {
+	bad := uintptr(0)
+	return map[string][6]uintptr{
+		"mount": {bad, bad, bad, 0, bad}, "umount2": {bad, 0}, "pivot_root": {bad, bad},
+		"fsopen": {bad, 0}, "fsconfig": {^uintptr(0), 0, bad, bad, 0}, "fsmount": {^uintptr(0), 0, 0},
+		"open_tree": {^uintptr(0), bad, 0}, "move_mount": {^uintptr(0), bad, ^uintptr(0), bad, 0},
+		"mount_setattr": {^uintptr(0), bad, 0, bad, 0}, "unshare": {0}, "setns": {^uintptr(0), 0},
+		"ptrace": {unix.PTRACE_TRACEME}, "process_vm_readv": {0, bad, 0, bad, 0, 0},
+		"process_vm_writev": {0, bad, 0, bad, 0, 0}, "bpf": {^uintptr(0), bad, 0},
+		"perf_event_open": {bad, 0, ^uintptr(0), ^uintptr(0), 0}, "keyctl": {^uintptr(0)}, "add_key": {bad, bad, bad, 0, 0},
+		"request_key": {bad, bad, bad, 0}, "userfaultfd": {0}, "io_uring_setup": {0, bad},
+		"io_uring_enter": {^uintptr(0), 0, 0, 0, bad, 0}, "io_uring_register": {^uintptr(0), 0, bad, 0},
+		"kexec_load": {0, 0, bad, 0}, "kexec_file_load": {^uintptr(0), ^uintptr(0), 0, bad, 0},
+		"init_module": {bad, 0, bad}, "finit_module": {^uintptr(0), bad, 0}, "delete_module": {bad, 0},
+		"open_by_handle_at": {^uintptr(0), bad, 0}, "iopl": {0}, "ioperm": {0, 0, 0},
+		"reboot": {0, 0, 0, bad}, "swapon": {bad, 0}, "swapoff": {bad}, "syslog": {3, bad, 0},
+		"acct": {bad}, "quotactl": {0, bad, 0, bad},
+	}
+}
+
+var floorNrs = map[string]uintptr{
+	"mount": unix.SYS_MOUNT, "umount2": unix.SYS_UMOUNT2, "pivot_root": unix.SYS_PIVOT_ROOT, "fsopen": unix.SYS_FSOPEN,
+	"fsconfig": unix.SYS_FSCONFIG, "fsmount": unix.SYS_FSMOUNT, "open_tree": unix.SYS_OPEN_TREE, "move_mount": unix.SYS_MOVE_MOUNT,
+	"mount_setattr": unix.SYS_MOUNT_SETATTR, "unshare": unix.SYS_UNSHARE, "setns": unix.SYS_SETNS, "ptrace": unix.SYS_PTRACE,
+	"process_vm_readv": unix.SYS_PROCESS_VM_READV, "process_vm_writev": unix.SYS_PROCESS_VM_WRITEV, "bpf": unix.SYS_BPF,
+	"perf_event_open": unix.SYS_PERF_EVENT_OPEN, "keyctl": unix.SYS_KEYCTL, "add_key": unix.SYS_ADD_KEY,
+	"request_key": unix.SYS_REQUEST_KEY, "userfaultfd": unix.SYS_USERFAULTFD, "io_uring_setup": unix.SYS_IO_URING_SETUP,
+	"io_uring_enter": unix.SYS_IO_URING_ENTER, "io_uring_register": unix.SYS_IO_URING_REGISTER, "kexec_load": unix.SYS_KEXEC_LOAD,
+	"kexec_file_load": unix.SYS_KEXEC_FILE_LOAD, "init_module": unix.SYS_INIT_MODULE, "finit_module": unix.SYS_FINIT_MODULE,
+	"delete_module": unix.SYS_DELETE_MODULE, "open_by_handle_at": unix.SYS_OPEN_BY_HANDLE_AT, "iopl": unix.SYS_IOPL,
+	"ioperm": unix.SYS_IOPERM, "reboot": unix.SYS_REBOOT, "swapon": unix.SYS_SWAPON, "swapoff": unix.SYS_SWAPOFF,
+	"syslog": unix.SYS_SYSLOG, "acct": unix.SYS_ACCT, "quotactl": unix.SYS_QUOTACTL,
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: autonomic-probe socket-inet|socket-inet6|socket-unix|floor|clone-newuser|fork|tiocsti|x32|sigsys-inet")
+		os.Exit(2)
+	}
+	for _, what := range os.Args[1:] {
+		switch what {
+		case "socket-inet":
+			report(what, socket(unix.AF_INET))
+		case "socket-inet6":
+			report(what, socket(unix.AF_INET6))
+		case "socket-unix":
+			report(what, socket(unix.AF_UNIX))
+		case "floor":
+			for name, args := range floorCalls() {
+				_, _, e := unix.RawSyscall6(floorNrs[name], args[0], args[1], args[2], args[3], args[4], args[5])
+				report("floor:"+name, e)
+			}
+		case "clone-newuser":
+			_, _, e := unix.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWUSER, 0, 0)
+			report("unshare-newuser", e)
+			// clone with a namespace flag; on success the child exits at once.
+			pid, _, e := unix.RawSyscall6(unix.SYS_CLONE, unix.CLONE_NEWUSER|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+			if e == 0 && pid == 0 {
+				unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
+			}
+			report(what, e)
+		case "fork":
+			pid, _, e := unix.RawSyscall6(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+			if e == 0 && pid == 0 {
+				unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
+			}
+			if e == 0 {
+				var ws unix.WaitStatus
+				_, _ = unix.Wait4(int(pid), &ws, 0, nil)
+			}
+			report(what, e)
+		case "tiocsti":
+			c := byte('x')
+			_, _, e := unix.RawSyscall(unix.SYS_IOCTL, 0, unix.TIOCSTI|1<<32, uintptr(unsafe.Pointer(&c)))
+			report(what, e)
+		case "x32":
+			fmt.Println("x32=calling")
+			_, _, e := unix.RawSyscall(unix.SYS_GETPID|0x40000000, 0, 0, 0)
+			report(what, e) // not reached: the floor kills the process
+		case "sigsys-inet":
+			// A hostile worker catches SIGSYS to hide trapped calls; a
+			// notified call is not a signal, so this changes nothing.
+			signal.Notify(make(chan os.Signal, 1), syscall.SIGSYS)
+			report(what, socket(unix.AF_INET))
+		default:
+			fmt.Fprintln(os.Stderr, "unknown probe", what)
+			os.Exit(2)
+		}
+	}
+}

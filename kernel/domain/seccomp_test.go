@@ -1,0 +1,150 @@
+package domain_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/seccomp"
+)
+
+func compileShipped(t *testing.T, name string) []byte {
+	t.Helper()
+	p, err := seccomp.Shipped(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := seccomp.Compile(p, seccomp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog.Bytes()
+}
+
+func compileJSON(t *testing.T, js string) []byte {
+	t.Helper()
+	p, err := seccomp.Parse([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := seccomp.Compile(p, seccomp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog.Bytes()
+}
+
+// runFiltered runs argv in a one-shot domain under program (plus the floor,
+// which the launcher always adds) and returns output, exit and violations.
+func runFiltered(t *testing.T, program []byte, argv ...string) (string, *protocol.Exited, []protocol.Violation) {
+	t.Helper()
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	r, err := d.Create(ctx, domain.Spec{ID: newID("sc"), Generation: 1, WorkspaceID: ws, Argv: argv, Seccomp: program, OneShot: true})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if program != nil && (r.Started.Seccomp != "filtered" || !r.Started.Notify) {
+		t.Fatalf("started: seccomp=%q notify=%v", r.Started.Seccomp, r.Started.Notify)
+	}
+	ex, err := r.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(r.Output()), ex, r.Violations()
+}
+
+func socketViolations(vs []protocol.Violation) (n uint64, families []uint64) {
+	for _, v := range vs {
+		if v.Syscall == "socket" && v.Nr == 41 {
+			n += v.Count
+			families = append(families, v.Args[0])
+		}
+	}
+	return n, families
+}
+
+// TestInetSocketIsRefusedAndRecorded: under worker.json, AF_INET and
+// AF_INET6 sockets get EPERM and exactly one violation frame each, bash's
+// /dev/tcp too, and AF_UNIX works.
+func TestInetSocketIsRefusedAndRecorded(t *testing.T) {
+	worker := compileShipped(t, "worker")
+	out, ex, vs := runFiltered(t, worker, testbed.ProbePath, "socket-inet", "socket-inet6", "socket-unix")
+	for _, want := range []string{"socket-inet=EPERM", "socket-inet6=EPERM", "socket-unix=ok"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("probe output lacks %q:\n%s", want, out)
+		}
+	}
+	if ex.ExitCode == nil || *ex.ExitCode != 0 {
+		t.Errorf("probe exit: %+v", ex)
+	}
+	n, fams := socketViolations(vs)
+	if n != 2 || len(fams) != 2 || fams[0] != 2 || fams[1] != 10 {
+		t.Fatalf("violations = %+v, want exactly AF_INET then AF_INET6", vs)
+	}
+	for _, v := range vs {
+		if v.PID <= 1 || v.MonotonicNs == 0 {
+			t.Errorf("violation lacks domain pid or timestamp: %+v", v)
+		}
+	}
+
+	out, _, vs = runFiltered(t, worker, "/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/80 && echo CONNECTED || echo REFUSED")
+	if !strings.Contains(out, "REFUSED") {
+		t.Errorf("bash /dev/tcp: %s", out)
+	}
+	if n, _ := socketViolations(vs); n != 1 {
+		t.Errorf("bash /dev/tcp produced %d violations, want 1: %+v", n, vs)
+	}
+}
+
+// TestSigsysHandlerHidesNothing: a worker that catches SIGSYS still gets
+// EPERM and still leaves its violation, because notification is not a signal.
+func TestSigsysHandlerHidesNothing(t *testing.T) {
+	out, _, vs := runFiltered(t, compileShipped(t, "worker"), testbed.ProbePath, "sigsys-inet")
+	if !strings.Contains(out, "sigsys-inet=EPERM") {
+		t.Errorf("probe: %s", out)
+	}
+	if n, _ := socketViolations(vs); n != 1 {
+		t.Errorf("violations %+v, want 1", vs)
+	}
+}
+
+// allowAll is the widest profile there is; the floor must still hold.
+const allowAll = `{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64"],"syscalls":[]}`
+
+func TestFloorCannotBeWidened(t *testing.T) {
+	for name, prog := range map[string][]byte{"allow-all": compileJSON(t, allowAll), "worker": compileShipped(t, "worker"), "none": nil} {
+		t.Run(name, func(t *testing.T) {
+			out, _, _ := runFiltered(t, prog, testbed.ProbePath, "floor", "clone-newuser", "fork", "tiocsti")
+			lines := 0
+			for _, line := range strings.Split(out, "\n") {
+				if k, v, ok := strings.Cut(line, "="); ok && strings.HasPrefix(k, "floor:") {
+					lines++
+					if v != "EPERM" {
+						t.Errorf("%s answered %s, want EPERM", k, v)
+					}
+				}
+			}
+			if lines < 36 {
+				t.Errorf("only %d floor syscalls probed:\n%s", lines, out)
+			}
+			for _, want := range []string{"unshare-newuser=EPERM", "clone-newuser=EPERM", "fork=ok", "tiocsti=EPERM"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("probe output lacks %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+func TestX32SyscallKillsWorker(t *testing.T) {
+	out, ex, _ := runFiltered(t, compileJSON(t, allowAll), testbed.ProbePath, "x32")
+	if !strings.Contains(out, "x32=calling") || strings.Contains(out, "x32=ok") || strings.Contains(out, "x32=E") {
+		t.Errorf("probe output: %s", out)
+	}
+	if ex.Signal != "SIGSYS" {
+		t.Errorf("exited = %+v, want killed by SIGSYS", ex)
+	}
+}
