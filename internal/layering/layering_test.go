@@ -1,0 +1,118 @@
+package layering
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/autonomic-kernel/autonomic"
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+}
+
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json", module+"/...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	var pkgs []pkg
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) < 5 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+func ours(path string) bool { return path == module || strings.HasPrefix(path, module+"/") }
+
+func under(path, dir string) bool {
+	return path == module+"/"+dir || strings.HasPrefix(path, module+"/"+dir+"/")
+}
+
+func std(path string) bool { return !strings.Contains(strings.SplitN(path, "/", 2)[0], ".") }
+
+// rules: for packages under a directory, which imports are allowed.
+func allowed(from, imp string) bool {
+	switch {
+	case under(from, "protocol"):
+		return !ours(imp)
+	case under(from, "launcher"):
+		// The launcher is stdlib + x/sys/unix + our protocol (and its own
+		// internal packages); nothing else, not even seccomp.
+		return std(imp) || imp == "golang.org/x/sys/unix" || under(imp, "protocol") || under(imp, "launcher")
+	case under(from, "store"):
+		return !ours(imp) || under(imp, "protocol") || under(imp, "store") || under(imp, "internal/privileged")
+	case under(from, "broker"):
+		return !ours(imp) || under(imp, "protocol") || under(imp, "store") || under(imp, "broker") || under(imp, "internal/privileged")
+	case under(from, "seccomp"):
+		return !ours(imp) || under(imp, "seccomp") || under(imp, "internal/privileged") || under(imp, "protocol")
+	case under(from, "rootfs-builder"):
+		return !ours(imp) || under(imp, "rootfs-builder")
+	case under(from, "internal/privileged"):
+		return std(imp)
+	}
+	return true
+}
+
+func TestDependencyDirection(t *testing.T) {
+	for _, p := range listPackages(t) {
+		for _, imp := range p.Imports {
+			if !allowed(p.ImportPath, imp) {
+				t.Errorf("%s imports %s, which ARCHITECTURE.md §1 forbids", p.ImportPath, imp)
+			}
+		}
+		// Nothing but the kernel and test support may depend on the kernel.
+		if !under(p.ImportPath, "kernel") && !under(p.ImportPath, "internal/testbed") && !under(p.ImportPath, "gates") {
+			for _, imp := range p.Imports {
+				if under(imp, "kernel") {
+					t.Errorf("%s imports the kernel (%s)", p.ImportPath, imp)
+				}
+			}
+		}
+	}
+}
+
+// TestLauncherModuleSet pins the launcher's whole transitive dependency set
+// outside the standard library: what an auditor has to read besides it.
+func TestLauncherModuleSet(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", module+"/launcher").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{
+		"golang.org/x/sys/unix": true, "github.com/tidwall/gjson": true, "github.com/tidwall/match": true, "github.com/tidwall/pretty": true,
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if ours(p) && (under(p, "launcher") || under(p, "protocol")) {
+			continue
+		}
+		if !want[p] {
+			t.Errorf("the launcher depends on %s", p)
+		}
+	}
+}
+
+func TestRuleCatchesViolations(t *testing.T) {
+	// The rule itself must be able to fail.
+	if allowed(module+"/launcher", module+"/seccomp") || allowed(module+"/protocol", module+"/store") ||
+		allowed(module+"/launcher", "github.com/jackc/pgx/v5") || allowed(module+"/store", module+"/kernel/domain") {
+		t.Fatal("the dependency rules admit a forbidden import")
+	}
+}
