@@ -1,0 +1,190 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/internal/privileged"
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+func validConfig(dir string) map[string]any {
+	return map[string]any{
+		"state_root": dir, "rootfs": "/nonexistent/rootfs", "rootfs_manifest_sha256": strings.Repeat("a", 64),
+		"workspaces_root": "/nonexistent/ws", "workspace_owner_uid": 999, "workspace_owner_gid": 999,
+		"cgroup_parent": "/sys/fs/cgroup/unified/x", "uid_pool": map[string]any{"base": 1879048192, "count": 4, "size": 65536},
+		"worker_uid": 1000, "worker_gid": 1000,
+		"defaults":      map[string]any{"pids": 1, "memory_bytes": 1, "cpu_millis": 1, "nproc": 1, "nofile": 1},
+		"max":           map[string]any{"pids": 2, "memory_bytes": 2, "cpu_millis": 2, "nproc": 2, "nofile": 2},
+		"env_allowlist": []string{"LANG"}, "max_checkpoint_bytes": 1, "max_checkpoint_entries": 1,
+	}
+}
+
+// writeConfig installs a config for this test and points the build-time
+// path at it.
+func writeConfig(t *testing.T, body []byte, mode os.FileMode) {
+	t.Helper()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "launcher.json")
+	if err := os.WriteFile(p, body, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	old := configPath
+	configPath = p
+	t.Cleanup(func() { configPath = old })
+}
+
+func TestConfigValidation(t *testing.T) {
+	privileged.Require(t) // ownership checks need root-owned files
+	state := t.TempDir()
+	mutate := func(f func(m map[string]any)) []byte {
+		m := validConfig(state)
+		f(m)
+		b, _ := json.Marshal(m)
+		return b
+	}
+	cases := []struct {
+		name string
+		body []byte
+		mode os.FileMode
+		ok   bool
+	}{
+		{"valid", mutate(func(map[string]any) {}), 0o644, true},
+		{"group writable", mutate(func(map[string]any) {}), 0o664, false},
+		{"world writable", mutate(func(map[string]any) {}), 0o646, false},
+		{"unknown key", mutate(func(m map[string]any) { m["shell"] = "/bin/sh" }), 0o644, false},
+		{"duplicate key", []byte(`{"state_root":"/a","state_root":"/b"}`), 0o644, false},
+		{"relative path", mutate(func(m map[string]any) { m["rootfs"] = "rootfs" }), 0o644, false},
+		{"unclean path", mutate(func(m map[string]any) { m["rootfs"] = "/a/../b" }), 0o644, false},
+		{"root path", mutate(func(m map[string]any) { m["workspaces_root"] = "/" }), 0o644, false},
+		{"bad digest", mutate(func(m map[string]any) { m["rootfs_manifest_sha256"] = "abc" }), 0o644, false},
+		{"pool overflow", mutate(func(m map[string]any) {
+			m["uid_pool"] = map[string]any{"base": 4294000000, "count": 100, "size": 65536}
+		}), 0o644, false},
+		{"pool covering root", mutate(func(m map[string]any) { m["uid_pool"] = map[string]any{"base": 0, "count": 1, "size": 65536} }), 0o644, false},
+		{"worker root", mutate(func(m map[string]any) { m["worker_uid"] = 0 }), 0o644, false},
+		{"workspace owner root", mutate(func(m map[string]any) { m["workspace_owner_uid"] = 0 }), 0o644, false},
+		{"default above max", mutate(func(m map[string]any) { m["defaults"].(map[string]any)["pids"] = 3 }), 0o644, false},
+		{"env with equals", mutate(func(m map[string]any) { m["env_allowlist"] = []string{"A=B"} }), 0o644, false},
+		{"state root world writable", mutate(func(m map[string]any) { m["state_root"] = "/tmp" }), 0o644, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			writeConfig(t, c.body, c.mode)
+			_, err := loadConfig()
+			if c.ok && err != nil {
+				t.Fatalf("valid config refused: %v", err)
+			}
+			if !c.ok && !errors.Is(err, protocol.E(protocol.CodeConfigInvalid)) {
+				t.Fatalf("got %v, want config_invalid", err)
+			}
+		})
+	}
+}
+
+func TestAccountInRange(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "passwd")
+	content := "root:x:0:0::/root:/bin/sh\nodd:x:1879048200:1879048200::/:/bin/sh\nbroken line\n"
+	if err := os.WriteFile(db, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := accountInRange(db, 1879048192, 1879048192+65536); !ok || id != 1879048200 {
+		t.Fatalf("account inside the pool not found: %d %v", id, ok)
+	}
+	if _, ok := accountInRange(db, 1, 1000); ok {
+		t.Fatal("found an account where there is none")
+	}
+}
+
+func TestConfigSymlinkRefused(t *testing.T) {
+	privileged.Require(t)
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real.json")
+	b, _ := json.Marshal(validConfig(t.TempDir()))
+	if err := os.WriteFile(real, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "launcher.json")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	old := configPath
+	configPath = link
+	defer func() { configPath = old }()
+	if _, err := loadConfig(); !errors.Is(err, protocol.E(protocol.CodeConfigInvalid)) {
+		t.Fatalf("symlinked config: %v", err)
+	}
+}
+
+// TestRemoveBeneathNeverFollowsSymlinks: an upper layer full of symlinks to
+// host directories is deleted without touching what they point at.
+func TestRemoveBeneathNeverFollowsSymlinks(t *testing.T) {
+	outside := t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	tree := filepath.Join(root, "tree")
+	if err := os.MkdirAll(filepath.Join(tree, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{filepath.Join(tree, "link"), filepath.Join(tree, "a", "b", "link")} {
+		if err := os.Symlink(outside, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(tree, "a"), 0); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := removeBeneath(fd, "tree"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(tree); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("tree survived: %v", err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
+		t.Fatalf("removal followed a symlink: %v %q", err, b)
+	}
+}
+
+func TestOpenBeneathRefusesEscapes(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Symlink("/etc", filepath.Join(root, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	for _, name := range []string{"etc", "../", "/etc", "etc/passwd"} {
+		if got, err := openDirBeneath(fd, name); err == nil {
+			unix.Close(got)
+			t.Errorf("openDirBeneath(%q) escaped", name)
+		}
+	}
+}
+
+func TestProgramUsesNotify(t *testing.T) {
+	ret := func(k uint32) []byte {
+		return []byte{0x06, 0, 0, 0, byte(k), byte(k >> 8), byte(k >> 16), byte(k >> 24)}
+	}
+	if !programUsesNotify(ret(unix.SECCOMP_RET_USER_NOTIF)) || programUsesNotify(ret(unix.SECCOMP_RET_ALLOW)) {
+		t.Fatal("programUsesNotify misreads a return instruction")
+	}
+}
