@@ -26,7 +26,7 @@ func (p *Postgres) GrantLease(ctx context.Context, req LeaseGrant) (Lease, error
 		return Lease{}, err
 	}
 	var out Lease
-	err = p.mutate(ctx, "grant_lease", episodeIDFn(req.EpisodeID), func(m *mtx) error {
+	err = p.mutate(ctx, "grant_lease", onEpisode(req.EpisodeID), func(m *mtx) error {
 		if err := m.requireActive(); err != nil {
 			return err
 		}
@@ -48,7 +48,7 @@ func (p *Postgres) GrantLease(ctx context.Context, req LeaseGrant) (Lease, error
 // RevokeLease revokes a lease; revoking a revoked lease changes nothing.
 func (p *Postgres) RevokeLease(ctx context.Context, id uuid.UUID, reason string) (Lease, error) {
 	var out Lease
-	err := p.mutate(ctx, "revoke_lease", episodeOfRow(ctx, "leases", "lease", id), func(m *mtx) error {
+	err := p.mutate(ctx, "revoke_lease", onRow("leases", "lease", id), func(m *mtx) error {
 		l, err := lockLease(m, id, "FOR UPDATE")
 		if err != nil {
 			return err
@@ -70,7 +70,7 @@ func (p *Postgres) RevokeLease(ctx context.Context, id uuid.UUID, reason string)
 // Lease reads a lease.
 func (p *Postgres) Lease(ctx context.Context, id uuid.UUID) (Lease, error) {
 	var out Lease
-	err := p.read(ctx, "lease", func(tx pgx.Tx) error {
+	err := p.query(ctx, "lease", func(tx querier) error {
 		var err error
 		out, err = scanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM leases WHERE id = $1`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -85,7 +85,7 @@ func (p *Postgres) Lease(ctx context.Context, id uuid.UUID) (Lease, error) {
 func (p *Postgres) CreateDomain(ctx context.Context, episodeID uuid.UUID, epoch int64) (Domain, Generation, error) {
 	var d Domain
 	var g Generation
-	err := p.mutate(ctx, "create_domain", episodeIDFn(episodeID), func(m *mtx) error {
+	err := p.mutate(ctx, "create_domain", onEpisode(episodeID), func(m *mtx) error {
 		if err := m.requireActive(); err != nil {
 			return err
 		}
@@ -116,7 +116,7 @@ func lockCurrentGeneration(m *mtx, domainID uuid.UUID) (Generation, error) {
 // cgroup proven empty by the launcher). Idempotent.
 func (p *Postgres) DestroyGeneration(ctx context.Context, domainID uuid.UUID, generation int) (Generation, error) {
 	var out Generation
-	err := p.mutate(ctx, "destroy_generation", episodeOfRow(ctx, "domains", "domain", domainID), func(m *mtx) error {
+	err := p.mutate(ctx, "destroy_generation", onRow("domains", "domain", domainID), func(m *mtx) error {
 		g, err := lockCurrentGeneration(m, domainID)
 		if err != nil {
 			return err
@@ -142,7 +142,7 @@ func (p *Postgres) DestroyGeneration(ctx context.Context, domainID uuid.UUID, ge
 // checkpoint of this episode may be restored.
 func (p *Postgres) NewGeneration(ctx context.Context, req NewGeneration) (Generation, error) {
 	var out Generation
-	err := p.mutate(ctx, "new_generation", episodeOfRow(ctx, "domains", "domain", req.DomainID), func(m *mtx) error {
+	err := p.mutate(ctx, "new_generation", onRow("domains", "domain", req.DomainID), func(m *mtx) error {
 		if err := m.requireActive(); err != nil {
 			return err
 		}
@@ -189,7 +189,7 @@ func (p *Postgres) RecordCheckpoint(ctx context.Context, req NewCheckpoint) (Che
 		return Checkpoint{}, invalid("checkpoint digest")
 	}
 	var out Checkpoint
-	err := p.mutate(ctx, "record_checkpoint", episodeIDFn(req.EpisodeID), func(m *mtx) error {
+	err := p.mutate(ctx, "record_checkpoint", onEpisode(req.EpisodeID), func(m *mtx) error {
 		if err := m.requireActive(); err != nil {
 			return err
 		}
@@ -230,7 +230,7 @@ func (p *Postgres) RecordCheckpoint(ctx context.Context, req NewCheckpoint) (Che
 // never withdrawn.
 func (p *Postgres) MarkCheckpointStable(ctx context.Context, id uuid.UUID) (Checkpoint, error) {
 	var out Checkpoint
-	err := p.mutate(ctx, "mark_checkpoint_stable", episodeOfRow(ctx, "checkpoints", "checkpoint", id), func(m *mtx) error {
+	err := p.mutate(ctx, "mark_checkpoint_stable", onRow("checkpoints", "checkpoint", id), func(m *mtx) error {
 		c, err := scanCheckpoint(m.tx.QueryRow(m.ctx, `SELECT `+checkpointCols+` FROM checkpoints WHERE id = $1 FOR UPDATE`, id))
 		if err != nil {
 			return err
@@ -249,7 +249,7 @@ func (p *Postgres) MarkCheckpointStable(ctx context.Context, id uuid.UUID) (Chec
 // LatestStableCheckpoint returns the newest stable checkpoint of an episode.
 func (p *Postgres) LatestStableCheckpoint(ctx context.Context, episodeID uuid.UUID) (Checkpoint, error) {
 	var out Checkpoint
-	err := p.read(ctx, "latest_stable_checkpoint", func(tx pgx.Tx) error {
+	err := p.query(ctx, "latest_stable_checkpoint", func(tx querier) error {
 		var err error
 		out, err = scanCheckpoint(tx.QueryRow(ctx, `SELECT `+checkpointCols+` FROM checkpoints
 			WHERE episode_id = $1 AND stable ORDER BY created_at DESC, id DESC LIMIT 1`, episodeID))

@@ -27,7 +27,10 @@ func (p *Postgres) BeginCommit(ctx context.Context, req CommitRequest, check Com
 		return CommitView{}, invalid("commit check is required")
 	}
 	var view CommitView
-	err := p.mutate(ctx, "begin_commit", episodeOfRow(ctx, "effects", "effect", req.EffectID), func(m *mtx) error {
+	// All three locks and the decisions in the first round trip.
+	tg := onEffect(req.EffectID)
+	tg.leaseMode, tg.decisions = "FOR UPDATE", true
+	err := p.mutate(ctx, "begin_commit", tg, func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
 			return err
@@ -56,14 +59,9 @@ func (p *Postgres) BeginCommit(ctx context.Context, req CommitRequest, check Com
 		if !ok {
 			return stale("current snapshot does not descend from the prepared one")
 		}
-		rows, err := m.tx.Query(m.ctx, `SELECT `+decisionCols+` FROM decisions
-			WHERE effect_id = $1 AND revision = $2 AND epoch = $3 ORDER BY created_at, id`, e.ID, e.Revision, e.Epoch)
-		if err != nil {
-			return err
-		}
-		decisions, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Decision, error) { return scanDecision(r) })
-		if err != nil {
-			return err
+		decisions := m.decisions
+		if decisions == nil {
+			decisions = []Decision{}
 		}
 		view = CommitView{Episode: m.ep, Effect: e, Lease: l, Decisions: decisions, Now: m.now}
 		if err := check(ctx, view); err != nil {
@@ -127,7 +125,7 @@ func (p *Postgres) FinishCommit(ctx context.Context, req Outcome) (Effect, error
 		return Effect{}, err
 	}
 	var out Effect
-	err = p.mutate(ctx, "finish_commit", episodeOfRow(ctx, "effects", "effect", req.EffectID), func(m *mtx) error {
+	err = p.mutate(ctx, "finish_commit", onEffect(req.EffectID), func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
 			return err
@@ -151,7 +149,7 @@ func (p *Postgres) FinishCommit(ctx context.Context, req Outcome) (Effect, error
 // reconciliation after a restart. uuid.Nil lists every episode's.
 func (p *Postgres) Unsettled(ctx context.Context, episodeID uuid.UUID) ([]Effect, error) {
 	var out []Effect
-	err := p.read(ctx, "unsettled", func(tx pgx.Tx) error {
+	err := p.query(ctx, "unsettled", func(tx querier) error {
 		rows, err := tx.Query(ctx, `SELECT `+effectCols+` FROM effects
 			WHERE state = ANY($1) AND ($2::uuid IS NULL OR episode_id = $2) ORDER BY commit_intent_at, id`,
 			unsettledStates(), nullUUID(episodeID))

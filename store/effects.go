@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -18,18 +19,32 @@ var (
 
 const maxTarget = 64 << 10
 
+// lockEffect returns the effect the mutation locked in its first round
+// trip, or locks it now.
 func lockEffect(m *mtx, id uuid.UUID) (Effect, error) {
+	if e, ok := m.locked[id]; ok {
+		return e, nil
+	}
 	e, err := scanEffect(m.tx.QueryRow(m.ctx, `SELECT `+effectCols+` FROM effects WHERE id = $1 FOR UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Effect{}, notFound("effect")
 	}
-	if err == nil && e.EpisodeID != m.ep.ID {
+	if err != nil {
+		return Effect{}, err
+	}
+	if e.EpisodeID != m.ep.ID {
 		return Effect{}, protocol.Errorf(protocol.CodeInternal, "store: effect moved episodes")
 	}
-	return e, err
+	m.lock(e)
+	return e, nil
 }
 
+// lockLease returns the lease the mutation locked in its first round trip,
+// or locks it now in mode.
 func lockLease(m *mtx, id uuid.UUID, mode string) (Lease, error) {
+	if m.lease != nil && m.lease.ID == id {
+		return *m.lease, nil
+	}
 	l, err := scanLease(m.tx.QueryRow(m.ctx, `SELECT `+leaseCols+` FROM leases WHERE id = $1 AND episode_id = $2 `+mode, id, m.ep.ID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, notFound("lease")
@@ -37,26 +52,49 @@ func lockLease(m *mtx, id uuid.UUID, mode string) (Lease, error) {
 	return l, err
 }
 
-// saveEffect moves e to state to (checked against the table), writes every
-// mutable column and records the transition in the ledger.
+// saveEffect moves e to state to (checked against the table), writes the
+// columns that changed since the effect was locked and records the
+// transition in the ledger.
 func (m *mtx) saveEffect(e *Effect, to EffectState, extra map[string]any) error {
 	from := e.State
 	if err := checkTransition(from, to); err != nil {
 		return err
 	}
+	orig := m.locked[e.ID]
 	e.State = to
 	e.UpdatedAt = m.now
-	var vv []byte
-	if e.VersionVector != nil {
-		var err error
-		if vv, err = json.Marshal(e.VersionVector); err != nil {
-			return err
-		}
+	sets := "state = $2, updated_at = $3"
+	args := []any{e.ID, string(e.State), m.now}
+	add := func(col string, v any) {
+		args = append(args, v)
+		sets += fmt.Sprintf(", %s = $%d", col, len(args))
 	}
-	m.write(`UPDATE effects SET state = $2, revision = $3, target = $4, payload_digest = $5, version_vector = $6,
-		updated_at = $7, commit_intent_at = $8, outcome_at = $9, receipt = $10 WHERE id = $1`,
-		e.ID, string(e.State), e.Revision, e.Target, e.PayloadDigest, nullJSON(vv), m.now,
-		e.CommitIntentAt, e.OutcomeAt, nullJSON(e.Receipt))
+	// Only what changed: unchanged jsonb columns would be re-parsed by the
+	// server on every transition for nothing.
+	if e.Revision != orig.Revision {
+		add("revision", e.Revision)
+		add("target", e.Target)
+		add("payload_digest", e.PayloadDigest)
+	}
+	if e.VersionVector != orig.VersionVector {
+		var vv []byte
+		if e.VersionVector != nil {
+			var err error
+			if vv, err = json.Marshal(e.VersionVector); err != nil {
+				return err
+			}
+		}
+		add("version_vector", nullJSON(vv))
+	}
+	if e.CommitIntentAt != orig.CommitIntentAt {
+		add("commit_intent_at", e.CommitIntentAt)
+	}
+	if e.OutcomeAt != orig.OutcomeAt {
+		add("outcome_at", e.OutcomeAt)
+		add("receipt", nullJSON(e.Receipt))
+	}
+	m.write(`UPDATE effects SET `+sets+` WHERE id = $1`, args...)
+	m.locked[e.ID] = *e
 	body := map[string]any{"effect_id": e.ID, "revision": e.Revision, "effect_epoch": e.Epoch,
 		"from": string(from), "to": string(to)}
 	for k, v := range extra {
@@ -108,7 +146,9 @@ func (p *Postgres) ProposeEffect(ctx context.Context, req Proposal) (Effect, err
 		return Effect{}, err
 	}
 	var out Effect
-	err = p.mutate(ctx, "propose_effect", episodeIDFn(req.EpisodeID), func(m *mtx) error {
+	tg := onEpisode(req.EpisodeID)
+	tg.leaseMode, tg.leaseID = "FOR SHARE", req.LeaseID
+	err = p.mutate(ctx, "propose_effect", tg, func(m *mtx) error {
 		if err := m.requireActive(); err != nil {
 			return err
 		}
@@ -153,7 +193,9 @@ func (p *Postgres) PrepareEffect(ctx context.Context, req Prepare) (Effect, erro
 		return Effect{}, invalid("trajectory regime")
 	}
 	var out Effect
-	err := p.mutate(ctx, "prepare_effect", episodeOfRow(ctx, "effects", "effect", req.EffectID), func(m *mtx) error {
+	tg := onEffect(req.EffectID)
+	tg.leaseMode = "FOR SHARE"
+	err := p.mutate(ctx, "prepare_effect", tg, func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
 			return err
@@ -201,7 +243,7 @@ func (p *Postgres) ReviseEffect(ctx context.Context, req Revision) (Effect, erro
 		return Effect{}, err
 	}
 	var out Effect
-	err = p.mutate(ctx, "revise_effect", episodeOfRow(ctx, "effects", "effect", req.EffectID), func(m *mtx) error {
+	err = p.mutate(ctx, "revise_effect", onEffect(req.EffectID), func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
 			return err
@@ -238,7 +280,7 @@ func (p *Postgres) Transition(ctx context.Context, req Transition) (Effect, erro
 		return Effect{}, invalid("unknown effect state")
 	}
 	var out Effect
-	err := p.mutate(ctx, "effect_transition", episodeOfRow(ctx, "effects", "effect", req.EffectID), func(m *mtx) error {
+	err := p.mutate(ctx, "effect_transition", onEffect(req.EffectID), func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
 			return err
@@ -288,7 +330,7 @@ func (p *Postgres) Transition(ctx context.Context, req Transition) (Effect, erro
 // Effect reads an effect.
 func (p *Postgres) Effect(ctx context.Context, id uuid.UUID) (Effect, error) {
 	var out Effect
-	err := p.read(ctx, "effect", func(tx pgx.Tx) error {
+	err := p.query(ctx, "effect", func(tx querier) error {
 		var err error
 		out, err = scanEffect(tx.QueryRow(ctx, `SELECT `+effectCols+` FROM effects WHERE id = $1`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -321,7 +363,7 @@ func (p *Postgres) RecordDecision(ctx context.Context, req NewDecision) (Decisio
 		return Decision{}, err
 	}
 	var out Decision
-	err = p.mutate(ctx, "record_decision", episodeOfRow(ctx, "effects", "effect", req.EffectID), func(m *mtx) error {
+	err = p.mutate(ctx, "record_decision", onEffect(req.EffectID), func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
 			return err

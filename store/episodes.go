@@ -68,7 +68,7 @@ func (p *Postgres) CreateEpisode(ctx context.Context, req NewEpisode) (Episode, 
 // Episode reads an episode.
 func (p *Postgres) Episode(ctx context.Context, id uuid.UUID) (Episode, error) {
 	var ep Episode
-	err := p.read(ctx, "episode", func(tx pgx.Tx) error {
+	err := p.query(ctx, "episode", func(tx querier) error {
 		var err error
 		ep, err = scanEpisode(tx.QueryRow(ctx, `SELECT `+episodeCols+` FROM episodes WHERE id = $1`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -88,7 +88,7 @@ func (p *Postgres) EndEpisode(ctx context.Context, req EndEpisode) (Episode, err
 		return Episode{}, invalid("episode cannot end in state %q", req.State)
 	}
 	var out Episode
-	err := p.mutate(ctx, "end_episode", episodeID(req.EpisodeID), func(m *mtx) error {
+	err := p.mutate(ctx, "end_episode", onEpisode(req.EpisodeID), func(m *mtx) error {
 		if err := m.requireActive(); err != nil {
 			return protocol.Errorf(protocol.CodeIllegalTransition, "episode is already %s", m.ep.State)
 		}
@@ -128,7 +128,7 @@ func (p *Postgres) EndEpisode(ctx context.Context, req EndEpisode) (Episode, err
 // SetPolicyVersion records a new policy version; versions only increase.
 func (p *Postgres) SetPolicyVersion(ctx context.Context, episodeID uuid.UUID, epoch, version int64) (Episode, error) {
 	var out Episode
-	err := p.mutate(ctx, "set_policy_version", episodeIDFn(episodeID), func(m *mtx) error {
+	err := p.mutate(ctx, "set_policy_version", onEpisode(episodeID), func(m *mtx) error {
 		if err := m.requireActive(); err != nil {
 			return err
 		}
@@ -194,7 +194,7 @@ func (p *Postgres) AcquireOwnership(ctx context.Context, id uuid.UUID) (Ownershi
 // ReleaseOwnership gives the episode up now, so another instance need not
 // wait for the TTL.
 func (p *Postgres) ReleaseOwnership(ctx context.Context, id uuid.UUID) error {
-	return p.mutate(ctx, "release_ownership", episodeIDFn(id), func(m *mtx) error {
+	return p.mutate(ctx, "release_ownership", onEpisode(id), func(m *mtx) error {
 		m.ep.Owner.ExpiresAt = m.now
 		m.emit("ownership_released", map[string]any{"owner": p.instance, "token": m.ep.Owner.Token})
 		return nil
@@ -208,7 +208,7 @@ func (p *Postgres) ReleaseOwnership(ctx context.Context, id uuid.UUID) error {
 // acted on them, so only reconciliation may settle them.
 func (p *Postgres) AdvanceEpoch(ctx context.Context, req AdvanceEpoch) (EpochAdvance, error) {
 	var out EpochAdvance
-	err := p.mutate(ctx, "advance_epoch", episodeIDFn(req.EpisodeID), func(m *mtx) error {
+	err := p.mutate(ctx, "advance_epoch", onEpisode(req.EpisodeID), func(m *mtx) error {
 		if err := m.requireActive(); err != nil {
 			return err
 		}
@@ -273,7 +273,7 @@ func (p *Postgres) AdvanceEpoch(ctx context.Context, req AdvanceEpoch) (EpochAdv
 // Lineage lists an episode's recovery lineage, oldest first.
 func (p *Postgres) Lineage(ctx context.Context, id uuid.UUID) ([]Lineage, error) {
 	var out []Lineage
-	err := p.read(ctx, "lineage", func(tx pgx.Tx) error {
+	err := p.query(ctx, "lineage", func(tx querier) error {
 		rows, err := tx.Query(ctx, `SELECT `+lineageCols+` FROM recovery_lineage WHERE episode_id = $1 ORDER BY from_epoch`, id)
 		if err != nil {
 			return err
@@ -283,8 +283,6 @@ func (p *Postgres) Lineage(ctx context.Context, id uuid.UUID) ([]Lineage, error)
 	})
 	return out, err
 }
-
-func episodeIDFn(id uuid.UUID) func(pgx.Tx) (uuid.UUID, error) { return episodeID(id) }
 
 // statesThatCan lists the states from which the table allows to.
 func statesThatCan(to EffectState) []string {

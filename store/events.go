@@ -13,7 +13,7 @@ import (
 // Events reads an episode's ledger in sequence order.
 func (p *Postgres) Events(ctx context.Context, episodeID uuid.UUID) ([]ledger.Entry, error) {
 	var out []ledger.Entry
-	err := p.read(ctx, "events", func(tx pgx.Tx) error {
+	err := p.query(ctx, "events", func(tx querier) error {
 		var err error
 		out, err = readEvents(ctx, tx, episodeID)
 		return err
@@ -21,7 +21,7 @@ func (p *Postgres) Events(ctx context.Context, episodeID uuid.UUID) ([]ledger.En
 	return out, err
 }
 
-func readEvents(ctx context.Context, tx pgx.Tx, episodeID uuid.UUID) ([]ledger.Entry, error) {
+func readEvents(ctx context.Context, tx querier, episodeID uuid.UUID) ([]ledger.Entry, error) {
 	rows, err := tx.Query(ctx, `SELECT episode_id, seq, epoch, kind, body, at, prev_hash, hash
 		FROM events WHERE episode_id = $1 ORDER BY seq`, episodeID)
 	if err != nil {

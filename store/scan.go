@@ -79,7 +79,7 @@ func DecodeVersionVector(raw []byte) (VersionVector, error) {
 	if dec.More() {
 		return VersionVector{}, fmt.Errorf("store: version vector: trailing data")
 	}
-	if _, err := ledger.CanonicalizeObject(raw); err != nil {
+	if err := ledger.CheckObject(raw); err != nil {
 		return VersionVector{}, fmt.Errorf("store: version vector: %w", err)
 	}
 	if v.EpisodeID == uuid.Nil || v.LeaseID == uuid.Nil || v.Epoch < 1 || v.EffectRevision < 1 || v.PolicyVersion < 0 {

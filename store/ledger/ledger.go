@@ -58,7 +58,7 @@ func Canonical(v any) (json.RawMessage, error) {
 // refuses anything that is not a single JSON object, and duplicate keys
 // (which canonicalisation would otherwise resolve silently).
 func CanonicalizeObject(raw []byte) (json.RawMessage, error) {
-	if err := checkObject(raw); err != nil {
+	if err := CheckObject(raw); err != nil {
 		return nil, err
 	}
 	out, err := jcs.Transform(raw)
@@ -68,9 +68,9 @@ func CanonicalizeObject(raw []byte) (json.RawMessage, error) {
 	return out, nil
 }
 
-// checkObject requires raw to be exactly one JSON object without duplicate
-// keys at any depth.
-func checkObject(raw []byte) error {
+// CheckObject requires raw to be exactly one JSON object without duplicate
+// keys at any depth, nested at most 64 deep.
+func CheckObject(raw []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	tok, err := dec.Token()

@@ -30,6 +30,9 @@ CREATE TABLE episodes (
   created_at         timestamptz NOT NULL,
   updated_at         timestamptz NOT NULL
 );
+-- Every mutation rewrites its episode row (the ledger head); room on the
+-- page keeps those updates HOT.
+ALTER TABLE episodes SET (fillfactor = 50);
 
 CREATE TABLE epochs (
   episode_id uuid NOT NULL REFERENCES episodes (id),
@@ -110,10 +113,12 @@ CREATE TABLE effects (
   CHECK (state NOT IN ('commit_intent', 'committing', 'committed', 'commit_unknown')
          OR commit_intent_at IS NOT NULL)
 );
-CREATE INDEX effects_open ON effects (episode_id, epoch)
-  WHERE state IN ('proposed', 'prepared', 'evaluating', 'ready');
-CREATE INDEX effects_unsettled ON effects (episode_id)
-  WHERE state IN ('commit_intent', 'committing', 'commit_unknown');
+-- No index mentions state: an effect changes state six times on its way
+-- to committed, and an index on (or a partial index over) state would make
+-- every one of those updates non-HOT. Epoch fencing and reconciliation find
+-- effects by episode.
+CREATE INDEX effects_episode ON effects (episode_id, epoch);
+ALTER TABLE effects SET (fillfactor = 80);
 
 CREATE TABLE effect_revisions (
   effect_id      uuid NOT NULL REFERENCES effects (id),
@@ -155,8 +160,12 @@ CREATE TABLE recovery_lineage (
 -- The ledger. body is the event's canonical JSON (RFC 8785) exactly as it
 -- was hashed; hash = SHA-256 over the canonical envelope of all columns
 -- (see store/ledger).
+--
+-- No foreign key to episodes: every append happens under that episode's row
+-- lock in the same transaction, so the row is known to exist, and a foreign
+-- key would add a lookup and a lock to every single mutation.
 CREATE TABLE events (
-  episode_id uuid NOT NULL REFERENCES episodes (id),
+  episode_id uuid NOT NULL,
   seq        bigint NOT NULL CHECK (seq >= 1),
   epoch      bigint NOT NULL CHECK (epoch >= 1),
   kind       text NOT NULL,

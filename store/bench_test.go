@@ -1,0 +1,183 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/internal/privileged"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// BenchmarkCommitHorizon measures full effect lifecycles through the store
+// (propose → prepare → evaluating → ready → commit_intent → committing →
+// committed: seven transactions, each with its ledger event) with 1, 8 and
+// 32 concurrent clients, each driving its own episode, side by side with
+// the floor: the same seven transactions per effect issued directly through
+// pgx, each taking the same row locks (episode; episode+effect; episode →
+// effect → lease at the horizon) and writing one row, so the same fsyncs.
+// The figure that matters is store effects/s ÷ floor effects/s.
+func BenchmarkCommitHorizon(b *testing.B) {
+	if testHarness.cluster == nil {
+		privileged.Skip(b, "no PostgreSQL cluster: "+testHarness.err.Error())
+	}
+	for _, clients := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("store/clients=%d", clients), func(b *testing.B) { benchStore(b, clients) })
+		b.Run(fmt.Sprintf("floor/clients=%d", clients), func(b *testing.B) { benchFloor(b, clients) })
+	}
+}
+
+// drive runs b.N lifecycles split over clients and reports throughput and
+// lifecycle latency percentiles.
+func drive(b *testing.B, clients int, lifecycle func(ctx context.Context, client int) error) {
+	ctx := context.Background()
+	lat := make([][]time.Duration, clients)
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	b.ResetTimer()
+	start := time.Now()
+	for c := 0; c < clients; c++ {
+		n := b.N / clients
+		if c < b.N%clients {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n; i++ {
+				t0 := time.Now()
+				if err := lifecycle(ctx, c); err != nil {
+					errs <- err
+					return
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) == 0 {
+		return
+	}
+	pct := func(p float64) float64 { return float64(all[int(p*float64(len(all)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "effects/s")
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+}
+
+func benchStore(b *testing.B, clients int) {
+	e := newEnv(b)
+	s := e.open("bench", time.Hour)
+	s.pool = newPool(s.pool.cfg, clients)
+	eps := make([]fixture, clients)
+	for i := range eps {
+		eps[i] = e.episode(s)
+	}
+	drive(b, clients, func(ctx context.Context, c int) error {
+		f := eps[c]
+		eff, err := readyEffect(ctx, s, f.ep.ID, 1, f.lease.ID)
+		if err != nil {
+			return err
+		}
+		if _, err := s.BeginCommit(ctx, CommitRequest{EffectID: eff.ID, Revision: eff.Revision, Epoch: 1}, allow); err != nil {
+			return err
+		}
+		if _, err := s.Transition(ctx, Transition{EffectID: eff.ID, Revision: eff.Revision, To: Committing}); err != nil {
+			return err
+		}
+		_, err = s.FinishCommit(ctx, Outcome{EffectID: eff.ID, State: Committed, Receipt: []byte(`{"oid":"x"}`)})
+		return err
+	})
+}
+
+const floorSchema = `
+CREATE TABLE floor_episodes (id uuid PRIMARY KEY, n bigint NOT NULL);
+CREATE TABLE floor_leases (id uuid PRIMARY KEY, episode_id uuid NOT NULL);
+CREATE TABLE floor_effects (id uuid PRIMARY KEY, episode_id uuid NOT NULL, state text NOT NULL);`
+
+func benchFloor(b *testing.B, clients int) {
+	e := newEnv(b)
+	ctx := context.Background()
+	admin := e.admin()
+	if _, err := admin.Exec(ctx, floorSchema); err != nil {
+		b.Fatal(err)
+	}
+	type client struct {
+		conn         *pgx.Conn
+		ep, lease    uuid.UUID
+		lockEp, lock string
+	}
+	cs := make([]client, clients)
+	for i := range cs {
+		conn, err := pgx.Connect(ctx, e.cluster.AdminConnString(e.db))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { conn.Close(ctx) })
+		cs[i] = client{conn: conn, ep: uuid.New(), lease: uuid.New()}
+		if _, err := conn.Exec(ctx, `INSERT INTO floor_episodes VALUES ($1, 0)`, cs[i].ep); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO floor_leases VALUES ($1, $2)`, cs[i].lease, cs[i].ep); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// One minimal transaction: lock the listed rows FOR UPDATE in order,
+	// write one row.
+	txn := func(ctx context.Context, c client, effect uuid.UUID, lockEffect, lockLease bool, write string, args ...any) error {
+		tx, err := c.conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM floor_episodes WHERE id = $1 FOR UPDATE`, c.ep); err != nil {
+			return err
+		}
+		if lockEffect {
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM floor_effects WHERE id = $1 FOR UPDATE`, effect); err != nil {
+				return err
+			}
+		}
+		if lockLease {
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM floor_leases WHERE id = $1 FOR UPDATE`, c.lease); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, write, args...); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	drive(b, clients, func(ctx context.Context, i int) error {
+		c := cs[i]
+		id := uuid.New()
+		if err := txn(ctx, c, id, false, true, `INSERT INTO floor_effects VALUES ($1, $2, 'proposed')`, id, c.ep); err != nil {
+			return err
+		}
+		for _, st := range []string{"prepared", "evaluating", "ready"} {
+			if err := txn(ctx, c, id, true, false, `UPDATE floor_effects SET state = $2 WHERE id = $1`, id, st); err != nil {
+				return err
+			}
+		}
+		if err := txn(ctx, c, id, true, true, `UPDATE floor_effects SET state = 'commit_intent' WHERE id = $1`, id); err != nil {
+			return err
+		}
+		for _, st := range []string{"committing", "committed"} {
+			if err := txn(ctx, c, id, true, false, `UPDATE floor_effects SET state = $2 WHERE id = $1`, id, st); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,330 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store/ledger"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// target names what a mutation locks. Every lock is taken in the first
+// round trip, pipelined behind BEGIN, in the fixed order episode → effect →
+// lease; the episode is always first, which is what totally orders the
+// changes to one episode's authority (and why no two store transactions
+// can deadlock).
+type target struct {
+	// via is the table whose row id names the episode ("" when id is the
+	// episode's own id). An object's episode never changes, so resolving
+	// it in the lock statement is safe.
+	via  string
+	id   uuid.UUID
+	what string // for not_found
+	// effect: also lock the effect (via == "effects").
+	effect bool
+	// leaseMode, when set ("FOR SHARE" or "FOR UPDATE"), also locks a
+	// lease: leaseID if set, otherwise the effect's.
+	leaseMode string
+	leaseID   uuid.UUID
+	// decisions: also read the decisions bound to the effect's current
+	// revision and epoch (under the effect's lock, so they cannot move).
+	decisions bool
+}
+
+func onEpisode(id uuid.UUID) target { return target{id: id, what: "episode"} }
+
+func onRow(table, what string, id uuid.UUID) target { return target{via: table, id: id, what: what} }
+
+func onEffect(id uuid.UUID) target {
+	return target{via: "effects", id: id, what: "effect", effect: true}
+}
+
+func (tg target) episodeSQL() string {
+	where := `id = $1`
+	if tg.via != "" {
+		where = `id = (SELECT episode_id FROM ` + tg.via + ` WHERE id = $1)`
+	}
+	return `SELECT ` + episodeCols + `, clock_timestamp() FROM episodes WHERE ` + where + ` FOR UPDATE`
+}
+
+// mtx is one mutation of one episode, with the episode row locked. Changes
+// to ep are written back at commit together with the ledger events, so the
+// episode row is written once per transaction.
+type mtx struct {
+	ctx    context.Context
+	tx     pgx.Tx
+	ep     Episode
+	now    time.Time // the database clock, read under the episode lock
+	writes pgx.Batch
+	events []event
+
+	// locked holds each effect as it was when locked (updated as it is
+	// saved), so saveEffect writes only what changed.
+	locked map[uuid.UUID]Effect
+	// Rows locked in the first round trip, when the target asked.
+	lease     *Lease
+	decisions []Decision
+}
+
+func (m *mtx) lock(e Effect) {
+	if m.locked == nil {
+		m.locked = map[uuid.UUID]Effect{}
+	}
+	m.locked[e.ID] = e
+}
+
+type event struct {
+	epoch int64
+	kind  string
+	body  any
+}
+
+// write queues a statement whose result is not needed; it runs at commit,
+// in order, before the events.
+func (m *mtx) write(sql string, args ...any) { m.writes.Queue(sql, args...) }
+
+// emit queues a ledger event at the episode's current epoch.
+func (m *mtx) emit(kind string, body any) {
+	m.events = append(m.events, event{epoch: m.ep.Epoch, kind: kind, body: body})
+}
+
+func (m *mtx) requireActive() error {
+	if m.ep.State != EpisodeActive {
+		return stale("episode is %s, not active", m.ep.State)
+	}
+	return nil
+}
+
+// requireEpoch checks a request's claimed epoch against the current one.
+func (m *mtx) requireEpoch(claimed int64) error {
+	if claimed != m.ep.Epoch {
+		return staleEpoch(claimed, m.ep.Epoch)
+	}
+	return nil
+}
+
+// mutate runs fn as one transaction on the episode tg names. Only the
+// instance holding the episode's unexpired ownership lease (by the
+// database's clock) may mutate it. Round trips: BEGIN and the locks; what
+// fn reads; the writes, events, episode row and COMMIT.
+func (p *Postgres) mutate(ctx context.Context, op string, tg target, fn func(*mtx) error) error {
+	conn, err := p.pool.acquire(ctx)
+	if err != nil {
+		return classify(op, err)
+	}
+	m, err := begin(ctx, conn, tg)
+	if err == nil && (m.ep.Owner.InstanceID != p.instance || !m.now.Before(m.ep.Owner.ExpiresAt)) {
+		err = stale("this kernel instance does not hold the episode's ownership lease")
+	}
+	if err == nil {
+		err = fn(m)
+	}
+	committed := false
+	if err == nil {
+		committed, err = m.commit()
+	}
+	if err != nil {
+		healthy := !connBroken(err)
+		if !committed && m.tx != nil {
+			if rbErr := m.tx.Rollback(ctx); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
+				healthy = false
+			}
+		}
+		p.pool.release(conn, healthy && conn.PgConn().TxStatus() == 'I')
+		return classify(op, err)
+	}
+	p.pool.release(conn, true)
+	return nil
+}
+
+// begin sends BEGIN and every lock of tg in one pipelined round trip.
+func begin(ctx context.Context, conn *pgx.Conn, tg target) (*mtx, error) {
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue(tg.episodeSQL(), tg.id)
+	if tg.effect {
+		b.Queue(`SELECT `+effectCols+` FROM effects WHERE id = $1 FOR UPDATE`, tg.id)
+	}
+	if tg.leaseMode != "" {
+		if tg.leaseID != uuid.Nil {
+			b.Queue(`SELECT `+leaseCols+` FROM leases WHERE id = $1 `+tg.leaseMode, tg.leaseID)
+		} else {
+			b.Queue(`SELECT `+leaseCols+` FROM leases WHERE id = (SELECT lease_id FROM effects WHERE id = $1) `+tg.leaseMode, tg.id)
+		}
+	}
+	if tg.decisions {
+		b.Queue(`SELECT `+prefixed("d", decisionCols)+` FROM decisions d
+			JOIN effects e ON e.id = d.effect_id AND e.revision = d.revision AND e.epoch = d.epoch
+			WHERE d.effect_id = $1 ORDER BY d.created_at, d.id`, tg.id)
+	}
+	br := conn.SendBatch(ctx, &b)
+	m := &mtx{ctx: ctx, tx: br.Tx()}
+	err := readLocks(br, m, tg)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return m, err
+}
+
+func readLocks(br pgx.BatchResults, m *mtx, tg target) error {
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return err
+	}
+	var err error
+	m.ep, err = scanEpisode(br.QueryRow(), &m.now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notFound(tg.what)
+	}
+	if err != nil {
+		return err
+	}
+	m.now = m.now.UTC()
+	if tg.effect {
+		e, err := scanEffect(br.QueryRow())
+		if err != nil {
+			return err
+		}
+		m.lock(e)
+	}
+	if tg.leaseMode != "" {
+		l, err := scanLease(br.QueryRow())
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if err == nil && l.EpisodeID == m.ep.ID {
+			m.lease = &l
+		}
+	}
+	if tg.decisions {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		m.decisions, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Decision, error) { return scanDecision(r) })
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commit sends the queued writes, the ledger events, the episode row and
+// COMMIT in one pipelined round trip. A transaction that changes something
+// must say so in the ledger: queued writes without an event are a bug,
+// refused here rather than committed unrecorded.
+//
+// Outcomes: a server error on any statement means the server skipped the
+// rest, COMMIT included, so the transaction is known not to have
+// committed. Any other failure once the pipeline is on the wire (a dead
+// connection, a cancelled context) leaves the outcome unknown:
+// authority_unavailable, never a guess.
+func (m *mtx) commit() (committed bool, err error) {
+	if len(m.events) == 0 && m.writes.Len() > 0 {
+		return false, protocol.Errorf(protocol.CodeInternal, "store: mutation without a ledger event")
+	}
+	if err := m.queueLedger(); err != nil {
+		return false, err
+	}
+	m.writes.Queue("COMMIT")
+	n := m.writes.Len()
+	br := m.tx.SendBatch(m.ctx, &m.writes)
+	for i := 0; i < n; i++ {
+		tag, err := br.Exec()
+		if err == nil && i == n-1 && tag.String() != "COMMIT" {
+			err = errors.New("store: COMMIT answered " + tag.String())
+		}
+		if err != nil {
+			_ = br.Close()
+			var pg *pgconn.PgError
+			if errors.As(err, &pg) {
+				return false, err
+			}
+			return true, protocol.Errorf(protocol.CodeAuthorityUnavailable, "commit outcome unknown: %w", err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return true, protocol.Errorf(protocol.CodeAuthorityUnavailable, "commit outcome unknown: %w", err)
+	}
+	return true, nil
+}
+
+// queueLedger seals the pending events onto the episode's chain and queues
+// them with the episode row (which carries the new head).
+func (m *mtx) queueLedger() error {
+	if len(m.events) == 0 {
+		return nil
+	}
+	head := m.ep.LedgerHead
+	for _, ev := range m.events {
+		e, err := ledger.Seal(head, m.ep.ID, ev.epoch, ev.kind, m.now, ev.body)
+		if err != nil {
+			return protocol.Errorf(protocol.CodeInternal, "store: %w", err)
+		}
+		m.writes.Queue(`INSERT INTO events (episode_id, seq, epoch, kind, body, at, prev_hash, hash)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			e.EpisodeID, e.Seq, e.Epoch, e.Kind, string(e.Body), e.At, e.Prev[:], e.Hash[:])
+		head = ledger.Head{Seq: e.Seq, Hash: e.Hash}
+	}
+	m.ep.LedgerHead = head
+	m.ep.UpdatedAt = m.now
+	m.writes.Queue(`UPDATE episodes SET state = $2, epoch = $3, policy_version = $4, current_checkpoint = $5,
+		owner_instance = $6, owner_token = $7, owner_expires_at = $8, ledger_seq = $9, ledger_head = $10,
+		updated_at = $11 WHERE id = $1`,
+		m.ep.ID, string(m.ep.State), m.ep.Epoch, m.ep.PolicyVersion, m.ep.CurrentCheckpoint,
+		m.ep.Owner.InstanceID, m.ep.Owner.Token, m.ep.Owner.ExpiresAt, head.Seq, head.Hash[:], m.now)
+	return nil
+}
+
+// flush writes the queued statements and the ledger without committing,
+// for the few operations that run inside run (creation, ownership).
+func (m *mtx) flush() error {
+	if len(m.events) == 0 && m.writes.Len() > 0 {
+		return protocol.Errorf(protocol.CodeInternal, "store: mutation without a ledger event")
+	}
+	if err := m.queueLedger(); err != nil {
+		return err
+	}
+	br := m.tx.SendBatch(m.ctx, &m.writes)
+	for i := 0; i < m.writes.Len(); i++ {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return err
+		}
+	}
+	return br.Close()
+}
+
+const episodeCols = `id, spec, state, epoch, policy_version, current_checkpoint, owner_instance,
+	owner_token, owner_expires_at, ledger_seq, ledger_head, created_at, updated_at`
+
+// lockEpisode locks an episode inside run (creation and ownership paths).
+func lockEpisode(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Episode, time.Time, error) {
+	var now time.Time
+	ep, err := scanEpisode(tx.QueryRow(ctx, onEpisode(id).episodeSQL(), id), &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Episode{}, now, notFound("episode")
+	}
+	return ep, now.UTC(), err
+}
+
+// querier is what both a connection and a transaction offer.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// query runs a single-statement read outside an explicit transaction: one
+// round trip, one snapshot.
+func (p *Postgres) query(ctx context.Context, op string, fn func(querier) error) error {
+	conn, err := p.pool.acquire(ctx)
+	if err != nil {
+		return classify(op, err)
+	}
+	err = fn(conn)
+	p.pool.release(conn, !connBroken(err) && conn.PgConn().TxStatus() == 'I')
+	return classify(op, err)
+}
