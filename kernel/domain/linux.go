@@ -198,6 +198,7 @@ func (l *Linux) Create(ctx context.Context, spec Spec) (*Running, error) {
 	}
 	r := &Running{Started: first.Started, events: make(chan Event, 256), done: make(chan struct{}), out: s.out}
 	r.close = s.stdin.Close
+	r.monitor = s.cmd.Process.Pid
 	if l.Log != nil {
 		l.Log.Info("domain started", "domain", spec.ID, "generation", spec.Generation, "seccomp", first.Started.Seccomp)
 	}

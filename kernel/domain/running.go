@@ -21,6 +21,7 @@ type Running struct {
 	err     error
 	close   func() error
 	out     *boundedBuffer
+	monitor int // pid of the launcher process (or sudo) that monitors the domain
 
 	mu         sync.Mutex
 	violations []protocol.Violation
@@ -62,6 +63,10 @@ func (r *Running) Wait() (*protocol.Exited, error) {
 	<-r.done
 	return r.exited, r.err
 }
+
+// MonitorPID is the pid of the process the kernel started for this domain:
+// the launcher itself when run directly, sudo otherwise.
+func (r *Running) MonitorPID() int { return r.monitor }
 
 // Output is the worker's captured stdout and stderr (bounded).
 func (r *Running) Output() []byte { return r.out.Bytes() }

@@ -148,3 +148,20 @@ func TestX32SyscallKillsWorker(t *testing.T) {
 		t.Errorf("exited = %+v, want killed by SIGSYS", ex)
 	}
 }
+
+// TestViolationFloodIsCoalesced: a flood costs the monitor bounded frames,
+// yet every attempt is counted.
+func TestViolationFloodIsCoalesced(t *testing.T) {
+	out, _, vs := runFiltered(t, compileShipped(t, "worker"), testbed.ProbePath, "socket-flood")
+	if !strings.Contains(out, "socket-flood=1000") {
+		t.Fatalf("probe: %s", out)
+	}
+	n, _ := socketViolations(vs)
+	if n != 1000 {
+		t.Errorf("violations count %d attempts, want 1000", n)
+	}
+	if len(vs) > 200 {
+		t.Errorf("%d violation frames for one flood: not coalesced", len(vs))
+	}
+	t.Logf("1000 attempts reported in %d frames", len(vs))
+}

@@ -110,6 +110,15 @@ func main() {
 			fmt.Println("x32=calling")
 			_, _, e := unix.RawSyscall(unix.SYS_GETPID|0x40000000, 0, 0, 0)
 			report(what, e) // not reached: the floor kills the process
+		case "socket-flood":
+			// 1000 attempts as fast as possible: the monitor must coalesce.
+			refused := 0
+			for i := 0; i < 1000; i++ {
+				if socket(unix.AF_INET) == unix.EPERM {
+					refused++
+				}
+			}
+			fmt.Printf("socket-flood=%d\n", refused)
 		case "sigsys-inet":
 			// A hostile worker catches SIGSYS to hide trapped calls; a
 			// notified call is not a signal, so this changes nothing.
