@@ -78,8 +78,7 @@ func drive(b *testing.B, clients int, lifecycle func(ctx context.Context, client
 
 func benchStore(b *testing.B, clients int) {
 	e := newEnv(b)
-	s := e.open("bench", time.Hour)
-	s.pool = newPool(s.pool.cfg, clients)
+	s := e.openConns("bench", time.Hour, clients)
 	eps := make([]fixture, clients)
 	for i := range eps {
 		eps[i] = e.episode(s)

@@ -60,11 +60,9 @@ func startCluster(dir string) (*pgcluster.Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Start chowns dir to the account; /tmp above it is
+		// world-traversable.
 		cfg.RunAs = &acct
-		// The temp dir's parent must be traversable by that account.
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return nil, err
-		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -102,6 +100,11 @@ func newEnvOn(t testing.TB, c *pgcluster.Cluster, db string) *env {
 
 func (e *env) open(instance string, ttl time.Duration) *Postgres {
 	e.t.Helper()
+	return e.openConns(instance, ttl, 16)
+}
+
+func (e *env) openConns(instance string, ttl time.Duration, conns int) *Postgres {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := Open(ctx, Config{
@@ -109,7 +112,7 @@ func (e *env) open(instance string, ttl time.Duration) *Postgres {
 		AdminURL:   e.cluster.AdminConnString(e.db),
 		InstanceID: instance,
 		OwnerTTL:   ttl,
-		MaxConns:   16,
+		MaxConns:   conns,
 	})
 	if err != nil {
 		e.t.Fatal(err)
