@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -60,12 +63,14 @@ func (s *Schema) Admit(b []byte) (Admission, error) {
 	if !v.Exists() {
 		return Admission{}, Errorf(CodeMissingField, "protocol")
 	}
-	version, ok := smallInt(v)
+	version, ok := versionOf(v)
 	if !ok {
 		return Admission{}, Errorf(CodeInvalidField, "protocol")
 	}
+	// Any integer we do not speak, however large or negative, gets the one
+	// answer a peer can act on: which version this side speaks.
 	if !slices.Contains(s.Versions, version) {
-		return Admission{}, Errorf(CodeUnsupportedVersion, "version %d", version)
+		return Admission{}, Errorf(CodeUnsupportedVersion, "version %.20s", v.Raw)
 	}
 	k := gjson.GetBytes(b, s.Discriminator)
 	if !k.Exists() {
@@ -97,14 +102,25 @@ func (s *Schema) Admit(b []byte) (Admission, error) {
 	return Admission{Version: version, Kind: k.Str}, nil
 }
 
-// smallInt accepts only a plain non-negative integer literal that fits in an int.
-func smallInt(v gjson.Result) (int, bool) {
-	if v.Type != gjson.Number || v.Raw == "" || len(v.Raw) > 9 {
+// versionOf accepts only a JSON integer literal (no fraction, no exponent).
+// It reports -1 for an integer no peer can speak (negative, or longer than
+// nine digits), so the caller answers unsupported_version rather than
+// invalid_field: the value is a version, just not one spoken here.
+func versionOf(v gjson.Result) (int, bool) {
+	if v.Type != gjson.Number || !integerLiteral.MatchString(v.Raw) {
 		return 0, false
 	}
+	if v.Raw[0] == '-' || len(v.Raw) > 9 {
+		return -1, true
+	}
 	n, err := strconv.Atoi(v.Raw)
-	return n, err == nil && n >= 0
+	if err != nil {
+		return -1, true
+	}
+	return n, true
 }
+
+var integerLiteral = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
 
 // CheckShape walks the token stream once: one top-level object, no duplicate
 // keys at any level, bounded depth and node count, nothing after the object.
@@ -179,8 +195,20 @@ func CheckShape(b []byte, lim Limits) error {
 }
 
 // DecodeStrict unmarshals an admitted document into v, refusing fields the
-// Go type does not declare at any depth.
+// Go type does not declare at any depth. Field names match exactly:
+// encoding/json alone would match "PIDS" (or "ſ" for "s") to a field
+// tagged "pids", so {"pids":1,"PIDS":9} would slip past the duplicate-key
+// rule and set one field twice.
 func DecodeStrict(b []byte, v any) error {
+	var doc any
+	generic := json.NewDecoder(bytes.NewReader(b))
+	generic.UseNumber()
+	if err := generic.Decode(&doc); err != nil {
+		return Errorf(CodeMalformedJSON, "%w", err)
+	}
+	if err := exactKeys(doc, reflect.TypeOf(v), ""); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -194,4 +222,93 @@ func DecodeStrict(b []byte, v any) error {
 		return Errorf(CodeInvalidField, "%w", err)
 	}
 	return nil
+}
+
+// exactKeys walks a generic document beside the Go type it will decode into
+// and refuses every object key that is not exactly a field name of that
+// type. A value of the wrong kind is left for the typed decoder to refuse.
+func exactKeys(doc any, t reflect.Type, at string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Implements(unmarshalerType) || reflect.PointerTo(t).Implements(unmarshalerType) {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		obj, ok := doc.(map[string]any)
+		if !ok {
+			return nil
+		}
+		fields := jsonFields(t)
+		for k, v := range obj {
+			ft, ok := fields[k]
+			if !ok {
+				return Errorf(CodeUnknownField, "%q", at+k)
+			}
+			if err := exactKeys(v, ft, at+k+"."); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		obj, ok := doc.(map[string]any)
+		if !ok {
+			return nil
+		}
+		for k, v := range obj {
+			if err := exactKeys(v, t.Elem(), at+k+"."); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		arr, ok := doc.([]any)
+		if !ok {
+			return nil
+		}
+		for _, v := range arr {
+			if err := exactKeys(v, t.Elem(), at); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// jsonFields maps each wire name of struct type t to its field's type, as
+// encoding/json names them (tag name, else Go name; embedded structs
+// flattened).
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				for k, v := range jsonFields(ft) {
+					if _, shadowed := out[k]; !shadowed {
+						out[k] = v
+					}
+				}
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"time"
 )
@@ -54,7 +55,7 @@ func ReadFrame(r io.Reader, max int, deadline time.Time) ([]byte, error) {
 	return buf, nil
 }
 
-// ErrNoFrame is wrapped when the stream ended cleanly before a frame began.
+// errNoFrame is wrapped when the stream ended cleanly before a frame began.
 var errNoFrame = errors.New("end of stream before a frame")
 
 // IsEOF reports whether err means the peer closed the stream cleanly
@@ -79,14 +80,15 @@ func WriteFrame(w io.Writer, payload []byte, max int) error {
 	if len(payload) == 0 {
 		return Errorf(CodeMalformedJSON, "empty payload")
 	}
-	if len(payload) > max {
+	if len(payload) > max || uint64(len(payload)) > math.MaxUint32 {
 		return Errorf(CodeFrameTooLarge, "payload of %d bytes, cap %d", len(payload), max)
 	}
 	buf := make([]byte, frameHeader+len(payload))
 	binary.BigEndian.PutUint32(buf, uint32(len(payload)))
 	copy(buf[frameHeader:], payload)
-	// One write per frame: frames from concurrent writers never interleave
-	// on a pipe when the caller serialises writes (see Writer).
+	// One write per frame, so a frame is never split between two writers
+	// as long as the caller serialises calls (the launcher's monitor holds
+	// a mutex around each).
 	_, err := w.Write(buf)
 	return err
 }

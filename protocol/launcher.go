@@ -276,8 +276,13 @@ func DecodeLauncherResponse(b []byte) (*LauncherResponse, error) {
 	if err := DecodeStrict(b, &r); err != nil {
 		return nil, err
 	}
-	if r.Type == TypeError && r.Error != nil && !Known(r.Error.Code) {
-		return nil, Errorf(CodeInvalidField, "error.code")
+	if r.Type == TypeError && r.Error != nil {
+		if !Known(r.Error.Code) {
+			return nil, Errorf(CodeInvalidField, "error.code")
+		}
+		// The local catalogue's text, not the peer's: a message is fixed
+		// per code, and peer-supplied text never becomes our error.
+		r.Error = E(r.Error.Code)
 	}
 	// Admission proved the body field present; null would still leave the
 	// client holding a nil body.
