@@ -116,25 +116,25 @@ func (l *launcher) destroy() error {
 // last process; the host has nothing to unmount.
 func (l *launcher) destroyDomain(id string, deadline time.Time) (existed bool, err error) {
 	domfd, err := openDirBeneath(l.state.domains, id)
-	switch {
-	case errors.Is(err, unix.ENOENT):
-		domfd = -1
-	case err != nil:
+	if errors.Is(err, unix.ENOENT) {
+		// create makes the directory first and destroy removes it last, so
+		// without it nothing of the domain exists; and touching anything
+		// now could tear down a create that starts right after us.
+		return false, nil
+	}
+	if err != nil {
 		return false, err
-	default:
-		existed = true
-		defer unix.Close(domfd)
-		if err := lockDomain(domfd, deadline); err != nil {
-			return true, err
-		}
+	}
+	defer unix.Close(domfd)
+	if err := lockDomain(domfd, deadline); err != nil {
+		return true, err
 	}
 	parent, err := l.openCgroupParent()
 	if err != nil {
-		return existed, err
+		return true, err
 	}
 	defer unix.Close(parent)
 	if cg, err := openDirBeneath(parent, id); err == nil {
-		existed = true
 		err := killCgroup(cg, deadline)
 		unix.Close(cg)
 		if err != nil {
@@ -144,15 +144,15 @@ func (l *launcher) destroyDomain(id string, deadline time.Time) (existed bool, e
 			return true, protocol.Errorf(protocol.CodeCgroupFailed, "rmdir cgroup: %w", err)
 		}
 	}
-	if m, err := readMeta(domfd); domfd >= 0 && err == nil {
+	if m, err := readMeta(domfd); err == nil {
 		l.releaseSlot(id, m.Slot)
 	} else {
-		l.releaseSlotsOf(id) // a create that died, or lost a race, before meta.json
+		l.releaseSlotsOf(id) // a create that died before meta.json
 	}
 	if err := removeBeneath(l.state.domains, id); err != nil {
 		return true, protocol.Errorf(protocol.CodeLauncherFailed, "remove domain: %w", err)
 	}
-	return existed, nil
+	return true, nil
 }
 
 func closeAll(fds ...int) {
