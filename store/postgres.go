@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -124,10 +125,11 @@ func schemaError(err error) error {
 // Close releases every connection.
 func (p *Postgres) Close() { p.pool.close() }
 
-// run executes fn in one transaction. It is the only place a transaction
-// begins or ends, so the outcome rules live here: fn failing rolls back; a
-// COMMIT that fails without a server answer has an unknown outcome and is
-// authority_unavailable; a connection in doubt is never reused.
+// run executes fn in one transaction, for what does not go through mutate
+// (creating an episode, ownership, multi-statement reads). The outcome rules
+// are mutate's: fn failing rolls back; a COMMIT that fails without a server
+// answer has an unknown outcome and is authority_unavailable; a connection
+// in doubt is never reused.
 func (p *Postgres) run(ctx context.Context, op string, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
 	conn, err := p.pool.acquire(ctx)
 	if err != nil {
@@ -171,6 +173,11 @@ func checkJSONObject(field string, raw json.RawMessage, max int) (json.RawMessag
 	}
 	if err := ledger.CheckObject(raw); err != nil {
 		return nil, invalid("%s must be a JSON object: %v", field, err)
+	}
+	// jsonb cannot store NUL; refuse it here as bad input rather than let
+	// the server fail the transaction.
+	if bytes.Contains(raw, []byte(`\u0000`)) {
+		return nil, invalid("%s contains a NUL character", field)
 	}
 	return raw, nil
 }

@@ -163,6 +163,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		"digest": func(p *Proposal) { p.PayloadDigest = "md5:abc" },
 		"target": func(p *Proposal) { p.Target = json.RawMessage(`{"a":1,"a":2}`) },
 		"array":  func(p *Proposal) { p.Target = json.RawMessage(`[1]`) },
+		"nul":    func(p *Proposal) { p.Target = json.RawMessage(`{"a":"\u0000"}`) },
 		"tid":    func(p *Proposal) { p.TargetID = "" },
 	} {
 		p := good

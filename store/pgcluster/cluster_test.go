@@ -99,4 +99,23 @@ func TestClusterLifecycle(t *testing.T) {
 	if _, err := held.Exec(ctx, "SELECT 1"); err == nil {
 		t.Fatal("connection survived the crash")
 	}
+
+	// A clean stop, then a fresh Start on the same directory reuses the
+	// cluster and its secrets instead of initialising a new one.
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.PID() != 0 {
+		t.Fatal("still running after Stop")
+	}
+	again, err := Start(ctx, c.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Stop(context.Background())
+	kc, err = pgx.Connect(ctx, again.KernelConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc.Close(ctx)
 }
