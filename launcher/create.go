@@ -538,10 +538,11 @@ func (l *launcher) monitor(run *domainRun) error {
 		code := exit.Code
 		ex.ExitCode = &code
 	default:
-		// The init died without reporting: destroy, or the kernel.
+		// The init died without reporting: something outside the monitor
+		// killed the domain (a destroy, the OOM killer, an operator).
 		ex.Signal = "SIGKILL"
 		if killedBy == "" {
-			ex.Killed = "destroy"
+			ex.Killed = "external"
 		}
 	}
 	ex.CPUUserUs, ex.CPUSystemUs = cpuUsage(run.cgfd)

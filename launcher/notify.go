@@ -112,9 +112,10 @@ func domainPID(host uint32) int32 {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			f := strings.Fields(rest)
-			if n, err := strconv.ParseInt(f[len(f)-1], 10, 32); len(f) > 0 && err == nil {
-				return int32(n)
+			if f := strings.Fields(rest); len(f) > 0 {
+				if n, err := strconv.ParseInt(f[len(f)-1], 10, 32); err == nil {
+					return int32(n)
+				}
 			}
 		}
 	}

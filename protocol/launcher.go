@@ -387,7 +387,7 @@ type Exited struct {
 	CPUSystemUs uint64 `json:"cpu_system_us"`
 	MaxRSSBytes uint64 `json:"max_rss_bytes"`
 	PeakMemory  uint64 `json:"peak_memory_bytes,omitempty"`
-	Killed      string `json:"killed_by,omitempty"` // "destroy", "kernel_gone", "monitor"
+	Killed      string `json:"killed_by,omitempty"` // "kernel_gone" or "external"
 	Destroyed   bool   `json:"destroyed"`
 }
 

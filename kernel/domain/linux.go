@@ -59,6 +59,10 @@ func (l *Linux) start(ctx context.Context, req *protocol.LauncherRequest) (*sess
 	if err != nil {
 		return nil, err
 	}
+	// Refuse what the launcher would refuse, before starting a root process.
+	if len(b) > protocol.LauncherRequestMax {
+		return nil, protocol.E(protocol.CodeFrameTooLarge)
+	}
 	cmd := l.command(ctx)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
 	s := &session{cmd: cmd, out: &boundedBuffer{}, id: req.RequestID}
@@ -81,7 +85,14 @@ func (l *Linux) start(ctx context.Context, req *protocol.LauncherRequest) (*sess
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "start launcher: %w", err)
 	}
 	if err := protocol.WriteFrame(s.stdin, b, protocol.LauncherRequestMax); err != nil {
-		s.abort()
+		// A launcher that refused before reading (not privileged, bad
+		// invocation) has already said why on stdout.
+		s.stdin.Close()
+		if r, ferr := s.next(); ferr != nil && r == nil && !protocol.IsEOF(ferr) {
+			_ = s.cmd.Wait()
+			return nil, ferr
+		}
+		_ = s.cmd.Wait()
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "write request: %w", err)
 	}
 	return s, nil
@@ -102,7 +113,7 @@ func (s *session) next() (*protocol.LauncherResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.RequestID != s.id && r.RequestID != "" {
+	if r.RequestID != s.id && !(r.Type == protocol.TypeError && r.RequestID == "") {
 		return nil, protocol.Errorf(protocol.CodeInvalidField, "response for another request")
 	}
 	if r.Type == protocol.TypeError {
@@ -121,8 +132,8 @@ func (l *Linux) call(ctx context.Context, req *protocol.LauncherRequest, want st
 	r, err := s.next()
 	werr := s.cmd.Wait()
 	if err != nil {
-		if protocol.IsEOF(err) && werr != nil {
-			return nil, protocol.Errorf(protocol.CodeLauncherFailed, "launcher exited: %w", werr)
+		if protocol.IsEOF(err) {
+			return nil, protocol.Errorf(protocol.CodeLauncherFailed, "launcher exited without answering: %w", errors.Join(err, werr))
 		}
 		return nil, err
 	}
@@ -216,6 +227,13 @@ func (l *Linux) Create(ctx context.Context, spec Spec) (*Running, error) {
 			switch f.Type {
 			case protocol.TypeViolation:
 				r.deliver(Event{Violation: f.Violation})
+			default:
+				// Anything else after started breaks the protocol: stop
+				// trusting this monitor, which also kills its domain.
+				s.stdin.Close()
+				werr := s.cmd.Wait()
+				r.err = errors.Join(protocol.Errorf(protocol.CodeInvalidField, "unexpected %q frame from a monitor", f.Type), werr)
+				return
 			case protocol.TypeExited:
 				r.exited = f.Exited
 				r.deliver(Event{Exited: f.Exited})

@@ -230,8 +230,8 @@ func TestUpperLayerHoldsWrites(t *testing.T) {
 		t.Fatalf("destroy: %+v %v", st, err)
 	}
 	ex, _ := r.Wait()
-	if ex == nil || ex.Killed != "destroy" {
-		t.Errorf("exited = %+v, want killed_by destroy", ex)
+	if ex == nil || ex.Killed != "external" {
+		t.Errorf("exited = %+v, want killed_by external", ex)
 	}
 	if _, err := os.Stat(upper); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("upper layer survived destroy: %v", err)
