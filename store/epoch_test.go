@@ -284,76 +284,89 @@ func assertNoCommitUnderFencedEpoch(t testing.TB, s *Postgres, ep uuid.UUID) {
 	replay(t, es)
 }
 
-// postgresql_epoch_commit_race: hundreds of goroutines run the full commit
-// path while others advance epochs. No effect commits under a fenced epoch,
-// each effect ends in exactly one terminal state matching the table, no
-// deadlock (every error is a stale refusal, nothing else), and the ledger
-// verifies.
+// postgresql_epoch_commit_race: in each round, hundreds of goroutines push
+// freshly proposed effects through prepare → evaluating → ready →
+// commit_intent → committing → committed while each episode's epoch advances
+// at a random moment, so the advance lands before, between and after every
+// step. No effect reaches commit_intent under a fenced epoch (checked by
+// replaying the ledger in lock order), each effect ends in exactly one
+// terminal state which the table agrees with, every failure is a typed
+// stale refusal (a deadlock or anything else fails the test), and the
+// ledger verifies.
 func TestPostgresqlEpochCommitRace(t *testing.T) {
 	e := newEnv(t)
-	s := e.store
+	s := e.openConns("race", 0, 24)
 	const (
 		episodes   = 4
-		committers = 50 // per episode: 200 goroutines in all
-		advances   = 25 // per episode
+		perEpisode = 50 // goroutines per episode per round: 200 in all
+		rounds     = 8
 	)
 	ctx := ctxT(t)
 	eps := make([]uuid.UUID, episodes)
 	for i := range eps {
 		eps[i] = e.episode(s).ep.ID
 	}
-	var stop atomic.Bool
 	var committed, staled atomic.Int64
-	errs := make(chan error, episodes*committers+episodes)
-	var wg sync.WaitGroup
-	for _, ep := range eps {
-		for c := 0; c < committers; c++ {
+	for r := 0; r < rounds; r++ {
+		epoch := int64(r + 1)
+		// Set-up, not raced: a lease and proposals in the current epoch.
+		effects := make([][]Effect, episodes)
+		for i, ep := range eps {
+			l, err := s.GrantLease(ctx, LeaseGrant{EpisodeID: ep, Epoch: epoch, TTL: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := 0; k < perEpisode; k++ {
+				eff, err := s.ProposeEffect(ctx, Proposal{EpisodeID: ep, Epoch: epoch, LeaseID: l.ID, Kind: "git_commit",
+					Class: 3, TargetID: "repo", PayloadDigest: digest(fmt.Sprint(r, i, k))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				effects[i] = append(effects[i], eff)
+			}
+		}
+		start := make(chan struct{})
+		errs := make(chan error, episodes*(perEpisode+1))
+		var wg sync.WaitGroup
+		for i, ep := range eps {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for !stop.Load() {
-					ok, err := commitPath(ctx, s, ep)
-					switch {
-					case err == nil && ok:
-						committed.Add(1)
-					case err == nil:
-						staled.Add(1)
-					default:
-						errs <- err
-						return
-					}
+				<-start
+				// Spread over roughly the time a round takes, so the
+				// advance lands anywhere from before the first step to
+				// after the last commit.
+				time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
+				if _, err := s.AdvanceEpoch(ctx, AdvanceEpoch{EpisodeID: ep, FromEpoch: epoch, Reason: "race"}); err != nil {
+					errs <- fmt.Errorf("advance: %w", err)
 				}
 			}()
+			for _, eff := range effects[i] {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+					ok, err := horizon(ctx, s, eff, epoch)
+					switch {
+					case err != nil:
+						errs <- err
+					case ok:
+						committed.Add(1)
+					default:
+						staled.Add(1)
+					}
+				}()
+			}
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
 		}
 	}
-	var adv sync.WaitGroup
-	for _, ep := range eps {
-		adv.Add(1)
-		go func() {
-			defer adv.Done()
-			for i := 0; i < advances; i++ {
-				time.Sleep(time.Duration(5+rand.IntN(30)) * time.Millisecond)
-				cur, err := s.Episode(ctx, ep)
-				if err != nil {
-					errs <- err
-					return
-				}
-				_, err = s.AdvanceEpoch(ctx, AdvanceEpoch{EpisodeID: ep, FromEpoch: cur.Epoch, Reason: "race"})
-				if err != nil {
-					errs <- fmt.Errorf("advance: %w", err)
-					return
-				}
-			}
-		}()
-	}
-	adv.Wait()
-	stop.Store(true)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	t.Logf("committed %d, refused as stale %d", committed.Load(), staled.Load())
+	t.Logf("%d effects committed, %d refused as stale", committed.Load(), staled.Load())
 	if committed.Load() == 0 || staled.Load() == 0 {
 		t.Fatalf("race did not exercise both outcomes")
 	}
@@ -364,6 +377,9 @@ func TestPostgresqlEpochCommitRace(t *testing.T) {
 			t.Fatal(err)
 		}
 		terminal, last := replay(t, es)
+		if len(last) != perEpisode*rounds {
+			t.Fatalf("ledger names %d effects, want %d", len(last), perEpisode*rounds)
+		}
 		for id, st := range last {
 			if !st.Terminal() {
 				t.Fatalf("effect %s ended at %s", id, st)
@@ -379,10 +395,31 @@ func TestPostgresqlEpochCommitRace(t *testing.T) {
 				t.Fatalf("effect %s: table says %s, ledger %s", id, got.State, st)
 			}
 		}
-		if cur, _ := s.Episode(ctx, ep); cur.Epoch != advances+1 {
+		if cur, _ := s.Episode(ctx, ep); cur.Epoch != rounds+1 {
 			t.Fatalf("episode at epoch %d", cur.Epoch)
 		}
 	}
+}
+
+// horizon drives a proposed effect to committed, as the broker would. An
+// epoch advance before commit_intent is a typed refusal (false, nil); past
+// commit_intent nothing may stop the outcome being recorded.
+func horizon(ctx context.Context, s *Postgres, eff Effect, epoch int64) (bool, error) {
+	for _, to := range []EffectState{Prepared, Evaluating, Ready, CommitIntent} {
+		if err := attempt(ctx, s, eff, epoch, to); err != nil {
+			if c := code(err); c == protocol.CodeStaleAuthority || c == protocol.CodeStaleRequestEpoch {
+				return false, nil
+			}
+			return false, fmt.Errorf("%s: %w", to, err)
+		}
+	}
+	if _, err := s.Transition(ctx, Transition{EffectID: eff.ID, Revision: eff.Revision, To: Committing}); err != nil {
+		return false, err
+	}
+	if _, err := s.FinishCommit(ctx, Outcome{EffectID: eff.ID, State: Committed, Receipt: []byte(`{"ok":true}`)}); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // commitPath is a worker-and-broker round trip: lease, propose, prepare,

@@ -13,7 +13,9 @@ import (
 // clock), after which the first instance's writes are refused.
 func TestTwoKernelInstancesOwnership(t *testing.T) {
 	e := newEnv(t)
-	const ttl = time.Second
+	// Long enough that a loaded CI machine finishes each step well
+	// inside it; a renewal precedes every step that relies on it.
+	const ttl = 2 * time.Second
 	a, b := e.open("kernel-a", ttl), e.open("kernel-b", ttl)
 	ctx := ctxT(t)
 	f := e.episode(a)
@@ -22,6 +24,9 @@ func TestTwoKernelInstancesOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if _, err := a.AcquireOwnership(ctx, f.ep.ID); err != nil {
+		t.Fatal(err)
+	}
 	_, err = b.AcquireOwnership(ctx, f.ep.ID)
 	wantCode(t, err, protocol.CodeStaleAuthority)
 	_, err = b.AdvanceEpoch(ctx, AdvanceEpoch{EpisodeID: f.ep.ID, FromEpoch: 1, Reason: "b"})
