@@ -74,18 +74,20 @@ func watchNotifications(listener int, stop <-chan struct{}, out *frameWriter) {
 		if err := ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
 			continue // EINTR, or the task died before we read it
 		}
-		// The id may have gone stale (task killed); answering then is
-		// harmless, but a stale id is not a call that happened to anyone.
+		// The task is parked in the notified call until we answer, so its
+		// pid names it now; ID_VALID afterwards proves it still does (the
+		// pid cannot have been reused in between).
+		inDomain := domainPID(req.PID)
 		id := req.ID
 		if ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) != nil {
-			continue
+			continue // the task died: no call happened to anyone
 		}
 		resp := seccompNotifResp{ID: req.ID, Error: -int32(unix.EPERM)}
 		_ = ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
 		var ts unix.Timespec
 		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 		v := &protocol.Violation{
-			Syscall: floor.SyscallName(uint32(req.Nr)), Nr: req.Nr, Args: req.Args[:], PID: domainPID(req.PID), HostPID: int32(req.PID),
+			Syscall: floor.SyscallName(uint32(req.Nr)), Nr: req.Nr, Args: req.Args[:], PID: inDomain, HostPID: int32(req.PID),
 			MonotonicNs: ts.Nano(), Count: 1,
 		}
 		if sent < violationBudget {
