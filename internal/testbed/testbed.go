@@ -185,6 +185,13 @@ func (b *Bed) Workspace(id string, files map[string]string) (string, error) {
 
 // Close removes the bed: its cgroup parent (only if empty) and its files.
 func (b *Bed) Close() error {
+	b.RemoveCgroups()
+	return os.RemoveAll(b.Dir)
+}
+
+// RemoveCgroups removes the bed's empty cgroups, keeping its files (for a
+// failed run that leaves them for inspection).
+func (b *Bed) RemoveCgroups() {
 	if b.CgroupParent != "" {
 		entries, _ := os.ReadDir(b.CgroupParent)
 		for _, e := range entries {
@@ -194,5 +201,4 @@ func (b *Bed) Close() error {
 		}
 		_ = os.Remove(b.CgroupParent)
 	}
-	return os.RemoveAll(b.Dir)
 }

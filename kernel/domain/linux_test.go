@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 		if code == 0 {
 			_ = bed.Close()
 		} else {
+			bed.RemoveCgroups()
 			fmt.Fprintln(os.Stderr, "testbed kept for inspection:", bed.Dir)
 		}
 	}
