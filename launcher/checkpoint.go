@@ -149,12 +149,18 @@ func (a *archiver) entry(dir int, name, full string) error {
 		}
 		return a.walk(sub, full+"/")
 	case unix.S_IFREG:
-		fd, err := openBeneath(dir, name, unix.O_RDONLY)
+		// O_NONBLOCK and the re-check: what we open must still be the
+		// regular file we stat'ed, never a fifo swapped in to hang us.
+		fd, err := openBeneath(dir, name, unix.O_RDONLY|unix.O_NONBLOCK)
 		if err != nil {
 			return protocol.Errorf(protocol.CodeLauncherFailed, "open file: %w", err)
 		}
 		f := os.NewFile(uintptr(fd), name)
 		defer f.Close()
+		var again unix.Stat_t
+		if unix.Fstat(fd, &again) != nil || again.Mode&unix.S_IFMT != unix.S_IFREG || again.Ino != st.Ino || again.Size != st.Size {
+			return protocol.Errorf(protocol.CodeCheckpointUnsafe, "upper layer changed during checkpoint")
+		}
 		hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
 		if err := a.tw.WriteHeader(hdr); err != nil {
 			return checkpointWriteError(err)
