@@ -51,6 +51,7 @@ type initReply struct {
 	Exited   bool   `json:"exited,omitempty"`
 	Code     int    `json:"code,omitempty"`
 	Signal   int    `json:"signal,omitempty"`
+	MaxRSS   int64  `json:"max_rss,omitempty"` // KiB, from the worker's own rusage
 	Listener bool   `json:"listener,omitempty"`
 }
 
@@ -413,37 +414,36 @@ func idmappedClone(fd, userns int, attrs uint64, recursive bool) (int, error) {
 }
 
 // workspaceUserns returns a user namespace mapping exactly the kernel's
-// workspace owner to this domain's worker, held open long enough to idmap
-// the workspace with it. No other host id is mapped, so nothing else in the
-// clone becomes the worker's.
+// workspace owner to this domain's worker, to idmap the workspace with. No
+// other host id is mapped, so nothing else in the clone becomes the
+// worker's. The namespace's only process is traced: it stops at its exec,
+// before running a single instruction, and is killed once the namespace is
+// open (the descriptor keeps the namespace alive).
 func (l *launcher) workspaceUserns(base uint32) (int, error) {
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return -1, err
-	}
-	defer pw.Close()
 	cmd := &exec.Cmd{
-		Path: "/proc/self/exe", Args: []string{holdArg0}, Env: []string{}, Stdin: pr,
+		Path: "/proc/self/exe", Args: []string{holdArg0}, Env: []string{},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER,
 			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(l.cfg.WorkspaceOwnerUID), HostID: int(base + l.cfg.WorkerUID), Size: 1}},
 			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(l.cfg.WorkspaceOwnerGID), HostID: int(base + l.cfg.WorkerGID), Size: 1}},
+			Ptrace:      true,
 			Pdeathsig:   unix.SIGKILL,
 		},
 	}
-	err = cmd.Start()
-	pr.Close()
-	if err != nil {
+	runtime.LockOSThread() // the tracer is this thread
+	defer runtime.UnlockOSThread()
+	if err := cmd.Start(); err != nil {
 		return -1, err
 	}
 	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	pw.Close()
+	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	return fd, err
 }
 
-// runHold keeps a user namespace alive until its stdin closes.
-func runHold() { _, _ = io.Copy(io.Discard, os.Stdin) }
+// runHold is what a traced namespace holder would run if it were ever let
+// go: nothing.
+func runHold() {}
 
 func (l *launcher) awaitExec(run *domainRun) error {
 	deadline := time.Now().Add(actionDeadline)
@@ -530,7 +530,9 @@ func (l *launcher) monitor(run *domainRun) error {
 	}
 	close(stop)
 	<-violations
-	ex := &protocol.Exited{MaxRSSBytes: uint64(res.rusage.Maxrss) * 1024, Killed: killedBy}
+	// The init's own rusage would report the monitor's memory (the init is
+	// forked from it); the worker's comes from the init's wait4 instead.
+	ex := &protocol.Exited{MaxRSSBytes: uint64(max(exit.MaxRSS, 0)) * 1024, Killed: killedBy}
 	switch {
 	case exit.Exited && exit.Signal != 0:
 		ex.Signal = unix.SignalName(syscall.Signal(exit.Signal))
@@ -595,18 +597,64 @@ func (l *launcher) workerEnv() ([]string, error) {
 	return env, nil
 }
 
+// openRootfs opens the rootfs and returns its identity, the SHA-256 of its
+// manifest. Hashing a large manifest on every create is the launcher's
+// biggest single cost, so the digest is cached in root-owned state, keyed by
+// everything that changes when the file does (device, inode, size, mtime,
+// ctime); the rootfs is root-owned, so only root could forge a match.
 func (l *launcher) openRootfs() (int, string, error) {
 	fd, err := openRoot(l.cfg.Rootfs)
 	if err != nil {
 		return -1, "", err
 	}
-	b, err := readFileAt(fd, "manifest.json", 256<<20)
+	digest, err := l.manifestDigest(fd)
 	if err != nil {
 		unix.Close(fd)
 		return -1, "", protocol.Errorf(protocol.CodeRootfsMismatch, "manifest: %w", err)
 	}
-	sum := sha256.Sum256(b)
-	return fd, hex.EncodeToString(sum[:]), nil
+	return fd, digest, nil
+}
+
+type manifestStamp struct {
+	Dev, Ino, Size, Mtime, Ctime int64
+	Digest                       string
+}
+
+func (l *launcher) manifestDigest(rootfs int) (string, error) {
+	mfd, err := openBeneath(rootfs, "manifest.json", unix.O_RDONLY)
+	if err != nil {
+		return "", err
+	}
+	f := os.NewFile(uintptr(mfd), "manifest.json")
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(mfd, &st); err != nil {
+		return "", err
+	}
+	stamp := manifestStamp{Dev: int64(st.Dev), Ino: int64(st.Ino), Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano()}
+	if b, err := readFileAt(l.state.root, "manifest-digest.json", 4096); err == nil {
+		var cached manifestStamp
+		if json.Unmarshal(b, &cached) == nil && protocol.ValidDigest(cached.Digest) {
+			want := stamp
+			want.Digest = cached.Digest
+			if cached == want {
+				return cached.Digest, nil
+			}
+		}
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(f, 256<<20)); err != nil {
+		return "", err
+	}
+	stamp.Digest = hex.EncodeToString(h.Sum(nil))
+	if b, err := json.Marshal(stamp); err == nil {
+		tmp := "manifest-digest.json.tmp"
+		_ = unix.Unlinkat(l.state.root, tmp, 0)
+		if writeFileAt(l.state.root, tmp, b, 0o600) == nil {
+			_ = unix.Renameat(l.state.root, tmp, l.state.root, "manifest-digest.json")
+		}
+	}
+	return stamp.Digest, nil
 }
 
 func (l *launcher) openWorkspace(id string) (int, error) {
@@ -695,7 +743,13 @@ func recvMsg(f *os.File, deadline time.Time) (initReply, []int, error) {
 }
 
 func recvRaw(f *os.File, deadline time.Time) ([]byte, []int, error) {
-	buf := make([]byte, 256<<10)
+	return recvSized(f, deadline, 4096)
+}
+
+// recvSized receives one message of at most max bytes (init's spec carries
+// the seccomp programs; everything else is small).
+func recvSized(f *os.File, deadline time.Time, max int) ([]byte, []int, error) {
+	buf := make([]byte, max)
 	oob := make([]byte, unix.CmsgSpace(8*4))
 	fd := int(f.Fd())
 	if !deadline.IsZero() {
@@ -719,12 +773,15 @@ func recvRaw(f *os.File, deadline time.Time) ([]byte, []int, error) {
 		}
 	}
 	for {
-		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err == unix.EINTR || err == unix.EAGAIN {
 			continue
 		}
 		if err != nil {
 			return nil, nil, err
+		}
+		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+			return nil, nil, errors.New("message truncated")
 		}
 		if n == 0 && oobn == 0 {
 			return nil, nil, io.EOF

@@ -31,7 +31,7 @@ func runInit() int {
 	}
 	ctl := os.NewFile(3, "ctl")
 	execCh := os.NewFile(4, "exec")
-	b, fds, err := recvRaw(ctl, time.Now().Add(actionDeadline))
+	b, fds, err := recvSized(ctl, time.Now().Add(actionDeadline), 256<<10)
 	if err != nil {
 		return 1
 	}
@@ -68,7 +68,8 @@ func runInit() int {
 	}()
 	for {
 		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		var ru unix.Rusage
+		pid, err := unix.Wait4(-1, &ws, 0, &ru)
 		if err == unix.EINTR {
 			continue
 		}
@@ -78,7 +79,7 @@ func runInit() int {
 		if pid != stage {
 			continue // an orphan reparented to us: reap and go on
 		}
-		r := initReply{Exited: true}
+		r := initReply{Exited: true, MaxRSS: ru.Maxrss}
 		if ws.Signaled() {
 			r.Signal = int(ws.Signal())
 		} else {

@@ -111,7 +111,7 @@ func TestReadmeNamesEveryActionTypeAndField(t *testing.T) {
 
 func TestReadmeStatesTheLimits(t *testing.T) {
 	doc := readme(t)
-	for _, re := range []*regexp.Regexp{idPattern, requestIDPattern, envKeyPattern, digestPattern} {
+	for _, re := range []*regexp.Regexp{idPattern(), requestIDPattern(), envKeyPattern(), digestPattern()} {
 		if !strings.Contains(doc, "`"+re.String()+"`") {
 			t.Errorf("README.md does not state the pattern %s", re)
 		}
@@ -206,6 +206,81 @@ func TestReadmeExamplesAreAdmitted(t *testing.T) {
 	for _, want := range []string{"request:create", TypePreflight, TypeStarted, TypeViolation, TypeExited, TypeError} {
 		if !types[want] {
 			t.Errorf("no admitted example of %s", want)
+		}
+	}
+}
+
+func TestReadmeSpecifiesTheWorkerProtocol(t *testing.T) {
+	doc := readme(t)
+	sec := doc[strings.Index(doc, "## 11. Worker (broker) protocol"):]
+	for _, a := range []string{WorkerPrepare, WorkerEvaluate, WorkerCommit, WorkerAbort, WorkerStatus, WorkerFetchResponse} {
+		if !strings.Contains(sec, "| `"+a+"` |") {
+			t.Errorf("README.md §11 has no table row for action %s", a)
+		}
+	}
+	if got := len(WorkerRequestSchema().Kinds); got != 6 {
+		t.Errorf("the worker schema has %d actions; update README.md §11.3 and this test", got)
+	}
+	for kind, f := range WorkerRequestSchema().Kinds {
+		for _, name := range append(append([]string{}, f.Required...), f.Optional...) {
+			if !mentioned(sec, name) {
+				t.Errorf("worker action %s: field %s not in README.md §11", kind, name)
+			}
+		}
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[WorkerRequest](), reflect.TypeFor[WorkerResponse](),
+		reflect.TypeFor[EffectResult](), reflect.TypeFor[Chunk](), reflect.TypeFor[Approval](), reflect.TypeFor[ApprovalDocument]()} {
+		for name := range jsonFields(typ) {
+			if !mentioned(sec, name) {
+				t.Errorf("%s.%s not in README.md §11", typ.Name(), name)
+			}
+		}
+	}
+	for _, re := range []*regexp.Regexp{uuidPattern, kindPattern, targetIDPattern, keyIDPattern} {
+		if !strings.Contains(sec, "`"+re.String()+"`") {
+			t.Errorf("README.md §11 does not state the pattern %s", re)
+		}
+	}
+	for name, v := range map[string]int{"MaxWorkerPayload": MaxWorkerPayload, "MaxWorkerTarget": MaxWorkerTarget,
+		"MaxWorkerChunk": MaxWorkerChunk, "MaxRevision": MaxRevision} {
+		line := regexp.MustCompile(`(?m)^.*\b` + strconv.Itoa(v) + `\b.*` + "`" + name + "`.*$")
+		if !line.MatchString(sec) {
+			t.Errorf("README.md §11 does not give %s = %d on one line", name, v)
+		}
+	}
+	for _, row := range []string{
+		"| worker requests | " + strconv.Itoa(WorkerRequestSchema().Limits.MaxDepth) + " | " + strconv.Itoa(WorkerRequestSchema().Limits.MaxNodes) + " |",
+		"| worker responses | " + strconv.Itoa(WorkerResponseLimits().MaxDepth) + " | " + strconv.Itoa(WorkerResponseLimits().MaxNodes) + " |",
+	} {
+		if !strings.Contains(sec, row) {
+			t.Errorf("README.md §11 lacks the row %q", row)
+		}
+	}
+	if !strings.Contains(sec, "Version **"+strconv.Itoa(WorkerVersion)+"**") {
+		t.Error("README.md §11 does not name the worker protocol version")
+	}
+	kinds := map[string]bool{}
+	for _, ex := range fenced(sec, "json-worker") {
+		b := []byte(strings.TrimSpace(ex))
+		if bytes.Contains(b, []byte(`"action"`)) {
+			r, err := DecodeWorkerRequest(b)
+			if err != nil {
+				t.Errorf("worker request example refused: %v\n%s", err, ex)
+				continue
+			}
+			kinds["request:"+r.Action] = true
+			continue
+		}
+		r, err := DecodeWorkerResponse(b)
+		if err != nil {
+			t.Errorf("worker response example refused: %v\n%s", err, ex)
+			continue
+		}
+		kinds["ok:"+strconv.FormatBool(r.OK)] = true
+	}
+	for _, want := range []string{"request:prepare", "request:commit", "ok:true", "ok:false"} {
+		if !kinds[want] {
+			t.Errorf("no admitted worker example of %s", want)
 		}
 	}
 }

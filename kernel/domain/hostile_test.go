@@ -144,6 +144,9 @@ func TestHostileCheckpoints(t *testing.T) {
 	_, _ = setup(t)
 	ws, _ := workspace(t, nil)
 	victim := filepath.Join(bed.Dir, "victim")
+	if err := os.MkdirAll(filepath.Join(bed.State, "checkpoints"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string][]*tar.Header{
 		"dotdot":          {{Name: "../../../../victim", Typeflag: tar.TypeReg, Mode: 0o644, Size: 0}},
 		"absolute":        {{Name: victim, Typeflag: tar.TypeReg, Mode: 0o644}},
