@@ -41,7 +41,7 @@ func (p *Postgres) CreateEpisode(ctx context.Context, req NewEpisode) (Episode, 
 		}
 		// Insert with the genesis head; flush advances it with the
 		// creation event in the same transaction.
-		_, err := tx.Exec(ctx, `INSERT INTO episodes (`+episodeCols+`) VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8, 0, $9, $10, $10)`,
+		_, err := tx.Exec(ctx, `INSERT INTO episodes (`+episodeCols+`) VALUES ($2, $1, $3, $4, $5, NULL, $6, $7, $8, 0, $9, $10, $10)`,
 			ep.ID, spec, string(ep.State), ep.Epoch, ep.PolicyVersion, ep.Owner.InstanceID, ep.Owner.Token,
 			ep.Owner.ExpiresAt, ep.LedgerHead.Hash[:], now)
 		if err != nil {
@@ -70,7 +70,7 @@ func (p *Postgres) Episode(ctx context.Context, id uuid.UUID) (Episode, error) {
 	var ep Episode
 	err := p.query(ctx, "episode", func(tx querier) error {
 		var err error
-		ep, err = scanEpisode(tx.QueryRow(ctx, `SELECT `+episodeCols+` FROM episodes WHERE id = $1`, id))
+		ep, err = scanEpisode(tx.QueryRow(ctx, `SELECT `+episodeCols+` FROM episodes WHERE id = $1`, id), true)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("episode")
 		}

@@ -54,7 +54,7 @@ func readEvents(ctx context.Context, tx querier, episodeID uuid.UUID) ([]ledger.
 func (p *Postgres) VerifyLedger(ctx context.Context, episodeID uuid.UUID) (ledger.Report, error) {
 	var rep ledger.Report
 	err := p.read(ctx, "verify_ledger", func(tx pgx.Tx) error {
-		ep, err := scanEpisode(tx.QueryRow(ctx, `SELECT `+episodeCols+` FROM episodes WHERE id = $1`, episodeID))
+		ep, err := scanEpisode(tx.QueryRow(ctx, `SELECT `+episodeLockCols+` FROM episodes WHERE id = $1`, episodeID), false)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("episode")
 		}

@@ -62,6 +62,11 @@ func TestCommitLifecycle(t *testing.T) {
 		t.Fatalf("ledger kinds\n got %s\nwant %s", got, want)
 	}
 	mustVerify(t, s, f.ep.ID)
+	got2, err := s.Episode(ctx, f.ep.ID)
+	var spec map[string]string
+	if err != nil || json.Unmarshal(got2.Spec, &spec) != nil || spec["intent"] != "test" {
+		t.Fatalf("episode spec: %s %v", got2.Spec, err)
+	}
 }
 
 func TestCommitCheckRefusal(t *testing.T) {

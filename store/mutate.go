@@ -48,7 +48,7 @@ func (tg target) episodeSQL() string {
 	if tg.via != "" {
 		where = `id = (SELECT episode_id FROM ` + tg.via + ` WHERE id = $1)`
 	}
-	return `SELECT ` + episodeCols + `, clock_timestamp() FROM episodes WHERE ` + where + ` FOR UPDATE`
+	return `SELECT ` + episodeLockCols + `, clock_timestamp() FROM episodes WHERE ` + where + ` FOR UPDATE`
 }
 
 // mtx is one mutation of one episode, with the episode row locked. Changes
@@ -80,7 +80,7 @@ func (m *mtx) lock(e Effect) {
 type event struct {
 	epoch int64
 	kind  string
-	body  any
+	body  map[string]any
 }
 
 // write queues a statement whose result is not needed; it runs at commit,
@@ -88,7 +88,7 @@ type event struct {
 func (m *mtx) write(sql string, args ...any) { m.writes.Queue(sql, args...) }
 
 // emit queues a ledger event at the episode's current epoch.
-func (m *mtx) emit(kind string, body any) {
+func (m *mtx) emit(kind string, body map[string]any) {
 	m.events = append(m.events, event{epoch: m.ep.Epoch, kind: kind, body: body})
 }
 
@@ -175,7 +175,7 @@ func readLocks(br pgx.BatchResults, m *mtx, tg target) error {
 		return err
 	}
 	var err error
-	m.ep, err = scanEpisode(br.QueryRow(), &m.now)
+	m.ep, err = scanEpisode(br.QueryRow(), false, &m.now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return notFound(tg.what)
 	}
@@ -298,13 +298,18 @@ func (m *mtx) flush() error {
 	return br.Close()
 }
 
-const episodeCols = `id, spec, state, epoch, policy_version, current_checkpoint, owner_instance,
+// episodeLockCols is the episode without its spec: every mutation reads
+// the episode under lock, and none needs the spec (up to 1 MiB) to do so.
+const (
+	episodeLockCols = `id, state, epoch, policy_version, current_checkpoint, owner_instance,
 	owner_token, owner_expires_at, ledger_seq, ledger_head, created_at, updated_at`
+	episodeCols = `spec, ` + episodeLockCols
+)
 
 // lockEpisode locks an episode inside run (creation and ownership paths).
 func lockEpisode(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Episode, time.Time, error) {
 	var now time.Time
-	ep, err := scanEpisode(tx.QueryRow(ctx, onEpisode(id).episodeSQL(), id), &now)
+	ep, err := scanEpisode(tx.QueryRow(ctx, onEpisode(id).episodeSQL(), id), false, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Episode{}, now, notFound("episode")
 	}

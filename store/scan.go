@@ -18,13 +18,18 @@ func sha256Hex(b []byte) string {
 	return "sha256:" + hex.EncodeToString(s[:])
 }
 
-func scanEpisode(row pgx.Row, extra ...any) (Episode, error) {
+// scanEpisode scans episodeCols (withSpec) or episodeLockCols, then extra.
+func scanEpisode(row pgx.Row, withSpec bool, extra ...any) (Episode, error) {
 	var ep Episode
 	var state string
 	var head []byte
-	dest := []any{&ep.ID, &ep.Spec, &state, &ep.Epoch, &ep.PolicyVersion, &ep.CurrentCheckpoint,
+	var dest []any
+	if withSpec {
+		dest = append(dest, &ep.Spec)
+	}
+	dest = append(dest, &ep.ID, &state, &ep.Epoch, &ep.PolicyVersion, &ep.CurrentCheckpoint,
 		&ep.Owner.InstanceID, &ep.Owner.Token, &ep.Owner.ExpiresAt, &ep.LedgerHead.Seq, &head,
-		&ep.CreatedAt, &ep.UpdatedAt}
+		&ep.CreatedAt, &ep.UpdatedAt)
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return Episode{}, err
 	}

@@ -63,7 +63,8 @@ const (
 
 // Episode is one episode's authoritative record.
 type Episode struct {
-	ID                uuid.UUID
+	ID uuid.UUID
+	// Spec is filled in by Episode only; mutations never read it.
 	Spec              json.RawMessage
 	State             EpisodeState
 	Epoch             int64

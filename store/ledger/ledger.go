@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/gowebpki/jcs"
@@ -161,8 +163,86 @@ type envelope struct {
 // digest.
 const domainTag = "autonomic.ledger.v1\n"
 
-// Compute returns the hash e should carry.
+// Compute returns the hash e should carry. e.Body must be canonical.
 func Compute(e Entry) (Hash, error) {
+	canon, err := envelopeJSON(e)
+	if err != nil {
+		return Hash{}, err
+	}
+	h := sha256.New()
+	h.Write([]byte(domainTag))
+	h.Write(canon)
+	var out Hash
+	copy(out[:], h.Sum(nil))
+	return out, nil
+}
+
+// envelopeJSON is the RFC 8785 form of e's envelope. Every append and every
+// verification computes it, so it is written out directly rather than
+// marshalled and re-parsed: the keys are fixed (here in canonical order),
+// the body is already canonical (Seal produces it so, Verify refuses a body
+// that is not before hashing), and only kind is free text. Integers beyond
+// 2^53, where RFC 8785's IEEE-754 numbers would round, take the general
+// path. FuzzEnvelope holds the two paths equal.
+func envelopeJSON(e Entry) ([]byte, error) {
+	const exact = 1 << 53
+	if e.Seq > exact || e.Seq < -exact || e.Epoch > exact || e.Epoch < -exact || !utf8.ValidString(e.Kind) {
+		return envelopeJCS(e)
+	}
+	b := make([]byte, 0, 192+len(e.Body)+len(e.Kind))
+	b = append(b, `{"at":"`...)
+	b = e.At.UTC().AppendFormat(b, "2006-01-02T15:04:05.000000Z")
+	b = append(b, `","body":`...)
+	b = append(b, e.Body...)
+	b = append(b, `,"episode_id":"`...)
+	b = append(b, e.EpisodeID.String()...)
+	b = append(b, `","epoch":`...)
+	b = strconv.AppendInt(b, e.Epoch, 10)
+	b = append(b, `,"kind":`...)
+	b = appendJCSString(b, e.Kind)
+	b = append(b, `,"prev":"`...)
+	b = append(b, e.Prev.String()...)
+	b = append(b, `","seq":`...)
+	b = strconv.AppendInt(b, e.Seq, 10)
+	b = append(b, `,"v":`...)
+	b = strconv.AppendInt(b, Version, 10)
+	b = append(b, '}')
+	return b, nil
+}
+
+// appendJCSString appends s as RFC 8785 (ECMAScript JSON.stringify) writes
+// a string: only '"', '\\' and control characters are escaped, the latter
+// as \b \t \n \f \r or \u00xx in lower-case hex; everything else is
+// literal UTF-8.
+func appendJCSString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c == '\b':
+			b = append(b, '\\', 'b')
+		case c == '\t':
+			b = append(b, '\\', 't')
+		case c == '\n':
+			b = append(b, '\\', 'n')
+		case c == '\f':
+			b = append(b, '\\', 'f')
+		case c == '\r':
+			b = append(b, '\\', 'r')
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// envelopeJCS is the general path: marshal, then canonicalise.
+func envelopeJCS(e Entry) ([]byte, error) {
 	env, err := json.Marshal(envelope{
 		V:         Version,
 		EpisodeID: e.EpisodeID.String(),
@@ -174,26 +254,27 @@ func Compute(e Entry) (Hash, error) {
 		Prev:      e.Prev.String(),
 	})
 	if err != nil {
-		return Hash{}, fmt.Errorf("ledger: encoding envelope: %w", err)
+		return nil, fmt.Errorf("ledger: encoding envelope: %w", err)
 	}
 	canon, err := jcs.Transform(env)
 	if err != nil {
-		return Hash{}, fmt.Errorf("ledger: canonicalising envelope: %w", err)
+		return nil, fmt.Errorf("ledger: canonicalising envelope: %w", err)
 	}
-	h := sha256.New()
-	h.Write([]byte(domainTag))
-	h.Write(canon)
-	var out Hash
-	copy(out[:], h.Sum(nil))
-	return out, nil
+	return canon, nil
 }
 
 // Seal makes the entry that follows head: it sets Seq, Prev and Hash and
 // truncates At to what the database stores. body is canonicalised.
-func Seal(head Head, episodeID uuid.UUID, epoch int64, kind string, at time.Time, body any) (Entry, error) {
-	canon, err := Canonical(body)
+func Seal(head Head, episodeID uuid.UUID, epoch int64, kind string, at time.Time, body map[string]any) (Entry, error) {
+	// A Go map marshals to an object without duplicate keys, so the
+	// admission walk CanonicalizeObject does for foreign input is skipped.
+	raw, err := json.Marshal(body)
 	if err != nil {
-		return Entry{}, err
+		return Entry{}, fmt.Errorf("ledger: encoding body: %w", err)
+	}
+	canon, err := jcs.Transform(raw)
+	if err != nil {
+		return Entry{}, fmt.Errorf("ledger: canonicalising body: %w", err)
 	}
 	e := Entry{
 		EpisodeID: episodeID,

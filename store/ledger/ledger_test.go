@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -174,6 +175,33 @@ func FuzzVerify(f *testing.F) {
 		r := Verify(ep, es, &head)
 		if r.OK() || r.Broken.Seq != int64(i+1) {
 			t.Fatalf("flip in entry %d: %+v", i+1, r.Broken)
+		}
+	})
+}
+
+// FuzzEnvelope: the direct envelope encoding equals marshal-then-RFC 8785
+// for any kind, sequence, epoch and canonical body.
+func FuzzEnvelope(f *testing.F) {
+	f.Add("effect_transition", int64(1), int64(1), []byte(`{"a":1}`))
+	f.Add("k\"\\\x00\x1f\x7f\u2028é\n", int64(-5), int64(1<<53), []byte(`{"s":"\u00e9\n"}`))
+	f.Add("x", int64(1<<62), int64(0), []byte(`{}`))
+	f.Fuzz(func(t *testing.T, kind string, seq, epoch int64, body []byte) {
+		canon, err := CanonicalizeObject(body)
+		if err != nil {
+			return
+		}
+		e := Entry{EpisodeID: uuid.MustParse("0192f0a0-0000-7000-8000-000000000003"), Seq: seq, Epoch: epoch,
+			Kind: kind, Body: canon, At: time.Unix(seq%1e9, epoch%1e6*1000).UTC(), Prev: Hash{1, 2, 3}}
+		fast, err1 := envelopeJSON(e)
+		slow, err2 := envelopeJCS(e)
+		if err1 != nil || err2 != nil {
+			if utf8.ValidString(kind) && err2 == nil {
+				t.Fatalf("fast path failed: %v", err1)
+			}
+			return
+		}
+		if string(fast) != string(slow) {
+			t.Fatalf("envelopes differ:\nfast %s\njcs  %s", fast, slow)
 		}
 	})
 }
