@@ -82,6 +82,20 @@ const (
 	CodeNotFound              Code = "not_found"
 	CodeForbidden             Code = "forbidden"
 	CodeInternal              Code = "internal"
+
+	// Worker (broker) protocol and effect adapters.
+	CodePeerRefused       Code = "peer_refused"
+	CodeCommitUnknown     Code = "commit_unknown"
+	CodeEffectFailed      Code = "effect_failed"
+	CodeApprovalRequired  Code = "approval_required"
+	CodeApprovalInvalid   Code = "approval_invalid"
+	CodeRedirectRefused   Code = "redirect_refused"
+	CodeResponseTooLarge  Code = "response_too_large"
+	CodeTargetTimeout     Code = "target_timeout"
+	CodeAddressRefused    Code = "address_refused"
+	CodeTargetUnavailable Code = "target_unavailable"
+	CodeRateLimited       Code = "rate_limited"
+	CodeRefMoved          Code = "ref_moved"
 )
 
 var catalogue = map[Code]entry{
@@ -133,6 +147,19 @@ var catalogue = map[Code]entry{
 	CodeNotFound:              {"the named object does not exist", false},
 	CodeForbidden:             {"the request is outside the granted capability", false},
 	CodeInternal:              {"internal error", false},
+
+	CodePeerRefused:       {"the connection does not come from the episode's current domain", false},
+	CodeCommitUnknown:     {"the effect's outcome cannot be proven; it awaits reconciliation", false},
+	CodeEffectFailed:      {"the adapter did not perform the effect", false},
+	CodeApprovalRequired:  {"a signed human approval of this exact revision is required", false},
+	CodeApprovalInvalid:   {"the approval does not verify for this exact effect revision", false},
+	CodeRedirectRefused:   {"the target answered with a redirect, which is never followed", false},
+	CodeResponseTooLarge:  {"the target's response exceeds the configured cap", false},
+	CodeTargetTimeout:     {"the target did not answer completely before the deadline", true},
+	CodeAddressRefused:    {"the target's name resolved to an address that is not allowed", false},
+	CodeTargetUnavailable: {"the target could not be reached", true},
+	CodeRateLimited:       {"the target's rate limit is exhausted", true},
+	CodeRefMoved:          {"the ref no longer points at the expected object", false},
 }
 
 // E returns the catalogue error for code. An unknown code yields

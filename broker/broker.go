@@ -1,0 +1,574 @@
+package broker
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Config is the broker's trusted configuration.
+type Config struct {
+	Store    store.Store
+	Payloads *Payloads
+	Adapters []Adapter
+	// DecisionKeys verify class 4 human approvals, by key id.
+	DecisionKeys map[string]ed25519.PublicKey
+	// Trajectory reports the homeostat's current trajectory version and
+	// regime for an episode (default: version 1, "stable").
+	Trajectory func(ctx context.Context, episodeID uuid.UUID) (int64, string)
+	// RegimeMaxClass is the highest effect class each regime permits
+	// (commit check 6). A regime not listed permits nothing.
+	RegimeMaxClass map[string]int
+	// PolicyCompatible declares a current policy version compatible with
+	// the one an effect was prepared under (commit check 4; default:
+	// only equal versions are).
+	PolicyCompatible func(prepared, current int64) bool
+	// Verifier, when set, is the slow verification of class 3 and 4
+	// effects; its verdict is recorded as a decision bound to the revision
+	// and required at commit.
+	Verifier func(ctx context.Context, e store.Effect, payload []byte) (verdict string, body json.RawMessage, err error)
+	// EffectTTL bounds how long an effect may take to commit (0: none).
+	EffectTTL time.Duration
+	Logger    hclog.Logger
+	// Hooks are fault-injection points for the crash tests; nil in
+	// production.
+	Hooks *Hooks
+}
+
+// Hooks run at the named points of a commit.
+type Hooks struct {
+	// AfterIntent runs after commit_intent and committing are durable,
+	// before the adapter acts.
+	BeforeAdapter func(e store.Effect)
+	// AfterAdapter runs after the adapter acted, before its outcome is
+	// recorded.
+	AfterAdapter func(e store.Effect, r Result)
+}
+
+// DefaultRegimeMaxClass: contraction is fast — an uncertain trajectory may
+// still observe and mutate authoritatively, a drifting one only observe,
+// beyond that nothing crosses the horizon.
+func DefaultRegimeMaxClass() map[string]int {
+	return map[string]int{"stable": 4, "uncertain": 3, "drifting": 2}
+}
+
+// Broker walks effects across the commit horizon.
+type Broker struct {
+	cfg        Config
+	adapters   map[string]Adapter
+	log        hclog.Logger
+	reconciled atomic.Bool
+}
+
+// New returns a broker. It admits no work until Reconcile has settled every
+// unsettled effect once.
+func New(cfg Config) (*Broker, error) {
+	if cfg.Store == nil || cfg.Payloads == nil {
+		return nil, errors.New("broker: Store and Payloads are required")
+	}
+	if cfg.Trajectory == nil {
+		cfg.Trajectory = func(context.Context, uuid.UUID) (int64, string) { return 1, "stable" }
+	}
+	if cfg.RegimeMaxClass == nil {
+		cfg.RegimeMaxClass = DefaultRegimeMaxClass()
+	}
+	if cfg.PolicyCompatible == nil {
+		cfg.PolicyCompatible = func(p, c int64) bool { return p == c }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	b := &Broker{cfg: cfg, adapters: map[string]Adapter{}, log: cfg.Logger}
+	for _, a := range cfg.Adapters {
+		if _, dup := b.adapters[a.Kind()]; dup {
+			return nil, fmt.Errorf("broker: two adapters for kind %s", a.Kind())
+		}
+		b.adapters[a.Kind()] = a
+	}
+	return b, nil
+}
+
+// Capabilities is the broker's reading of a lease's capability document:
+// the kinds, targets and classes the lease grants.
+type Capabilities struct {
+	Effects []Capability `json:"effects"`
+}
+
+// Capability grants one kind on one target ("*": any target) up to a class.
+type Capability struct {
+	Kind     string `json:"kind"`
+	TargetID string `json:"target_id"`
+	MaxClass int    `json:"max_class"`
+}
+
+func grants(raw json.RawMessage, kind, target string, class int) error {
+	var c Capabilities
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return protocol.Errorf(protocol.CodeForbidden, "lease capabilities unreadable")
+	}
+	for _, g := range c.Effects {
+		if g.Kind == kind && (g.TargetID == target || g.TargetID == "*") && class <= g.MaxClass {
+			return nil
+		}
+	}
+	return protocol.Errorf(protocol.CodeForbidden, "lease does not grant %s on %s at class %d", kind, target, class)
+}
+
+// Handle answers one admitted request from the worker of episodeID. It is
+// the dispatch table of the worker protocol; every error it returns is
+// reduced to a catalogue code on the wire.
+func (b *Broker) Handle(ctx context.Context, episodeID uuid.UUID, req *protocol.WorkerRequest) *protocol.WorkerResponse {
+	resp := &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, RequestID: req.RequestID}
+	res, err := b.handle(ctx, episodeID, req)
+	if err != nil {
+		b.log.Debug("request refused", "action", req.Action, "error", err)
+		resp.Error = protocol.AsWire(err)
+		return resp
+	}
+	resp.OK, resp.Result = true, res
+	return resp
+}
+
+func (b *Broker) handle(ctx context.Context, episodeID uuid.UUID, req *protocol.WorkerRequest) (*protocol.EffectResult, error) {
+	if !b.reconciled.Load() {
+		return nil, protocol.Errorf(protocol.CodeAuthorityUnavailable, "reconciliation has not completed")
+	}
+	if req.Action == protocol.WorkerPrepare {
+		e, err := b.Prepare(ctx, episodeID, req)
+		if err != nil {
+			return nil, err
+		}
+		return result(e), nil
+	}
+	id, err := uuid.Parse(req.EffectID)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeInvalidField, "effect_id")
+	}
+	e, err := b.own(ctx, episodeID, id, req.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	switch req.Action {
+	case protocol.WorkerEvaluate:
+		e, err = b.Evaluate(ctx, e, req.Revision, req.Epoch, req.Approval)
+	case protocol.WorkerCommit:
+		if e.Class == 4 && e.State == store.Evaluating {
+			return nil, protocol.Errorf(protocol.CodeApprovalRequired, "class 4 effect awaits its approval")
+		}
+		e, err = b.Commit(ctx, e, req.Revision, req.Epoch)
+	case protocol.WorkerAbort:
+		e, err = b.cfg.Store.Transition(ctx, store.Transition{EffectID: e.ID, Revision: req.Revision, Epoch: req.Epoch,
+			To: store.Aborted, Reason: "worker aborted"})
+	case protocol.WorkerStatus:
+	case protocol.WorkerFetchResponse:
+		return b.fetch(e, req.Offset, req.Limit)
+	default:
+		return nil, protocol.Errorf(protocol.CodeUnknownAction, "%q", req.Action)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return result(e), nil
+}
+
+// own reads an effect and refuses it unless it belongs to episodeID and the
+// request's epoch is current: a worker can neither see nor steer another
+// episode's effects, and a fenced worker learns only that it is fenced.
+func (b *Broker) own(ctx context.Context, episodeID, id uuid.UUID, epoch int64) (store.Effect, error) {
+	ep, err := b.cfg.Store.Episode(ctx, episodeID)
+	if err != nil {
+		return store.Effect{}, err
+	}
+	if epoch != ep.Epoch {
+		return store.Effect{}, protocol.Errorf(protocol.CodeStaleRequestEpoch, "request epoch %d, current %d", epoch, ep.Epoch)
+	}
+	e, err := b.cfg.Store.Effect(ctx, id)
+	if err != nil {
+		return store.Effect{}, err
+	}
+	if e.EpisodeID != episodeID {
+		return store.Effect{}, protocol.Errorf(protocol.CodeNotFound, "effect")
+	}
+	return e, nil
+}
+
+func result(e store.Effect) *protocol.EffectResult {
+	r := &protocol.EffectResult{ID: e.ID.String(), EpisodeID: e.EpisodeID.String(), Epoch: e.Epoch, Revision: e.Revision,
+		Kind: e.Kind, Class: protocol.ClassName(e.Class), TargetID: e.TargetID, State: string(e.State), PayloadDigest: e.PayloadDigest}
+	if len(e.Receipt) > 0 && string(e.Receipt) != "null" {
+		r.Receipt = e.Receipt
+	}
+	return r
+}
+
+func (b *Broker) adapter(kind, target string) (Adapter, int, error) {
+	a, ok := b.adapters[kind]
+	if !ok {
+		return nil, 0, protocol.Errorf(protocol.CodeForbidden, "no adapter for kind %q", kind)
+	}
+	class, err := a.Class(target)
+	if err != nil {
+		return nil, 0, err
+	}
+	return a, class, nil
+}
+
+// Prepare proposes (or re-proposes) an effect and captures its version
+// vector. Nothing reaches the store unless the adapter accepted the request
+// against trusted configuration.
+func (b *Broker) Prepare(ctx context.Context, episodeID uuid.UUID, req *protocol.WorkerRequest) (store.Effect, error) {
+	a, class, err := b.adapter(req.Kind, req.TargetID)
+	if err != nil {
+		return store.Effect{}, err
+	}
+	payload, err := req.Payload()
+	if err != nil {
+		return store.Effect{}, err
+	}
+	leaseID, err := uuid.Parse(req.LeaseID)
+	if err != nil {
+		return store.Effect{}, protocol.Errorf(protocol.CodeInvalidField, "lease_id")
+	}
+	lease, err := b.cfg.Store.Lease(ctx, leaseID)
+	if err != nil {
+		return store.Effect{}, err
+	}
+	if lease.EpisodeID != episodeID {
+		return store.Effect{}, protocol.Errorf(protocol.CodeNotFound, "lease")
+	}
+	if err := grants(lease.Capabilities, req.Kind, req.TargetID, class); err != nil {
+		return store.Effect{}, err
+	}
+	digest := Digest(payload)
+	ar := Request{TargetID: req.TargetID, Target: req.Target, Payload: payload, PayloadDigest: digest, Epoch: req.Epoch}
+	if err := a.Validate(ctx, ar); err != nil {
+		return store.Effect{}, err
+	}
+	if _, err := b.cfg.Payloads.Put(payload); err != nil {
+		return store.Effect{}, fmt.Errorf("storing payload: %w", err)
+	}
+	var e store.Effect
+	if req.EffectID != "" {
+		id, err := uuid.Parse(req.EffectID)
+		if err != nil {
+			return store.Effect{}, protocol.Errorf(protocol.CodeInvalidField, "effect_id")
+		}
+		old, err := b.own(ctx, episodeID, id, req.Epoch)
+		if err != nil {
+			return store.Effect{}, err
+		}
+		if old.Kind != req.Kind || old.TargetID != req.TargetID || old.LeaseID != leaseID {
+			return store.Effect{}, protocol.Errorf(protocol.CodeInvalidField, "a revision keeps kind, target_id and lease_id")
+		}
+		e, err = b.cfg.Store.ReviseEffect(ctx, store.Revision{EffectID: id, FromRevision: req.Revision, Epoch: req.Epoch,
+			Target: req.Target, PayloadDigest: digest})
+		if err != nil {
+			return store.Effect{}, err
+		}
+	} else {
+		e, err = b.cfg.Store.ProposeEffect(ctx, store.Proposal{EpisodeID: episodeID, Epoch: req.Epoch, LeaseID: leaseID,
+			Kind: req.Kind, Class: class, TargetID: req.TargetID, Target: req.Target, PayloadDigest: digest, TTL: b.cfg.EffectTTL})
+		if err != nil {
+			return store.Effect{}, err
+		}
+	}
+	tv, regime := b.cfg.Trajectory(ctx, episodeID)
+	return b.cfg.Store.PrepareEffect(ctx, store.Prepare{EffectID: e.ID, Revision: e.Revision, Epoch: req.Epoch,
+		TrajectoryVersion: tv, TrajectoryRegime: regime})
+}
+
+// Evaluate moves a prepared effect to ready once the evaluation its class
+// requires is recorded against its exact revision. A class 4 effect stays
+// evaluating until an approval that verifies is supplied.
+func (b *Broker) Evaluate(ctx context.Context, e store.Effect, revision int, epoch int64, approval *protocol.Approval) (store.Effect, error) {
+	if revision != e.Revision || e.State == store.Stale {
+		return store.Effect{}, protocol.Errorf(protocol.CodeStaleAuthority, "revision %d (current %d) in state %s", revision, e.Revision, e.State)
+	}
+	s := b.cfg.Store
+	var err error
+	if e.State == store.Prepared {
+		if e, err = s.Transition(ctx, store.Transition{EffectID: e.ID, Revision: revision, Epoch: epoch, To: store.Evaluating}); err != nil {
+			return store.Effect{}, err
+		}
+		if b.cfg.Verifier != nil && e.Class >= 3 {
+			payload, err := b.cfg.Payloads.Get(e.PayloadDigest, protocol.MaxWorkerPayload)
+			if err != nil {
+				return store.Effect{}, err
+			}
+			verdict, body, err := b.cfg.Verifier(ctx, e, payload)
+			if err != nil {
+				return store.Effect{}, err
+			}
+			if _, err := s.RecordDecision(ctx, store.NewDecision{EffectID: e.ID, Revision: revision, Epoch: epoch,
+				Kind: store.DecisionVerification, Verdict: verdict, Body: body}); err != nil {
+				return store.Effect{}, err
+			}
+			if verdict != store.VerdictAllow {
+				return store.Effect{}, protocol.Errorf(protocol.CodeForbidden, "verification denied the effect")
+			}
+		}
+	} else if e.State != store.Evaluating {
+		return store.Effect{}, protocol.Errorf(protocol.CodeIllegalTransition, "evaluate from %s", e.State)
+	}
+	if e.Class == 4 {
+		if approval == nil {
+			return e, nil
+		}
+		if err := verifyApproval(b.cfg.DecisionKeys, e, approval); err != nil {
+			return store.Effect{}, err
+		}
+		doc, _ := ApprovalMessage(approval.Document)
+		sig, _ := base64.StdEncoding.DecodeString(approval.Signature)
+		if _, err := s.RecordDecision(ctx, store.NewDecision{EffectID: e.ID, Revision: revision, Epoch: epoch,
+			Kind: store.DecisionHuman, Verdict: approval.Document.Decision, Body: doc[len(protocol.ApprovalContext):],
+			KeyID: approval.KeyID, Signature: sig}); err != nil {
+			return store.Effect{}, err
+		}
+		if approval.Document.Decision != store.VerdictAllow {
+			return store.Effect{}, protocol.Errorf(protocol.CodeForbidden, "a human denied the effect")
+		}
+	}
+	return s.Transition(ctx, store.Transition{EffectID: e.ID, Revision: revision, Epoch: epoch, To: store.Ready})
+}
+
+// commitCheck is checks 4, 6, 7 and 9 (and the lease's grant), run inside
+// BeginCommit with episode, effect and lease locked; the store ran 1-3, 5
+// and 8.
+func (b *Broker) commitCheck(a Adapter, ar *Request) store.CommitCheck {
+	return func(ctx context.Context, v store.CommitView) error {
+		e := v.Effect
+		if !b.cfg.PolicyCompatible(e.VersionVector.PolicyVersion, v.Episode.PolicyVersion) {
+			return protocol.Errorf(protocol.CodeStaleAuthority, "policy version %d → %d", e.VersionVector.PolicyVersion, v.Episode.PolicyVersion)
+		}
+		if err := grants(v.Lease.Capabilities, e.Kind, e.TargetID, e.Class); err != nil {
+			return err
+		}
+		_, regime := b.cfg.Trajectory(ctx, e.EpisodeID)
+		if max, ok := b.cfg.RegimeMaxClass[regime]; !ok || e.Class > max {
+			return protocol.Errorf(protocol.CodeStaleAuthority, "regime %q does not permit class %d", regime, e.Class)
+		}
+		if err := b.decisionsSuffice(e, v.Decisions); err != nil {
+			return err
+		}
+		return a.Precondition(ctx, *ar)
+	}
+}
+
+// decisionsSuffice is check 7. The store returns only decisions bound to
+// this revision and epoch; a class 4 approval is verified again here, from
+// the recorded bytes, so a row written by anything but Evaluate cannot
+// authorise a commit.
+func (b *Broker) decisionsSuffice(e store.Effect, ds []store.Decision) error {
+	verified, approved := false, false
+	for _, d := range ds {
+		if d.Revision != e.Revision || d.Epoch != e.Epoch {
+			return protocol.Errorf(protocol.CodeStaleAuthority, "decision bound to another revision")
+		}
+		if d.Verdict != store.VerdictAllow {
+			return protocol.Errorf(protocol.CodeForbidden, "%s decision denies the effect", d.Kind)
+		}
+		switch d.Kind {
+		case store.DecisionVerification:
+			verified = true
+		case store.DecisionHuman:
+			var doc protocol.ApprovalDocument
+			if err := json.Unmarshal(d.Body, &doc); err != nil {
+				continue
+			}
+			a := &protocol.Approval{Document: doc, Signature: base64.StdEncoding.EncodeToString(d.Signature), KeyID: d.KeyID}
+			if verifyApproval(b.cfg.DecisionKeys, e, a) == nil && doc.Decision == store.VerdictAllow {
+				approved = true
+			}
+		}
+	}
+	if b.cfg.Verifier != nil && e.Class >= 3 && !verified {
+		return protocol.Errorf(protocol.CodeStaleAuthority, "no verification of this revision")
+	}
+	if e.Class == 4 && !approved {
+		return protocol.Errorf(protocol.CodeApprovalRequired, "no verified approval of this revision")
+	}
+	return nil
+}
+
+func (b *Broker) request(e store.Effect) (Request, error) {
+	payload, err := b.cfg.Payloads.Get(e.PayloadDigest, protocol.MaxWorkerPayload)
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, TargetID: e.TargetID, Target: e.Target,
+		Payload: payload, PayloadDigest: e.PayloadDigest}, nil
+}
+
+// Commit crosses the horizon: the checks and commit_intent in one store
+// transaction, committing recorded, then the adapter, then the outcome.
+func (b *Broker) Commit(ctx context.Context, e store.Effect, revision int, epoch int64) (store.Effect, error) {
+	a, _, err := b.adapter(e.Kind, e.TargetID)
+	if err != nil {
+		return store.Effect{}, err
+	}
+	ar, err := b.request(e)
+	if err != nil {
+		return store.Effect{}, err
+	}
+	s := b.cfg.Store
+	view, err := s.BeginCommit(ctx, store.CommitRequest{EffectID: e.ID, Revision: revision, Epoch: epoch}, b.commitCheck(a, &ar))
+	if err != nil {
+		return store.Effect{}, err
+	}
+	e = view.Effect
+	// From here on the adapter may act: the outcome must be recorded even if
+	// the worker's request is cancelled, so the rest runs on a context that
+	// keeps the deadline but not the cancellation of the caller.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitWindow)
+	defer cancel()
+	if e, err = s.Transition(ctx, store.Transition{EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, To: store.Committing}); err != nil {
+		// Still commit_intent: reconciliation will abort it, since the
+		// adapter provably never ran.
+		return store.Effect{}, err
+	}
+	if h := b.cfg.Hooks; h != nil && h.BeforeAdapter != nil {
+		h.BeforeAdapter(e)
+	}
+	r := a.Commit(ctx, ar)
+	if h := b.cfg.Hooks; h != nil && h.AfterAdapter != nil {
+		h.AfterAdapter(e, r)
+	}
+	return b.record(ctx, e, r)
+}
+
+// commitWindow bounds an adapter's commit and the recording of its outcome.
+const commitWindow = 2 * time.Minute
+
+// record writes an adapter's outcome and answers the worker with it.
+func (b *Broker) record(ctx context.Context, e store.Effect, r Result) (store.Effect, error) {
+	state := map[Outcome]store.EffectState{Committed: store.Committed, NotCommitted: store.Failed, Unknown: store.CommitUnknown}[r.Outcome]
+	receipt := r.Receipt
+	if receipt == nil {
+		receipt = map[string]any{}
+	}
+	if r.Err != nil {
+		receipt["error"] = string(protocol.AsWire(r.Err).Code)
+	}
+	raw, err := json.Marshal(receipt)
+	if err != nil {
+		return store.Effect{}, err
+	}
+	out, err := b.cfg.Store.FinishCommit(ctx, store.Outcome{EffectID: e.ID, State: state, Receipt: raw})
+	if err != nil {
+		b.log.Error("outcome not recorded; reconciliation will settle it", "effect", e.ID, "outcome", r.Outcome.String(), "error", err)
+		return store.Effect{}, protocol.Errorf(protocol.CodeCommitUnknown, "recording outcome: %w", err)
+	}
+	switch r.Outcome {
+	case Committed:
+		return out, nil
+	case NotCommitted:
+		if r.Err != nil && protocol.AsWire(r.Err).Code != protocol.CodeInternal {
+			return out, r.Err
+		}
+		return out, protocol.Errorf(protocol.CodeEffectFailed, "adapter did not commit: %v", r.Err)
+	}
+	return out, protocol.Errorf(protocol.CodeCommitUnknown, "adapter outcome unknown: %v", r.Err)
+}
+
+func (b *Broker) fetch(e store.Effect, offset int64, limit int) (*protocol.EffectResult, error) {
+	if e.State != store.Committed {
+		return nil, protocol.Errorf(protocol.CodeNotFound, "no committed response")
+	}
+	var rc struct {
+		Digest string `json:"response_digest"`
+	}
+	if err := json.Unmarshal(e.Receipt, &rc); err != nil || rc.Digest == "" {
+		return nil, protocol.Errorf(protocol.CodeNotFound, "effect has no response body")
+	}
+	c, data, err := b.cfg.Payloads.Chunk(rc.Digest, offset, limit)
+	if err != nil {
+		return nil, err
+	}
+	c.DataB64 = base64.StdEncoding.EncodeToString(data)
+	res := result(e)
+	res.Chunk = c
+	return res, nil
+}
+
+// Settlement is what reconciliation did with one effect.
+type Settlement struct {
+	EffectID uuid.UUID
+	Kind     string
+	From, To store.EffectState
+	Receipt  map[string]any
+}
+
+// Reconcile settles every unsettled effect (of one episode, or of all with
+// uuid.Nil) from its adapter's evidence, and must complete once before the
+// broker admits work. An effect at commit_intent never reached its adapter
+// (committing is recorded first) and is aborted; one at committing or
+// commit_unknown is settled by the adapter's Reconcile, which never acts.
+func (b *Broker) Reconcile(ctx context.Context, episodeID uuid.UUID) ([]Settlement, error) {
+	s := b.cfg.Store
+	list, err := s.Unsettled(ctx, episodeID)
+	if err != nil {
+		return nil, err
+	}
+	var out []Settlement
+	var errs []error
+	for _, e := range list {
+		st := Settlement{EffectID: e.ID, Kind: e.Kind, From: e.State, To: e.State}
+		switch e.State {
+		case store.CommitIntent:
+			if _, err := s.Transition(ctx, store.Transition{EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch,
+				To: store.Aborted, Reason: "reconciled: adapter never acted"}); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			st.To = store.Aborted
+		case store.Committing, store.CommitUnknown:
+			a, _, err := b.adapter(e.Kind, e.TargetID)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			ar, err := b.request(e)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r := a.Reconcile(ctx, ar)
+			st.Receipt = r.Receipt
+			if r.Outcome == Unknown && e.State == store.CommitUnknown {
+				out = append(out, st)
+				continue
+			}
+			if r.Receipt == nil {
+				r.Receipt = map[string]any{}
+			}
+			r.Receipt["reconciled"] = true
+			ne, err := b.record(ctx, e, r)
+			if ne.ID == uuid.Nil {
+				errs = append(errs, err)
+				continue
+			}
+			st.To = ne.State
+		}
+		out = append(out, st)
+	}
+	if len(errs) > 0 {
+		return out, fmt.Errorf("broker: reconciliation incomplete: %w", errors.Join(errs...))
+	}
+	if episodeID == uuid.Nil {
+		b.reconciled.Store(true)
+	}
+	return out, nil
+}
+
+// Ready reports whether the broker admits work.
+func (b *Broker) Ready() bool { return b.reconciled.Load() }

@@ -1,0 +1,47 @@
+// Package broker is the effect broker: the one door through which a worker
+// in an untrusted domain reaches the world. It serves the worker protocol
+// (protocol/README.md §11) on one AF_UNIX socket per episode, walks every
+// effect across the commit horizon through the authority store, and runs the
+// reference adapters (artifact, git_commit, git_remote, http_read,
+// http_mutation) with trusted configuration only.
+//
+// Invariants:
+//
+//   - A connection is bound to the episode's current domain generation by
+//     the kernel's view of the peer (SO_PEERCRED, SO_PEERPIDFD and the
+//     peer's cgroup), never by anything a frame claims.
+//   - No adapter acts unless the store has durably recorded commit_intent
+//     and then committing for that exact effect revision, under the current
+//     epoch, after the nine commit checks passed inside the store's locks.
+//     An effect still at commit_intent after a crash therefore provably never
+//     reached its adapter.
+//   - An outcome that cannot be proven from the target's own evidence is
+//     commit_unknown, never committed; reconciliation settles it by reading
+//     the target, never by acting again.
+//   - A class 4 effect commits only with an Ed25519 approval that verifies,
+//     at commit time, for its exact id, revision, episode, epoch and payload
+//     digest.
+//   - The worker never names a host path, URL or credential: targets come
+//     from trusted configuration and the worker supplies a bounded,
+//     target-relative request. Errors crossing the socket are catalogue
+//     codes only.
+//   - At most Concurrency requests are served at once; the next is refused
+//     at once with effect_broker_saturated.
+//
+// Design decisions beyond ARCHITECTURE §5:
+//
+//   - git_commit applies the patch to a temporary index (GIT_INDEX_FILE),
+//     not a checked-out worktree: no file of the patch is ever materialised
+//     on the host, so smudge/clean filters, checkout hooks and fsmonitor have
+//     nothing to run on; hooks, fsmonitor, includes and global/system
+//     configuration are disabled on every git invocation in addition. The
+//     path allow/forbid check runs on the resulting tree diff (renames as
+//     delete+add, modes included), not on the patch text.
+//   - Unrelated movement of a git ref inside the commit window (after
+//     commit_intent) is commit_unknown ("ambiguous"), even when our own
+//     compare-and-swap failed: whether the other writer's history contains
+//     this change is for an operator to decide, and the broker never claims
+//     either answer.
+//
+// The broker imports store and protocol only; it never imports kernel code.
+package broker

@@ -1,0 +1,281 @@
+package broker
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/broker/client"
+	"github.com/autonomic-kernel/autonomic/internal/privileged"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+	"github.com/autonomic-kernel/autonomic/store/pgcluster"
+	"github.com/google/uuid"
+)
+
+// harness is the package's throwaway PostgreSQL cluster, built in TestMain
+// (the pattern of store/harness_test.go).
+type harness struct {
+	cluster *pgcluster.Cluster
+	err     error
+	seq     atomic.Int64
+}
+
+// testHarness is set once by TestMain and never reassigned; it lives only
+// in the test binary.
+var testHarness *harness
+
+func TestMain(m *testing.M) {
+	// The crash tests re-execute this binary as a "kernel" that dies in the
+	// commit window; it talks to the parent's cluster.
+	if os.Getenv(crashChildEnv) != "" {
+		os.Exit(crashChild())
+	}
+	h := &harness{}
+	dir, err := os.MkdirTemp("", "autonomic-broker-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	_ = os.Chmod(dir, 0o755)
+	h.cluster, h.err = startCluster(dir)
+	testHarness = h
+	code := m.Run()
+	if h.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = h.cluster.Stop(ctx)
+		cancel()
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func startCluster(dir string) (*pgcluster.Cluster, error) {
+	cfg := pgcluster.Config{Dir: dir, NoSyncInit: true}
+	if os.Geteuid() == 0 {
+		acct, err := pgcluster.ServiceAccount()
+		if err != nil {
+			return nil, err
+		}
+		cfg.RunAs = &acct
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return pgcluster.Start(ctx, cfg)
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// env is one test's database, episode, lease, broker and socket.
+type env struct {
+	t        testing.TB
+	db       string
+	store    *store.Postgres
+	dir      string
+	payloads *Payloads
+	ep       store.Episode
+	lease    store.Lease
+	key      ed25519.PrivateKey
+	broker   *Broker
+	cfg      Config
+	socket   string
+	cgroup   atomic.Value // string: the "current domain" cgroup
+	server   *Server
+	seq      atomic.Int64
+}
+
+func openStore(t testing.TB, db string) *store.Postgres {
+	t.Helper()
+	c := testHarness.cluster
+	s, err := store.Open(ctxT(t), store.Config{URL: c.KernelConnString(db), AdminURL: c.AdminConnString(db),
+		InstanceID: "kernel-a", OwnerTTL: time.Hour, MaxConns: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// newEnv builds the environment; adapt may add adapters to cfg before the
+// broker is built.
+func newEnv(t testing.TB, adapt func(e *env, cfg *Config)) *env {
+	t.Helper()
+	h := testHarness
+	if h.cluster == nil {
+		privileged.Skip(t, "no PostgreSQL cluster: "+h.err.Error())
+	}
+	e := &env{t: t, db: fmt.Sprintf("b%d", h.seq.Add(1)), dir: t.TempDir()}
+	if err := h.cluster.CreateDatabase(ctxT(t), e.db); err != nil {
+		t.Fatal(err)
+	}
+	e.store = openStore(t, e.db)
+	var err error
+	if e.payloads, err = OpenPayloads(filepath.Join(e.dir, "payloads")); err != nil {
+		t.Fatal(err)
+	}
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	e.key = priv
+	ctx := ctxT(t)
+	if e.ep, err = e.store.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"intent":"broker test"}`), PolicyVersion: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.grant(1)
+	e.cfg = Config{Store: e.store, Payloads: e.payloads, DecisionKeys: map[string]ed25519.PublicKey{"operator": pub}}
+	if adapt != nil {
+		adapt(e, &e.cfg)
+	}
+	if e.broker, err = New(e.cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.broker.Reconcile(ctx, uuid.Nil); err != nil {
+		t.Fatal(err)
+	}
+	self, err := cgroupOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cgroup.Store(self)
+	return e
+}
+
+func (e *env) grant(epoch int64) {
+	e.t.Helper()
+	caps, _ := json.Marshal(Capabilities{Effects: []Capability{
+		{Kind: "artifact", TargetID: "*", MaxClass: 4}, {Kind: "git_commit", TargetID: "*", MaxClass: 3},
+		{Kind: "git_remote", TargetID: "*", MaxClass: 3}, {Kind: "http_read", TargetID: "*", MaxClass: 2},
+		{Kind: "http_mutation", TargetID: "*", MaxClass: 3}}})
+	l, err := e.store.GrantLease(ctxT(e.t), store.LeaseGrant{EpisodeID: e.ep.ID, Epoch: epoch, Capabilities: caps, TTL: time.Hour})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.lease = l
+}
+
+// serve starts the episode's socket server, bound to e.cgroup.
+func (e *env) serve(concurrency int) {
+	e.t.Helper()
+	sockDir := filepath.Join(e.dir, "sockets")
+	if err := os.Mkdir(sockDir, 0o700); err != nil {
+		e.t.Fatal(err)
+	}
+	e.socket = filepath.Join(sockDir, "ep.sock")
+	ln, err := Listen(e.socket, os.Getuid(), os.Getgid())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.server = &Server{Broker: e.broker, Concurrency: concurrency, IdleTimeout: time.Second, ReadTimeout: 2 * time.Second,
+		Binding: Binding{EpisodeID: e.ep.ID, Cgroup: func() (string, bool) { return e.cgroup.Load().(string), true }}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.server.Serve(ctx, ln) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Error(err)
+		}
+	})
+}
+
+func (e *env) rid() string { return "r" + strconv.FormatInt(e.seq.Add(1), 10) }
+
+// call sends one request over the socket.
+func (e *env) call(req *protocol.WorkerRequest) *protocol.WorkerResponse {
+	e.t.Helper()
+	req.Protocol = protocol.WorkerVersion
+	if req.RequestID == "" {
+		req.RequestID = e.rid()
+	}
+	resp, err := client.Call(ctxT(e.t), e.socket, req)
+	if err != nil {
+		e.t.Fatalf("%s: %v", req.Action, err)
+	}
+	return resp
+}
+
+// do calls the broker directly (no socket) as the episode's worker.
+func (e *env) do(req *protocol.WorkerRequest) *protocol.WorkerResponse {
+	e.t.Helper()
+	req.Protocol = protocol.WorkerVersion
+	if req.RequestID == "" {
+		req.RequestID = e.rid()
+	}
+	if err := req.Validate(); err != nil {
+		e.t.Fatalf("test request invalid: %v", err)
+	}
+	return e.broker.Handle(ctxT(e.t), e.ep.ID, req)
+}
+
+func (e *env) epoch() int64 {
+	ep, err := e.store.Episode(ctxT(e.t), e.ep.ID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ep.Epoch
+}
+
+func prepareReq(e *env, kind, target string, t any, payload []byte) *protocol.WorkerRequest {
+	tb, _ := json.Marshal(t)
+	return &protocol.WorkerRequest{Action: protocol.WorkerPrepare, Epoch: e.epoch(), LeaseID: e.lease.ID.String(),
+		Kind: kind, TargetID: target, Target: tb, PayloadB64: b64(payload)}
+}
+
+func byEffectReq(e *env, action string, r *protocol.EffectResult) *protocol.WorkerRequest {
+	req := &protocol.WorkerRequest{Action: action, Epoch: e.epoch(), EffectID: r.ID}
+	if action != protocol.WorkerStatus && action != protocol.WorkerFetchResponse {
+		req.Revision = r.Revision
+	}
+	return req
+}
+
+func mustOK(t testing.TB, r *protocol.WorkerResponse) *protocol.EffectResult {
+	t.Helper()
+	if !r.OK {
+		t.Fatalf("refused: %+v", r.Error)
+	}
+	return r.Result
+}
+
+func wantErr(t testing.TB, r *protocol.WorkerResponse, code protocol.Code) {
+	t.Helper()
+	if r.OK || r.Error.Code != code {
+		if r.OK {
+			t.Fatalf("ok (%s), want %s", r.Result.State, code)
+		}
+		t.Fatalf("got %s, want %s", r.Error.Code, code)
+	}
+}
+
+func codeOf(err error) protocol.Code {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// approve signs an approval of the effect as it stands in the store.
+func (e *env) approve(id string) *protocol.Approval {
+	e.t.Helper()
+	eff, err := e.store.Effect(ctxT(e.t), uuid.MustParse(id))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	a, err := SignApproval(e.key, "operator", ApprovalFor(eff, "allow"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return a
+}

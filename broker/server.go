@@ -1,0 +1,234 @@
+package broker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
+)
+
+// Binding ties a socket to an episode and to the domain generation now
+// running it.
+type Binding struct {
+	EpisodeID uuid.UUID
+	// Cgroup returns the cgroup v2 path (as /proc/<pid>/cgroup names it,
+	// e.g. "/autonomic/ep-1-g2") of the episode's current domain
+	// generation, or false while no generation runs. It is consulted on
+	// every accept, so a repair that replaces the generation cuts off the
+	// old one at once.
+	Cgroup func() (string, bool)
+}
+
+// Server serves the worker protocol for one episode on one socket.
+type Server struct {
+	Broker  *Broker
+	Binding Binding
+	// Concurrency is effect_concurrency: connections served at once
+	// (default 8). The next is refused at once.
+	Concurrency int
+	// IdleTimeout bounds the wait for a request's first byte, ReadTimeout
+	// the whole request frame, WriteTimeout the answer, RequestTimeout
+	// the broker's work (defaults 5 s, 10 s, 5 s, 60 s).
+	IdleTimeout, ReadTimeout, WriteTimeout, RequestTimeout time.Duration
+
+	slots chan struct{}
+	wg    sync.WaitGroup
+}
+
+// Listen creates the episode's socket at path, mode 0600, owned by uid:gid
+// (the host uid the domain's worker maps to). The directory must exist and
+// be reachable by nobody else; a leftover socket there is replaced, any
+// other file is refused.
+func Listen(path string, uid, gid int) (*net.UnixListener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("broker: %s exists and is not a socket", filepath.Base(path))
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(true)
+	// The directory keeps everyone else out until the mode is final.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := os.Lchown(path, uid, gid); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+func (s *Server) defaults() {
+	if s.Concurrency <= 0 {
+		s.Concurrency = 8
+	}
+	for _, d := range []*time.Duration{&s.IdleTimeout, &s.WriteTimeout} {
+		if *d <= 0 {
+			*d = 5 * time.Second
+		}
+	}
+	if s.ReadTimeout <= 0 {
+		s.ReadTimeout = 10 * time.Second
+	}
+	if s.RequestTimeout <= 0 {
+		s.RequestTimeout = 60 * time.Second
+	}
+}
+
+// Serve accepts until ctx ends or ln fails, then waits for the connections
+// it is serving.
+func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
+	s.defaults()
+	s.slots = make(chan struct{}, s.Concurrency)
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer s.wg.Wait()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			// Refused at once: the answer fits the socket buffer, so this
+			// write does not wait on the peer.
+			s.refuse(c, protocol.E(protocol.CodeEffectBrokerSaturated))
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.slots }()
+			s.serve(ctx, c)
+		}()
+	}
+}
+
+func (s *Server) refuse(c *net.UnixConn, e *protocol.Error) {
+	s.answer(c, &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, Error: e})
+	c.Close()
+}
+
+func (s *Server) answer(c *net.UnixConn, r *protocol.WorkerResponse) {
+	b, err := protocol.Encode(r)
+	if err != nil {
+		return
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
+	_ = protocol.WriteFrame(c, b, protocol.WorkerResponseMax)
+}
+
+func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
+	defer c.Close()
+	if err := s.checkPeer(c); err != nil {
+		s.Broker.log.Warn("peer refused", "episode", s.Binding.EpisodeID, "reason", err)
+		s.answer(c, &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, Error: protocol.AsWire(err)})
+		return
+	}
+	start := time.Now()
+	br := bufio.NewReaderSize(c, 4096)
+	_ = c.SetReadDeadline(start.Add(s.IdleTimeout))
+	if _, err := br.Peek(1); err != nil {
+		s.answer(c, &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, Error: protocol.E(protocol.CodeFrameTimeout)})
+		return
+	}
+	_ = c.SetReadDeadline(start.Add(s.ReadTimeout))
+	frame, err := protocol.ReadFrame(br, protocol.WorkerRequestMax, time.Time{})
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = protocol.E(protocol.CodeFrameTimeout)
+		}
+		s.answer(c, &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, Error: protocol.AsWire(err)})
+		return
+	}
+	req, err := protocol.DecodeWorkerRequest(frame)
+	if err != nil {
+		s.answer(c, &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, Error: protocol.AsWire(err)})
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.RequestTimeout)
+	defer cancel()
+	s.answer(c, s.Broker.Handle(rctx, s.Binding.EpisodeID, req))
+}
+
+// checkPeer binds the connection to the episode's current domain. The pid
+// comes from the kernel (SO_PEERCRED, recorded at connect), the cgroup from
+// /proc; SO_PEERPIDFD then proves the pid was not recycled between the two
+// reads, since a pidfd refers to one process for its whole life.
+func (s *Server) checkPeer(c *net.UnixConn) error {
+	want, ok := s.Binding.Cgroup()
+	if !ok || want == "" || !strings.HasPrefix(want, "/") {
+		return protocol.Errorf(protocol.CodePeerRefused, "no live domain generation")
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return protocol.Errorf(protocol.CodePeerRefused, "%w", err)
+	}
+	var cred *unix.Ucred
+	pidfd := -1
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if serr == nil {
+			pidfd, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+		}
+	}); err != nil || serr != nil {
+		return protocol.Errorf(protocol.CodePeerRefused, "peer credentials: %v %v", err, serr)
+	}
+	defer unix.Close(pidfd)
+	if cred.Pid <= 0 {
+		return protocol.Errorf(protocol.CodePeerRefused, "peer has no pid in our namespace")
+	}
+	got, err := cgroupOf(int(cred.Pid))
+	if err != nil {
+		return protocol.Errorf(protocol.CodePeerRefused, "%w", err)
+	}
+	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+		return protocol.Errorf(protocol.CodePeerRefused, "peer exited during identification")
+	}
+	if got != want && !strings.HasPrefix(got, want+"/") {
+		return protocol.Errorf(protocol.CodePeerRefused, "peer pid %d in cgroup %q", cred.Pid, got)
+	}
+	return nil
+}
+
+// cgroupOf reads the cgroup v2 path of pid.
+func cgroupOf(pid int) (string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for line := range bytes.SplitSeq(b, []byte("\n")) {
+		if p, ok := bytes.CutPrefix(line, []byte("0::")); ok {
+			return string(p), nil
+		}
+	}
+	return "", errors.New("no cgroup v2 entry")
+}
