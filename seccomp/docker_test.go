@@ -1,64 +1,28 @@
 package seccomp
 
 import (
-	"encoding/json"
-	"sort"
 	"testing"
 
-	moby "github.com/moby/profiles/seccomp"
+	"github.com/autonomic-kernel/autonomic/seccomp/seccomptest"
 )
 
 // dockerKernel pins minKernel evaluation so that Docker's program, and its
 // golden digest, do not depend on the test host.
 var dockerKernel = KernelVersion{Major: 6, Minor: 1}
 
-// dockerDefault converts Docker's default profile (moby/profiles) to our
-// format: marshal it as moby writes it, drop the syscall names this
-// libseccomp does not know (they are newer than the library; the ENOSYS stub
-// answers them, as runc would), and parse the result strictly. The dropped
-// names are returned so tests can show them.
+// dockerDefault parses Docker's default profile, converted by seccomptest;
+// the names dropped as unknown to this libseccomp are returned for logging.
 func dockerDefault(t testing.TB) (Profile, []string) {
 	t.Helper()
-	raw, err := json.Marshal(moby.DefaultProfile())
+	raw, dropped, err := seccomptest.DockerDefaultJSON()
 	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	dropped := map[string]bool{}
-	var rules []any
-	for _, r := range doc["syscalls"].([]any) {
-		rule := r.(map[string]any)
-		var keep []any
-		for _, n := range rule["names"].([]any) {
-			if knownSyscall(n.(string)) {
-				keep = append(keep, n)
-			} else {
-				dropped[n.(string)] = true
-			}
-		}
-		if len(keep) == 0 {
-			continue
-		}
-		rule["names"] = keep
-		rules = append(rules, rule)
-	}
-	doc["syscalls"] = rules
-	if raw, err = json.Marshal(doc); err != nil {
 		t.Fatal(err)
 	}
 	p, err := Parse(raw)
 	if err != nil {
 		t.Fatalf("our parser refuses Docker's default profile: %v", err)
 	}
-	var names []string
-	for n := range dropped {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return p, names
+	return p, dropped
 }
 
 func TestDockerDefaultProfileCompiles(t *testing.T) {

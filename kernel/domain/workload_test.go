@@ -2,16 +2,13 @@ package domain_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
-
-	moby "github.com/moby/profiles/seccomp"
-	libseccomp "github.com/seccomp/libseccomp-golang"
 
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/seccomp/seccomptest"
 )
 
 const workload = `set -e
@@ -26,33 +23,12 @@ echo "commits=$(git rev-list --count HEAD)"
 sh -c 'ls / >/dev/null; cat /etc/passwd | grep -c worker' >/dev/null
 echo WORKLOAD-OK`
 
-// dockerDefault converts Docker's default profile to our format: names this
-// libseccomp does not know are dropped (the ENOSYS stub answers them).
+// dockerDefault compiles Docker's default profile with our compiler.
 func dockerDefault(t *testing.T) []byte {
-	raw, err := json.Marshal(moby.DefaultProfile())
+	raw, _, err := seccomptest.DockerDefaultJSON()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc map[string]any
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	var rules []any
-	for _, r := range doc["syscalls"].([]any) {
-		rule := r.(map[string]any)
-		var keep []any
-		for _, n := range rule["names"].([]any) {
-			if _, err := libseccomp.GetSyscallFromName(n.(string)); err == nil {
-				keep = append(keep, n)
-			}
-		}
-		if len(keep) > 0 {
-			rule["names"] = keep
-			rules = append(rules, rule)
-		}
-	}
-	doc["syscalls"] = rules
-	raw, _ = json.Marshal(doc)
 	return compileJSON(t, string(raw))
 }
 
