@@ -1,0 +1,301 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// GitTarget is one authoritative repository.
+type GitTarget struct {
+	Repo           string   // the repository's git dir (bare or .git)
+	AllowedRefs    []string // exact ref names the worker may update
+	AllowedPaths   []string // globs; a touched path must match one
+	ForbiddenPaths []string // globs; a touched path must match none
+	AuthorName     string
+	AuthorEmail    string
+	Class          int // 0: 3
+}
+
+// GitCommit applies an exact patch on an exact base OID and moves a ref by
+// compare-and-swap (class 3). See the package documentation for why it uses
+// a temporary index rather than a worktree.
+type GitCommit struct {
+	Targets map[string]GitTarget
+	// Git is the git binary (default "git", resolved in a fixed PATH).
+	Git string
+	// BeforeUpdateRef is a fault-injection point for tests: it runs after
+	// the commit object exists and before the ref moves.
+	BeforeUpdateRef func()
+}
+
+type gitCommitRequest struct {
+	BaseOID string `json:"base_oid"`
+	Ref     string `json:"ref"`
+	Message string `json:"message"`
+}
+
+var oidPattern = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
+
+// TrailerKey marks a commit made for an effect; reconciliation searches
+// for it.
+const TrailerKey = "Autonomic-Effect"
+
+// Kind implements Adapter.
+func (*GitCommit) Kind() string { return "git_commit" }
+
+// Class implements Adapter.
+func (g *GitCommit) Class(target string) (int, error) {
+	t, ok := g.Targets[target]
+	if !ok {
+		return 0, protocol.Errorf(protocol.CodeForbidden, "unknown git target")
+	}
+	if t.Class == 0 {
+		return 3, nil
+	}
+	return t.Class, nil
+}
+
+func (g *GitCommit) parse(r Request) (GitTarget, gitCommitRequest, error) {
+	var req gitCommitRequest
+	t, ok := g.Targets[r.TargetID]
+	if !ok {
+		return t, req, protocol.Errorf(protocol.CodeForbidden, "unknown git target")
+	}
+	if err := protocol.DecodeStrict(r.Target, &req); err != nil {
+		return t, req, err
+	}
+	switch {
+	case !oidPattern.MatchString(req.BaseOID):
+		return t, req, protocol.Errorf(protocol.CodeInvalidField, "target.base_oid")
+	case !slices.Contains(t.AllowedRefs, req.Ref):
+		return t, req, protocol.Errorf(protocol.CodeForbidden, "ref not allowed")
+	case req.Message == "" || len(req.Message) > 4096 || !utf8.ValidString(req.Message) || strings.ContainsRune(req.Message, 0) ||
+		strings.Contains(req.Message, TrailerKey+":"):
+		// A worker-written trailer could make reconciliation find a
+		// commit that is not this effect's.
+		return t, req, protocol.Errorf(protocol.CodeInvalidField, "target.message")
+	case len(r.Payload) == 0:
+		return t, req, protocol.Errorf(protocol.CodeInvalidField, "empty patch")
+	}
+	return t, req, nil
+}
+
+// git runs git on the repository with every configurable execution path
+// disabled: no system or global configuration, no hooks, no fsmonitor, no
+// attributes file, no pager, no prompt, no external diff, no network
+// protocols, and an environment of our own rather than the kernel's.
+func (g *GitCommit) git(ctx context.Context, t GitTarget, index string, stdin []byte, args ...string) ([]byte, error) {
+	return runGit(ctx, g.Git, t.Repo, index, stdin, nil, args...)
+}
+
+func runGit(ctx context.Context, bin, repo, index string, stdin []byte, extraEnv []string, args ...string) ([]byte, error) {
+	if bin == "" {
+		bin = "git"
+	}
+	argv := append([]string{
+		"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null",
+		"-c", "core.pager=cat", "-c", "diff.external=", "-c", "protocol.allow=never", "-c", "protocol.file.allow=always",
+		"-c", "protocol.git.allow=always", "-c", "safe.directory=*", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+		"--git-dir=" + repo,
+	}, args...)
+	cmd := exec.CommandContext(ctx, bin, argv...)
+	cmd.Env = append([]string{
+		"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent", "LC_ALL=C", "TZ=UTC",
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0", "GIT_ATTR_NOSYSTEM=1",
+		"GIT_NO_REPLACE_OBJECTS=1", "GIT_OPTIONAL_LOCKS=0",
+	}, extraEnv...)
+	if index != "" {
+		cmd.Env = append(cmd.Env, "GIT_INDEX_FILE="+index)
+	}
+	cmd.Dir = "/"
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), fmt.Errorf("git %s: %w: %.400s", args[0], err, errb.String())
+	}
+	return out.Bytes(), nil
+}
+
+// checkRepoConfig refuses a repository whose own configuration could pull
+// in other configuration or rewrite objects: includes are read even with
+// global and system configuration off.
+func (g *GitCommit) checkRepoConfig(ctx context.Context, t GitTarget) error {
+	out, err := g.git(ctx, t, "", nil, "config", "--local", "--name-only", "--list")
+	if err != nil {
+		return protocol.Errorf(protocol.CodeTargetUnavailable, "%w", err)
+	}
+	for k := range strings.SplitSeq(strings.ToLower(string(out)), "\n") {
+		if strings.HasPrefix(k, "include.") || strings.HasPrefix(k, "includeif.") || strings.HasPrefix(k, "core.alternaterefscommand") {
+			return protocol.Errorf(protocol.CodeForbidden, "repository configuration has %s", k)
+		}
+	}
+	return nil
+}
+
+// build applies the patch on the base in a temporary index and returns the
+// new tree, after checking every changed path of the result.
+func (g *GitCommit) build(ctx context.Context, t GitTarget, req gitCommitRequest, patch []byte) (string, error) {
+	if err := g.checkRepoConfig(ctx, t); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp("", "autonomic-git-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	index := filepath.Join(tmp, "index")
+	if _, err := g.git(ctx, t, index, nil, "read-tree", req.BaseOID+"^{commit}"); err != nil {
+		return "", protocol.Errorf(protocol.CodeEffectFailed, "base: %w", err)
+	}
+	if _, err := g.git(ctx, t, index, patch, "apply", "--cached", "--whitespace=nowarn", "-"); err != nil {
+		return "", protocol.Errorf(protocol.CodeEffectFailed, "patch does not apply: %w", err)
+	}
+	tree, err := g.git(ctx, t, index, nil, "write-tree")
+	if err != nil {
+		return "", err
+	}
+	treeOID := strings.TrimSpace(string(tree))
+	raw, err := g.git(ctx, t, "", nil, "diff-tree", "-r", "-z", "--no-renames", "--raw", req.BaseOID+"^{tree}", treeOID)
+	if err != nil {
+		return "", err
+	}
+	// Records are ":<old mode> <new mode> <old oid> <new oid> <status>\0<path>\0".
+	fields := bytes.Split(bytes.TrimSuffix(raw, []byte{0}), []byte{0})
+	if len(raw) == 0 {
+		return "", protocol.Errorf(protocol.CodeEffectFailed, "patch changes nothing")
+	}
+	for i := 0; i+1 < len(fields); i += 2 {
+		meta := strings.Fields(string(fields[i]))
+		p := string(fields[i+1])
+		if len(meta) < 5 {
+			return "", fmt.Errorf("diff-tree record %q", fields[i])
+		}
+		for _, mode := range meta[:2] {
+			// Symlinks and submodules are refused outright: their targets
+			// escape any path glob.
+			if strings.TrimPrefix(mode, ":") == "120000" || strings.TrimPrefix(mode, ":") == "160000" {
+				return "", protocol.Errorf(protocol.CodeForbidden, "patch touches a symlink or submodule")
+			}
+		}
+		if !pathAllowed(p, t.AllowedPaths, t.ForbiddenPaths) {
+			return "", protocol.Errorf(protocol.CodeForbidden, "patch touches a path outside the allowed set")
+		}
+	}
+	return treeOID, nil
+}
+
+// Validate implements Adapter: the patch must apply on the base and touch
+// only allowed paths. It writes only unreferenced objects.
+func (g *GitCommit) Validate(ctx context.Context, r Request) error {
+	t, req, err := g.parse(r)
+	if err != nil {
+		return err
+	}
+	_, err = g.build(ctx, t, req, r.Payload)
+	return err
+}
+
+func (g *GitCommit) refOID(ctx context.Context, t GitTarget, ref string) (string, error) {
+	out, err := g.git(ctx, t, "", nil, "rev-parse", "--verify", "--quiet", ref+"^{commit}")
+	if err != nil {
+		return "", protocol.Errorf(protocol.CodeTargetUnavailable, "%w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Precondition implements Adapter: the ref still points at the base.
+func (g *GitCommit) Precondition(ctx context.Context, r Request) error {
+	t, req, err := g.parse(r)
+	if err != nil {
+		return err
+	}
+	cur, err := g.refOID(ctx, t, req.Ref)
+	if err != nil {
+		return err
+	}
+	if cur != req.BaseOID {
+		return protocol.Errorf(protocol.CodeRefMoved, "ref moved")
+	}
+	return nil
+}
+
+// Commit implements Adapter.
+func (g *GitCommit) Commit(ctx context.Context, r Request) Result {
+	t, req, err := g.parse(r)
+	if err != nil {
+		return notCommitted(err, nil)
+	}
+	tree, err := g.build(ctx, t, req, r.Payload)
+	if err != nil {
+		return notCommitted(err, nil)
+	}
+	msg := strings.TrimRight(req.Message, "\n") + "\n\n" + TrailerKey + ": " + r.EffectID.String() + "\n"
+	name, email := t.AuthorName, t.AuthorEmail
+	if name == "" {
+		name, email = "Autonomic", "autonomic@localhost"
+	}
+	env := []string{"GIT_AUTHOR_NAME=" + name, "GIT_AUTHOR_EMAIL=" + email, "GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email}
+	out, err := runGit(ctx, g.Git, t.Repo, "", []byte(msg), env, "commit-tree", tree, "-p", req.BaseOID, "-F", "-")
+	if err != nil {
+		return notCommitted(protocol.Errorf(protocol.CodeEffectFailed, "%w", err), nil)
+	}
+	oid := strings.TrimSpace(string(out))
+	if g.BeforeUpdateRef != nil {
+		g.BeforeUpdateRef()
+	}
+	// Compare-and-swap: git takes the ref's lock and moves it only if it
+	// still holds the base.
+	if _, err := g.git(ctx, t, "", nil, "update-ref", "-m", "autonomic effect "+r.EffectID.String(), req.Ref, oid, req.BaseOID); err != nil {
+		// Our swap did not happen, but someone else moved the ref inside
+		// our commit window: Reconcile decides from what the ref holds.
+		res := g.Reconcile(ctx, r)
+		return res
+	}
+	return committed(map[string]any{"ref": req.Ref, "oid": oid, "base_oid": req.BaseOID})
+}
+
+// Reconcile implements Adapter: the ref's history since the base is
+// searched for this effect's trailer. Found: committed. The ref still at
+// the base: not committed. Anything else is someone else's movement, and
+// ambiguous.
+func (g *GitCommit) Reconcile(ctx context.Context, r Request) Result {
+	t, req, err := g.parse(r)
+	if err != nil {
+		return unknown(err, nil)
+	}
+	cur, err := g.refOID(ctx, t, req.Ref)
+	if err != nil {
+		return unknown(err, nil)
+	}
+	if cur == req.BaseOID {
+		return notCommitted(protocol.Errorf(protocol.CodeEffectFailed, "ref still at base"), map[string]any{"ref": req.Ref, "oid": cur})
+	}
+	out, err := g.git(ctx, t, "", nil, "log", "--max-count=10000", "--format=%H %(trailers:key="+TrailerKey+",valueonly,separator=%x2C)",
+		req.BaseOID+".."+cur)
+	if err != nil {
+		return unknown(err, nil)
+	}
+	want := r.EffectID.String()
+	for line := range strings.SplitSeq(string(out), "\n") {
+		oid, trailers, _ := strings.Cut(line, " ")
+		if slices.Contains(strings.Split(trailers, ","), want) {
+			return committed(map[string]any{"ref": req.Ref, "oid": oid, "base_oid": req.BaseOID, "ref_oid": cur})
+		}
+	}
+	return unknown(protocol.Errorf(protocol.CodeCommitUnknown, "ref moved by someone else"),
+		map[string]any{"ref": req.Ref, "ambiguous": true, "ref_oid": cur, "base_oid": req.BaseOID})
+}
+
