@@ -258,24 +258,36 @@ func (m *mtx) queueLedger() error {
 	if len(m.events) == 0 {
 		return nil
 	}
+	n := len(m.events)
+	seqs, epochs := make([]int64, n), make([]int64, n)
+	kinds, bodies := make([]string, n), make([]string, n)
+	ats := make([]time.Time, n)
+	prevs, hashes := make([][]byte, n), make([][]byte, n)
 	head := m.ep.LedgerHead
-	for _, ev := range m.events {
+	for i, ev := range m.events {
 		e, err := ledger.Seal(head, m.ep.ID, ev.epoch, ev.kind, m.now, ev.body)
 		if err != nil {
 			return protocol.Errorf(protocol.CodeInternal, "store: %w", err)
 		}
-		m.writes.Queue(`INSERT INTO events (episode_id, seq, epoch, kind, body, at, prev_hash, hash)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			e.EpisodeID, e.Seq, e.Epoch, e.Kind, string(e.Body), e.At, e.Prev[:], e.Hash[:])
+		seqs[i], epochs[i], kinds[i], bodies[i], ats[i] = e.Seq, e.Epoch, e.Kind, string(e.Body), e.At
+		prevs[i], hashes[i] = e.Prev[:], e.Hash[:]
 		head = ledger.Head{Seq: e.Seq, Hash: e.Hash}
 	}
 	m.ep.LedgerHead = head
 	m.ep.UpdatedAt = m.now
-	m.writes.Queue(`UPDATE episodes SET state = $2, epoch = $3, policy_version = $4, current_checkpoint = $5,
-		owner_instance = $6, owner_token = $7, owner_expires_at = $8, ledger_seq = $9, ledger_head = $10,
-		updated_at = $11 WHERE id = $1`,
+	// One statement appends the events and moves the episode's head, so
+	// neither can be sent without the other.
+	m.writes.Queue(`WITH appended AS (
+			INSERT INTO events (episode_id, seq, epoch, kind, body, at, prev_hash, hash)
+			SELECT $1, * FROM unnest($12::bigint[], $13::bigint[], $14::text[], $15::text[],
+				$16::timestamptz[], $17::bytea[], $18::bytea[])
+		)
+		UPDATE episodes SET state = $2, epoch = $3, policy_version = $4, current_checkpoint = $5,
+			owner_instance = $6, owner_token = $7, owner_expires_at = $8, ledger_seq = $9, ledger_head = $10,
+			updated_at = $11 WHERE id = $1`,
 		m.ep.ID, string(m.ep.State), m.ep.Epoch, m.ep.PolicyVersion, m.ep.CurrentCheckpoint,
-		m.ep.Owner.InstanceID, m.ep.Owner.Token, m.ep.Owner.ExpiresAt, head.Seq, head.Hash[:], m.now)
+		m.ep.Owner.InstanceID, m.ep.Owner.Token, m.ep.Owner.ExpiresAt, head.Seq, head.Hash[:], m.now,
+		seqs, epochs, kinds, bodies, ats, prevs, hashes)
 	return nil
 }
 
