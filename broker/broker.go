@@ -47,8 +47,11 @@ type Config struct {
 
 // Hooks run at the named points of a commit.
 type Hooks struct {
-	// AfterIntent runs after commit_intent and committing are durable,
-	// before the adapter acts.
+	// AfterIntent runs after commit_intent is durable, before committing
+	// is recorded.
+	AfterIntent func(e store.Effect)
+	// BeforeAdapter runs after committing is durable, before the adapter
+	// acts.
 	BeforeAdapter func(e store.Effect)
 	// AfterAdapter runs after the adapter acted, before its outcome is
 	// recorded.
@@ -431,6 +434,9 @@ func (b *Broker) Commit(ctx context.Context, e store.Effect, revision int, epoch
 	// keeps the deadline but not the cancellation of the caller.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitWindow)
 	defer cancel()
+	if h := b.cfg.Hooks; h != nil && h.AfterIntent != nil {
+		h.AfterIntent(e)
+	}
 	if e, err = s.Transition(ctx, store.Transition{EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, To: store.Committing}); err != nil {
 		// Still commit_intent: reconciliation will abort it, since the
 		// adapter provably never ran.

@@ -141,7 +141,9 @@ func TestGitAuthoritativeCommitReconciliation(t *testing.T) {
 	t.Run("paths outside the allowed set", func(t *testing.T) {
 		base := f.head()
 		for name, edit := range map[string]func(string){
-			"forbidden dir":  func(d string) { _ = os.WriteFile(filepath.Join(d, "test/auth_test.go"), []byte("package test // x\n"), 0o644) },
+			"forbidden dir": func(d string) {
+				_ = os.WriteFile(filepath.Join(d, "test/auth_test.go"), []byte("package test // x\n"), 0o644)
+			},
 			"dotenv":         func(d string) { _ = os.WriteFile(filepath.Join(d, ".env"), []byte("SECRET=2\n"), 0o644) },
 			"not allowed":    func(d string) { _ = os.WriteFile(filepath.Join(d, "Makefile"), []byte("all:\n"), 0o644) },
 			"secret in lib":  func(d string) { _ = os.WriteFile(filepath.Join(d, "lib/my_secret.go"), []byte("package lib\n"), 0o644) },

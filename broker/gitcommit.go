@@ -298,4 +298,3 @@ func (g *GitCommit) Reconcile(ctx context.Context, r Request) Result {
 	return unknown(protocol.Errorf(protocol.CodeCommitUnknown, "ref moved by someone else"),
 		map[string]any{"ref": req.Ref, "ambiguous": true, "ref_oid": cur, "base_oid": req.BaseOID})
 }
-
