@@ -112,6 +112,22 @@ func (m *mtx) requireEpoch(claimed int64) error {
 // database's clock) may mutate it. Round trips: BEGIN and the locks; what
 // fn reads; the writes, events, episode row and COMMIT.
 func (p *Postgres) mutate(ctx context.Context, op string, tg target, fn func(*mtx) error) error {
+	return once(func() error { return p.mutateOnce(ctx, op, tg, fn) })
+}
+
+// once retries f a single time when its failure provably never reached the
+// server (pgx reports no byte was written: typically a pooled connection to
+// a server that has since restarted). Nothing was executed, so nothing can
+// be executed twice; every other failure is returned as it is.
+func once(f func() error) error {
+	err := f()
+	if err != nil && pgconn.SafeToRetry(err) {
+		return f()
+	}
+	return err
+}
+
+func (p *Postgres) mutateOnce(ctx context.Context, op string, tg target, fn func(*mtx) error) error {
 	conn, err := p.pool.acquire(ctx)
 	if err != nil {
 		return classify(op, err)
@@ -337,11 +353,13 @@ type querier interface {
 // query runs a single-statement read outside an explicit transaction: one
 // round trip, one snapshot.
 func (p *Postgres) query(ctx context.Context, op string, fn func(querier) error) error {
-	conn, err := p.pool.acquire(ctx)
-	if err != nil {
+	return once(func() error {
+		conn, err := p.pool.acquire(ctx)
+		if err != nil {
+			return classify(op, err)
+		}
+		err = fn(conn)
+		p.pool.release(conn, !connBroken(err) && conn.PgConn().TxStatus() == 'I')
 		return classify(op, err)
-	}
-	err = fn(conn)
-	p.pool.release(conn, !connBroken(err) && conn.PgConn().TxStatus() == 'I')
-	return classify(op, err)
+	})
 }

@@ -167,6 +167,33 @@ func TestDBOutageBlocksAuthority(t *testing.T) {
 			t.Logf("%d calls refused while down", whileDown.Load())
 		})
 	}
+
+	// A restart nobody noticed: the pool still holds connections to the
+	// old server. The first call must not fail because of them — nothing
+	// reached the server, so the store retries once on a fresh connection.
+	t.Run("silent restart", func(t *testing.T) {
+		ctx := ctxT(t)
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = s.Episode(ctx, eps[0]) }()
+		}
+		wg.Wait()
+		if err := cluster.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cluster.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Episode(ctx, eps[0]); err != nil {
+			t.Fatalf("read after silent restart: %v", err)
+		}
+		if _, err := commitPath(ctx, s, eps[1]); err != nil {
+			t.Fatalf("commit path after silent restart: %v", err)
+		}
+		checkConsistent(t, e, eps[0])
+		checkConsistent(t, e, eps[1])
+	})
 }
 
 // checkConsistent: the ledger verifies, and replaying it yields exactly the

@@ -131,6 +131,10 @@ func (p *Postgres) Close() { p.pool.close() }
 // answer has an unknown outcome and is authority_unavailable; a connection
 // in doubt is never reused.
 func (p *Postgres) run(ctx context.Context, op string, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	return once(func() error { return p.runOnce(ctx, op, opts, fn) })
+}
+
+func (p *Postgres) runOnce(ctx context.Context, op string, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
 	conn, err := p.pool.acquire(ctx)
 	if err != nil {
 		return classify(op, err)
