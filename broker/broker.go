@@ -162,6 +162,12 @@ func (b *Broker) handle(ctx context.Context, episodeID uuid.UUID, req *protocol.
 		return nil, err
 	}
 	switch req.Action {
+	case protocol.WorkerEvaluate, protocol.WorkerCommit, protocol.WorkerAbort:
+		if req.Revision != e.Revision {
+			return nil, protocol.Errorf(protocol.CodeStaleAuthority, "revision %d superseded by %d", req.Revision, e.Revision)
+		}
+	}
+	switch req.Action {
 	case protocol.WorkerEvaluate:
 		e, err = b.Evaluate(ctx, e, req.Revision, req.Epoch, req.Approval)
 	case protocol.WorkerCommit:
