@@ -29,6 +29,8 @@ type crashSpec struct {
 	ArtifactDir   string
 	GitRepo       string
 	HTTPURL       string
+	RemoteURL     string
+	ReadURL       string
 	DecisionKey   ed25519.PublicKey
 }
 
@@ -37,9 +39,15 @@ func (s crashSpec) adapters(pl *Payloads) []Adapter {
 	if s.ArtifactDir != "" {
 		out = append(out, &Artifact{Targets: map[string]ArtifactTarget{"releases": {Dir: s.ArtifactDir}}})
 	}
-	if s.GitRepo != "" {
+	if s.GitRepo != "" && s.RemoteURL == "" {
 		out = append(out, &GitCommit{Targets: map[string]GitTarget{"repo": {Repo: s.GitRepo, AllowedRefs: []string{"refs/heads/main"},
 			AllowedPaths: []string{"lib/**", "README"}}}})
+	}
+	if s.RemoteURL != "" {
+		out = append(out, &GitRemote{Targets: map[string]GitRemoteTarget{"pub": {Repo: s.GitRepo, URL: s.RemoteURL, AllowedRefs: []string{"refs/heads/main"}}}})
+	}
+	if s.ReadURL != "" {
+		out = append(out, httpAdapters(s.ReadURL, pl)[0])
 	}
 	if s.HTTPURL != "" {
 		out = append(out, httpAdapters(s.HTTPURL, pl)...)
@@ -117,11 +125,12 @@ func (e *env) runCrash(spec crashSpec) {
 // reconciles to the provable outcome and never acts twice.
 func TestBrokerCrashAfterExternalMutationReconciliation(t *testing.T) {
 	type adapterCase struct {
-		name    string
-		setup   func(t *testing.T) (crashSpec, func(e *env, seq int) *protocol.EffectResult, func(t *testing.T, acted bool))
-		points  map[string]store.EffectState
-		actsAt  map[string]bool
-		cfgFrom func(spec crashSpec) func(e *env, cfg *Config)
+		name   string
+		setup  func(t *testing.T) (crashSpec, func(e *env, seq int) *protocol.EffectResult, func(t *testing.T, acted bool))
+		points map[string]store.EffectState
+		// readOnly: an observation lost in the crash is not committed,
+		// and is never repeated by reconciliation.
+		readOnly bool
 	}
 	points := map[string]store.EffectState{"after_intent": store.Aborted, "before_adapter": store.Failed, "after_adapter": store.Committed}
 	acts := map[string]bool{"after_intent": false, "before_adapter": false, "after_adapter": true}
@@ -189,6 +198,39 @@ func TestBrokerCrashAfterExternalMutationReconciliation(t *testing.T) {
 			}
 			return crashSpec{HTTPURL: srv.URL}, mk, check
 		}},
+		{name: "git_remote", setup: func(t *testing.T) (crashSpec, func(*env, int) *protocol.EffectResult, func(*testing.T, bool)) {
+			f := newGitFixture(t)
+			remote := filepath.Join(t.TempDir(), "pub.git")
+			sh(t, "/", "git", "clone", "-q", "--bare", f.bare, remote)
+			var expected, next string
+			mk := func(e *env, seq int) *protocol.EffectResult {
+				expected = sh(t, remote, "git", "rev-parse", "refs/heads/main")
+				sh(t, f.work, "git", "reset", "-q", "--hard")
+				_ = os.WriteFile(filepath.Join(f.work, "README"), []byte(fmt.Sprintf("v%d\n", seq)), 0o644)
+				sh(t, f.work, "git", "commit", "-qam", "next")
+				sh(t, f.work, "git", "push", "-qf", f.bare, "HEAD:refs/heads/main")
+				next = f.head()
+				p := mustOK(t, e.do(prepareReq(e, "git_remote", "pub", map[string]string{"ref": "refs/heads/main", "oid": next, "expected_remote_oid": expected}, nil)))
+				mustOK(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, p)))
+				return p
+			}
+			check := func(t *testing.T, acted bool) {
+				got := sh(t, remote, "git", "rev-parse", "refs/heads/main")
+				if acted && got != next || !acted && got != expected {
+					t.Fatalf("acted=%v: remote at %s", acted, got)
+				}
+			}
+			return crashSpec{GitRepo: f.bare, RemoteURL: remote}, mk, check
+		}},
+		{name: "http_read", readOnly: true, setup: func(t *testing.T) (crashSpec, func(*env, int) *protocol.EffectResult, func(*testing.T, bool)) {
+			srv := hostileServer(t)
+			mk := func(e *env, seq int) *protocol.EffectResult {
+				p := mustOK(t, e.do(prepareReq(e, "http_read", "docs", map[string]string{"method": "GET", "path": "/docs/api.json"}, nil)))
+				mustOK(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, p)))
+				return p
+			}
+			return crashSpec{ReadURL: srv.URL}, mk, func(*testing.T, bool) {}
+		}},
 	} {
 		t.Run(ac.name, func(t *testing.T) {
 			spec, mk, check := ac.setup(t)
@@ -217,8 +259,12 @@ func TestBrokerCrashAfterExternalMutationReconciliation(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if len(st) != 1 || st[0].To != points[point] {
-						t.Fatalf("reconciled %+v, want %s", st, points[point])
+					want := points[point]
+					if ac.readOnly && want == store.Committed {
+						want = store.Failed
+					}
+					if len(st) != 1 || st[0].To != want {
+						t.Fatalf("reconciled %+v, want %s", st, want)
 					}
 					check(t, acts[point])
 					// A second reconciliation finds nothing to do and acts

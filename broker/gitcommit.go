@@ -106,7 +106,7 @@ func runGit(ctx context.Context, bin, repo, index string, stdin []byte, extraEnv
 	argv := append([]string{
 		"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null",
 		"-c", "core.pager=cat", "-c", "diff.external=", "-c", "protocol.allow=never", "-c", "protocol.file.allow=always",
-		"-c", "protocol.git.allow=always", "-c", "safe.directory=*", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+		"-c", "protocol.git.allow=always", "-c", "protocol.https.allow=always", "-c", "safe.directory=*", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
 		"--git-dir=" + repo,
 	}, args...)
 	cmd := exec.CommandContext(ctx, bin, argv...)
