@@ -1,0 +1,83 @@
+package broker
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/broker/client"
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+func reportQuantiles(b *testing.B, ds []time.Duration) {
+	slices.Sort(ds)
+	if len(ds) == 0 {
+		return
+	}
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkBroker runs, side by side: a status round trip over the socket
+// (target p50 ≤ 200 µs), a full prepare → evaluate → commit of an artifact
+// (approval signature excluded from the timing), and the store floor it is
+// compared with (two fsync'd transactions; target ≤ 2× the floor).
+func BenchmarkBroker(b *testing.B) {
+	pub := b.TempDir()
+	e := newEnv(b, func(e *env, cfg *Config) {
+		cfg.Adapters = append(cfg.Adapters, &Artifact{Targets: map[string]ArtifactTarget{"releases": {Dir: pub}}})
+	})
+	e.serve(8)
+	p := mustOK(b, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "status-probe"}, []byte("x"))))
+
+	b.Run("status_round_trip", func(b *testing.B) {
+		req := &protocol.WorkerRequest{Protocol: 1, RequestID: "s", Epoch: e.epoch(), Action: protocol.WorkerStatus, EffectID: p.ID}
+		ds := make([]time.Duration, 0, b.N)
+		ctx := ctxT(b)
+		for b.Loop() {
+			start := time.Now()
+			r, err := client.Call(ctx, e.socket, req)
+			ds = append(ds, time.Since(start))
+			if err != nil || !r.OK {
+				b.Fatal(err, r)
+			}
+		}
+		reportQuantiles(b, ds)
+	})
+	b.Run("artifact_prepare_evaluate_commit", func(b *testing.B) {
+		ds := make([]time.Duration, 0, b.N)
+		i := 0
+		for b.Loop() {
+			i++
+			start := time.Now()
+			pr := mustOK(b, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "a" + b64([]byte{byte(i), byte(i >> 8), byte(i >> 16)})[:4]}, []byte("artifact body"))))
+			b.StopTimer()
+			ap := e.approve(pr.ID)
+			b.StartTimer()
+			elapsed := time.Since(start)
+			req := byEffectReq(e, protocol.WorkerEvaluate, pr)
+			req.Approval = ap
+			t0 := time.Now()
+			mustOK(b, e.do(req))
+			if c := mustOK(b, e.do(byEffectReq(e, protocol.WorkerCommit, pr))); c.State != "committed" {
+				b.Fatal(c.State)
+			}
+			ds = append(ds, elapsed+time.Since(t0))
+		}
+		reportQuantiles(b, ds)
+	})
+	b.Run("store_floor_two_transactions", func(b *testing.B) {
+		ds := make([]time.Duration, 0, b.N)
+		ctx := ctxT(b)
+		for b.Loop() {
+			start := time.Now()
+			for range 2 {
+				if _, err := e.store.AcquireOwnership(ctx, e.ep.ID); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ds = append(ds, time.Since(start))
+		}
+		reportQuantiles(b, ds)
+	})
+}
