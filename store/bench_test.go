@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,38 +21,91 @@ import (
 // the floor: the same seven transactions per effect issued directly through
 // pgx, each taking the same row locks (episode; episode+effect; episode →
 // effect → lease at the horizon) and writing one row, so the same fsyncs.
-// The figure that matters is store effects/s ÷ floor effects/s.
+//
+// The two run interleaved, in alternating chunks, in the same benchmark, so
+// that both see the same machine: on a shared host, running them one after
+// the other compares two different loads. One op is one lifecycle of each.
+// Reported: effects/s and lifecycle p50/p99 for each, and store÷floor.
 func BenchmarkCommitHorizon(b *testing.B) {
 	if testHarness.cluster == nil {
 		privileged.Skip(b, "no PostgreSQL cluster: "+testHarness.err.Error())
 	}
 	for _, clients := range []int{1, 8, 32} {
-		b.Run(fmt.Sprintf("store/clients=%d", clients), func(b *testing.B) { benchStore(b, clients) })
-		b.Run(fmt.Sprintf("floor/clients=%d", clients), func(b *testing.B) { benchFloor(b, clients) })
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			store := storeLifecycle(b, clients)
+			floor := floorLifecycle(b, clients)
+			var st, fl run
+			chunk := 4 * clients
+			b.ResetTimer()
+			for done := 0; done < b.N; done += chunk {
+				k := min(chunk, b.N-done)
+				st.add(b, drive(clients, k, store))
+				fl.add(b, drive(clients, k, floor))
+			}
+			b.StopTimer()
+			b.ReportMetric(st.rate(), "store-effects/s")
+			b.ReportMetric(fl.rate(), "floor-effects/s")
+			b.ReportMetric(st.rate()/fl.rate(), "store/floor")
+			b.ReportMetric(st.pct(0.50), "store-p50-ms")
+			b.ReportMetric(st.pct(0.99), "store-p99-ms")
+			b.ReportMetric(fl.pct(0.50), "floor-p50-ms")
+			b.ReportMetric(fl.pct(0.99), "floor-p99-ms")
+		})
 	}
 }
 
-// drive runs b.N lifecycles split over clients and reports throughput and
-// lifecycle latency percentiles.
-func drive(b *testing.B, clients int, lifecycle func(ctx context.Context, client int) error) {
+// run accumulates the chunks of one side.
+type run struct {
+	elapsed time.Duration
+	lat     []time.Duration
+	sorted  bool
+}
+
+type chunkResult struct {
+	elapsed time.Duration
+	lat     []time.Duration
+	err     error
+}
+
+func (r *run) add(b *testing.B, c chunkResult) {
+	if c.err != nil {
+		b.Fatal(c.err)
+	}
+	r.elapsed += c.elapsed
+	r.lat = append(r.lat, c.lat...)
+	r.sorted = false
+}
+
+func (r *run) rate() float64 { return float64(len(r.lat)) / r.elapsed.Seconds() }
+
+func (r *run) pct(p float64) float64 {
+	if !r.sorted {
+		slices.Sort(r.lat)
+		r.sorted = true
+	}
+	return float64(r.lat[int(p*float64(len(r.lat)-1))].Microseconds()) / 1000
+}
+
+// drive runs n lifecycles split over clients goroutines (client c always
+// uses its own episode and connection).
+func drive(clients, n int, lifecycle func(ctx context.Context, client int) error) chunkResult {
 	ctx := context.Background()
 	lat := make([][]time.Duration, clients)
+	errs := make([]error, clients)
 	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	b.ResetTimer()
 	start := time.Now()
 	for c := 0; c < clients; c++ {
-		n := b.N / clients
-		if c < b.N%clients {
-			n++
+		k := n / clients
+		if c < n%clients {
+			k++
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < n; i++ {
+			for i := 0; i < k; i++ {
 				t0 := time.Now()
 				if err := lifecycle(ctx, c); err != nil {
-					errs <- err
+					errs[c] = err
 					return
 				}
 				lat[c] = append(lat[c], time.Since(t0))
@@ -59,31 +113,17 @@ func drive(b *testing.B, clients int, lifecycle func(ctx context.Context, client
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	if len(all) == 0 {
-		return
-	}
-	pct := func(p float64) float64 { return float64(all[int(p*float64(len(all)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "effects/s")
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
+	return chunkResult{elapsed: time.Since(start), lat: slices.Concat(lat...), err: errors.Join(errs...)}
 }
 
-func benchStore(b *testing.B, clients int) {
+func storeLifecycle(b *testing.B, clients int) func(context.Context, int) error {
 	e := newEnv(b)
 	s := e.openConns("bench", time.Hour, clients)
 	eps := make([]fixture, clients)
 	for i := range eps {
 		eps[i] = e.episode(s)
 	}
-	drive(b, clients, func(ctx context.Context, c int) error {
+	return func(ctx context.Context, c int) error {
 		f := eps[c]
 		eff, err := readyEffect(ctx, s, f.ep.ID, 1, f.lease.ID)
 		if err != nil {
@@ -97,7 +137,7 @@ func benchStore(b *testing.B, clients int) {
 		}
 		_, err = s.FinishCommit(ctx, Outcome{EffectID: eff.ID, State: Committed, Receipt: []byte(`{"oid":"x"}`)})
 		return err
-	})
+	}
 }
 
 const floorSchema = `
@@ -105,7 +145,7 @@ CREATE TABLE floor_episodes (id uuid PRIMARY KEY, n bigint NOT NULL);
 CREATE TABLE floor_leases (id uuid PRIMARY KEY, episode_id uuid NOT NULL);
 CREATE TABLE floor_effects (id uuid PRIMARY KEY, episode_id uuid NOT NULL, state text NOT NULL);`
 
-func benchFloor(b *testing.B, clients int) {
+func floorLifecycle(b *testing.B, clients int) func(context.Context, int) error {
 	e := newEnv(b)
 	ctx := context.Background()
 	admin := e.admin()
@@ -158,7 +198,7 @@ func benchFloor(b *testing.B, clients int) {
 		}
 		return tx.Commit(ctx)
 	}
-	drive(b, clients, func(ctx context.Context, i int) error {
+	return func(ctx context.Context, i int) error {
 		c := cs[i]
 		id := uuid.New()
 		if err := txn(ctx, c, id, false, true, `INSERT INTO floor_effects VALUES ($1, $2, 'proposed')`, id, c.ep); err != nil {
@@ -178,5 +218,5 @@ func benchFloor(b *testing.B, clients int) {
 			}
 		}
 		return nil
-	})
+	}
 }
