@@ -1,0 +1,132 @@
+package authority
+
+import (
+	"math/rand/v2"
+	"path"
+	"strings"
+	"testing"
+)
+
+func TestGlobMatch(t *testing.T) {
+	cases := []struct {
+		glob, path string
+		want       bool
+	}{
+		{"lib/**", "lib/auth.ex", true},
+		{"lib/**", "lib/a/b/c.ex", true},
+		{"lib/**", "lib", true}, // ** matches zero segments
+		{"lib/**", "libx/a", false},
+		{"**", "a", true},
+		{"**", "a/b/c", true},
+		{"**/*secret*", "secret", true},
+		{"**/*secret*", "a/b/my_secret.txt", true},
+		{"**/*secret*", "a/secretive/b", false},
+		{"**/*secret*/**", "a/secretive/b", true},
+		{".env", ".env", true},
+		{".env", "a/.env", false},
+		{"**/.env", "a/.env", true},
+		{"test/**", "test/auth_test.exs", true},
+		{"test/**", "lib/test/x", false},
+		{"src/*.go", "src/main.go", true},
+		{"src/*.go", "src/a/main.go", false},
+		{"src/*", "src/a", true},
+		{"*.md", "README.md", true},
+		{"*.md", "docs/README.md", false},
+		{"README*", "README.md", true},
+		{"a/**/b/**/c", "a/b/c", true},
+		{"a/**/b/**/c", "a/x/b/y/z/c", true},
+		{"a/**/b/**/c", "a/x/y/c", false},
+		{"a/**/**/b", "a/b", true},
+		{"[a-c]?/x", "b1/x", true},
+		{"[a-c]?/x", "d1/x", false},
+		{"**/x", "x", true},
+		{"**/x", "a/x/y", false},
+	}
+	for _, c := range cases {
+		g, err := compileGlob(c.glob)
+		if err != nil {
+			t.Fatalf("%q: %v", c.glob, err)
+		}
+		if got := matchString(g, c.path); got != c.want {
+			t.Errorf("%q ~ %q = %v, want %v", c.glob, c.path, got, c.want)
+		}
+	}
+}
+
+func TestCompileGlobRefuses(t *testing.T) {
+	for _, bad := range []string{"", "/abs", "a//b", "a/./b", "../x", "a/..", "a**b", "a/[", "x\\y", "a\x00b", strings.Repeat("a", MaxGlobLen+1)} {
+		if _, err := compileGlob(bad); err == nil {
+			t.Errorf("%q compiled", bad)
+		}
+	}
+}
+
+func TestValidPath(t *testing.T) {
+	for p, want := range map[string]bool{
+		"a": true, "a/b.c": true, ".env": true, "a/.b/c": true,
+		"": false, "/a": false, "a/": false, "a//b": false, "./a": false, "a/../b": false,
+		"..": false, "a/.": false, "a\x00": false, "a\\b": false, strings.Repeat("a", MaxPathLen+1): false,
+	} {
+		if got := validPath(p); got != want {
+			t.Errorf("validPath(%q) = %v, want %v", p, got, want)
+		}
+	}
+}
+
+// refMatch is the obvious recursive matcher (the broker's): the greedy
+// matcher must agree with it on every input.
+func refMatch(pat, name []string) bool {
+	for len(pat) > 0 {
+		if pat[0] == "**" {
+			for i := 0; i <= len(name); i++ {
+				if refMatch(pat[1:], name[i:]) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(name) == 0 {
+			return false
+		}
+		if ok, err := path.Match(pat[0], name[0]); err != nil || !ok {
+			return false
+		}
+		pat, name = pat[1:], name[1:]
+	}
+	return len(name) == 0
+}
+
+func TestGlobAgreesWithReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	pieces := []string{"**", "*", "a", "b", "a*", "*b", "*a*", "?", "[ab]", "ab"}
+	names := []string{"a", "b", "ab", "ba", "aa", "c"}
+	for i := 0; i < 20000; i++ {
+		var ps, ns []string
+		for j := r.IntN(5) + 1; j > 0; j-- {
+			ps = append(ps, pieces[r.IntN(len(pieces))])
+		}
+		for j := r.IntN(6) + 1; j > 0; j-- {
+			ns = append(ns, names[r.IntN(len(names))])
+		}
+		pat, name := strings.Join(ps, "/"), strings.Join(ns, "/")
+		g, err := compileGlob(pat)
+		if err != nil {
+			t.Fatalf("%q: %v", pat, err)
+		}
+		if got, want := matchString(g, name), refMatch(ps, ns); got != want {
+			t.Fatalf("%q ~ %q = %v, reference says %v", pat, name, got, want)
+		}
+	}
+}
+
+func matchString(g glob, p string) bool {
+	var sp splitPath
+	return sp.split(p) && g.match(&sp)
+}
+
+func TestPathDepthBound(t *testing.T) {
+	deep := strings.Repeat("a/", MaxPathSegments-1) + "a"
+	if !validPath(deep) || validPath(deep+"/a") {
+		t.Fatal("segment bound is off")
+	}
+}
