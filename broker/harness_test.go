@@ -19,6 +19,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/autonomic-kernel/autonomic/store/pgcluster"
+	"github.com/autonomic-kernel/autonomic/store/storetest"
 	"github.com/google/uuid"
 )
 
@@ -47,7 +48,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	_ = os.Chmod(dir, 0o755)
-	h.cluster, h.err = startCluster(dir)
+	h.cluster, h.err = storetest.StartCluster(dir)
 	testHarness = h
 	code := m.Run()
 	if h.cluster != nil {
@@ -57,20 +58,6 @@ func TestMain(m *testing.M) {
 	}
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func startCluster(dir string) (*pgcluster.Cluster, error) {
-	cfg := pgcluster.Config{Dir: dir, NoSyncInit: true}
-	if os.Geteuid() == 0 {
-		acct, err := pgcluster.ServiceAccount()
-		if err != nil {
-			return nil, err
-		}
-		cfg.RunAs = &acct
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	return pgcluster.Start(ctx, cfg)
 }
 
 func ctxT(t testing.TB) context.Context {

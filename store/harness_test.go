@@ -15,6 +15,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store/pgcluster"
+	"github.com/autonomic-kernel/autonomic/store/storetest"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	h.cluster, h.err = startCluster(dir)
+	h.cluster, h.err = storetest.StartCluster(dir)
 	testHarness = h
 	code := m.Run()
 	if h.cluster != nil {
@@ -49,24 +50,6 @@ func TestMain(m *testing.M) {
 	}
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// startCluster starts a cluster in dir: as the service account when root
-// (postgres refuses root, and so do we), as ourselves otherwise.
-func startCluster(dir string) (*pgcluster.Cluster, error) {
-	cfg := pgcluster.Config{Dir: dir, NoSyncInit: true}
-	if os.Geteuid() == 0 {
-		acct, err := pgcluster.ServiceAccount()
-		if err != nil {
-			return nil, err
-		}
-		// Start chowns dir to the account; /tmp above it is
-		// world-traversable.
-		cfg.RunAs = &acct
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	return pgcluster.Start(ctx, cfg)
 }
 
 type env struct {

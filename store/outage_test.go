@@ -10,6 +10,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store/storetest"
 	"github.com/google/uuid"
 )
 
@@ -29,7 +30,7 @@ func TestDBOutageBlocksAuthority(t *testing.T) {
 	defer os.RemoveAll(dir)
 	// Its own cluster: this test kills it.
 	t0 := time.Now()
-	cluster, err := startCluster(dir)
+	cluster, err := storetest.StartCluster(dir)
 	t.Logf("cluster up in %s", time.Since(t0))
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,32 @@
+// Package storetest starts throwaway PostgreSQL clusters for tests, with the
+// same code the kernel uses for its managed cluster (store/pgcluster).
+//
+// Invariant: a throwaway cluster lives in the directory the caller gives it
+// and is never run as root: as root it runs as the service account, as
+// anyone else it runs as the caller.
+package storetest
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/store/pgcluster"
+)
+
+// StartCluster starts a cluster in dir, which must exist.
+func StartCluster(dir string) (*pgcluster.Cluster, error) {
+	cfg := pgcluster.Config{Dir: dir, NoSyncInit: true}
+	if os.Geteuid() == 0 {
+		acct, err := pgcluster.ServiceAccount()
+		if err != nil {
+			return nil, err
+		}
+		// Start chowns dir to the account; the temp dir above it must be
+		// traversable by it.
+		cfg.RunAs = &acct
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return pgcluster.Start(ctx, cfg)
+}
