@@ -166,6 +166,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if c.kernelPW, err = c.secret("kernel.pw", true); err != nil {
 		return nil, err
 	}
+	if err := c.stopOrphan(); err != nil {
+		return nil, err
+	}
 	if err := c.start(ctx); err != nil {
 		return nil, err
 	}
@@ -174,6 +177,48 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// stopOrphan stops a postmaster that a crashed kernel left running on this
+// data directory: the data is reused, the server is started afresh under
+// this Cluster's control. Only a postgres whose command line names this very
+// data directory is touched; a stale postmaster.pid (its pid dead or reused
+// by another program) is left for postgres itself to discard.
+func (c *Cluster) stopOrphan() error {
+	b, err := os.ReadFile(filepath.Join(c.data, "postmaster.pid"))
+	if err != nil {
+		return nil
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 1 || !alive(pid) {
+		return nil
+	}
+	exe, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+	cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if filepath.Base(exe) != "postgres" || !bytes.Contains(cmdline, []byte("\x00"+c.data+"\x00")) {
+		return nil
+	}
+	c.log.Warn("stopping a postmaster left running by a previous kernel", "pid", pid)
+	_ = syscall.Kill(pid, syscall.SIGINT) // fast shutdown: roll back, checkpoint, exit
+	deadline := time.Now().Add(30 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+			for _, k := range childrenOf(pid) {
+				_ = syscall.Kill(k, syscall.SIGKILL)
+			}
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			deadline = time.Now().Add(10 * time.Second)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Backends exit with their postmaster; wait for the last one so the
+	// shared memory block is free before the restart.
+	for time.Now().Before(deadline) && len(childrenOf(pid)) > 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
 }
 
 // credentialFor decides which account postgres runs as. Root without an

@@ -119,3 +119,43 @@ func TestClusterLifecycle(t *testing.T) {
 	}
 	kc.Close(ctx)
 }
+
+// TestStartAfterKernelCrashReusesTheCluster: a kernel that died without
+// stopping its cluster leaves the postmaster running; the next Start stops
+// that orphan and serves the same data again.
+func TestStartAfterKernelCrashReusesTheCluster(t *testing.T) {
+	privileged.Require(t)
+	acct, err := ServiceAccount()
+	if err != nil {
+		privileged.Skip(t, err.Error())
+	}
+	dir, err := os.MkdirTemp("", "autonomic-pgc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	first, err := Start(ctx, Config{Dir: dir, RunAs: &acct, NoSyncInit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.CreateDatabase(ctx, "survivor"); err != nil {
+		t.Fatal(err)
+	}
+	orphan := first.PID()
+	// The "crashed kernel" never calls Stop: its postmaster keeps running.
+	second, err := Start(ctx, Config{Dir: dir, RunAs: &acct, NoSyncInit: true})
+	if err != nil {
+		t.Fatalf("start after a crash: %v", err)
+	}
+	t.Cleanup(func() { _ = second.Stop(context.Background()) })
+	if alive(orphan) {
+		t.Fatalf("the orphaned postmaster %d is still running", orphan)
+	}
+	conn, err := pgx.Connect(ctx, second.AdminConnString("survivor"))
+	if err != nil {
+		t.Fatalf("data not reused: %v", err)
+	}
+	_ = conn.Close(ctx)
+}
