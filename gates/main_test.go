@@ -1,0 +1,79 @@
+package gates
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
+	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
+	"github.com/autonomic-kernel/autonomic/store/pgcluster"
+	"github.com/autonomic-kernel/autonomic/store/storetest"
+)
+
+// world is what every gate shares: one launcher install (with the in-domain
+// effect client in its rootfs) and one PostgreSQL cluster.
+type world struct {
+	bed     *testbed.Bed
+	cluster *pgcluster.Cluster
+	err     error
+}
+
+// shared is set once by TestMain before any test runs.
+var shared world
+
+// effectClientPath is where the static autonomic-effect sits in the rootfs.
+const effectClientPath = "/usr/local/bin/autonomic-effect"
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() == 0 {
+		shared.err = setUp()
+	} else {
+		shared.err = fmt.Errorf("gates need root")
+	}
+	code := m.Run()
+	if shared.cluster != nil {
+		_ = shared.cluster.Stop(context.Background())
+	}
+	if shared.bed != nil {
+		if code == 0 {
+			_ = shared.bed.Close()
+		} else {
+			shared.bed.RemoveCgroups()
+		}
+	}
+	os.Exit(code)
+}
+
+func setUp() error {
+	mod, err := testbed.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "autonomic-gates-")
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	client := filepath.Join(tmp, "autonomic-effect")
+	build := exec.Command("go", "build", "-trimpath", "-o", client, "./broker/cmd/autonomic-effect")
+	build.Dir = mod
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build autonomic-effect: %v\n%s", err, out)
+	}
+	if shared.bed, err = testbed.New(context.Background(), testbed.Options{Add: []rootfs.Add{{Src: client, Dest: effectClientPath}}}); err != nil {
+		return err
+	}
+	db := filepath.Join(tmp, "pg")
+	if err := os.Mkdir(db, 0o755); err != nil {
+		return err
+	}
+	shared.cluster, err = storetest.StartCluster(db)
+	return err
+}
