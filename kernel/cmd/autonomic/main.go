@@ -30,6 +30,9 @@ commands:
   domain run --workspace ID [--profile NAME|FILE] [--json] -- ARGV...
                                         run ARGV in a one-shot domain and print its output and exit report
   domain inspect|freeze|thaw|checkpoint|destroy ID [--json]
+  effect keygen --out FILE              a new Ed25519 approval key; prints its public key for decision_keys
+  effect approve --key FILE --key-id ID --effect ID --revision N --episode ID --epoch N --payload-digest D
+                                        sign a class 4 approval bound to exactly that effect revision
   seccomp compile|explain|check ...     the profile compiler (see 'autonomic seccomp')
 `
 
@@ -42,7 +45,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	if os.Geteuid() == 0 && os.Getenv("AUTONOMIC_ALLOW_ROOT") != "1" {
+	if isRoot() {
 		fmt.Fprintln(stderr, "autonomic: refusing to run as root; run as the service account (e.g. runuser -u autonomic -- autonomic ...)")
 		return 2
 	}
@@ -53,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return preflight(args[1:], stdout, stderr)
 	case "domain":
 		return domainCmd(args[1:], stdout, stderr)
+	case "effect":
+		return effectCmd(args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2
@@ -237,3 +242,5 @@ func userNotifAvailable() bool {
 	b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
 	return err == nil && strings.Contains(string(b), "user_notif")
 }
+
+func isRoot() bool { return os.Geteuid() == 0 }
