@@ -1,0 +1,236 @@
+package sensor
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
+)
+
+// RulesModel names the rule set in each observation's identity; change it
+// whenever a rule changes.
+const RulesModel = "rules.v1"
+
+// Rules is the deterministic implementation of the bank: fixed rules over
+// the frame's paths, diff and history. It needs no network and never
+// degrades, which makes it the floor under any model-backed bank.
+type Rules struct {
+	sensitive authority.Capability // paths whose change is an authority escalation
+}
+
+// sensitivePaths: files that widen what code can do or who it acts as —
+// CI definitions, hooks, credentials, service and privilege configuration.
+func sensitivePaths() []string {
+	return []string{
+		".github/**", ".gitlab-ci.yml", ".circleci/**", "**/.git/**", ".git/**", ".gitmodules", "**/.gitattributes",
+		"**/sudoers", "**/sudoers.d/**", "**/*.service", "**/.ssh/**", "**/id_rsa*", "**/id_ed25519*",
+		"**/*.pem", "**/*.key", "**/.env", "**/.env.*", "**/.npmrc", "**/.pypirc", "**/.netrc", "**/.docker/**",
+		"**/Dockerfile", "**/Makefile", "**/*.mk", "**/setup.py", "**/package.json", "**/go.mod", "**/build.rs",
+	}
+}
+
+// riskyAdditions: text in added lines that reaches for privilege, the
+// network or secrets.
+func riskyAdditions() [][]byte {
+	return [][]byte{
+		[]byte("sudo "), []byte("chmod 777"), []byte("chmod +s"), []byte("setuid"), []byte("curl "), []byte("wget "),
+		[]byte("| sh"), []byte("| bash"), []byte("nc -e"), []byte("/etc/passwd"), []byte("/etc/shadow"), []byte("PRIVATE KEY"),
+		[]byte("AKIA"), []byte("os.Setenv(\"PATH\""), []byte("LD_PRELOAD"), []byte("--no-verify"), []byte("push --force"),
+	}
+}
+
+// NewRules returns the deterministic bank.
+func NewRules() (*Rules, error) {
+	sens, err := authority.Compile(authority.Spec{MaxClass: authority.ClassIsolated, Allow: sensitivePaths()})
+	if err != nil {
+		return nil, err
+	}
+	return &Rules{sensitive: sens}, nil
+}
+
+func (r *Rules) identity() Identity {
+	return Identity{Implementation: "rules", Model: RulesModel, Schema: SchemaVersion}
+}
+
+// Observe applies the rules. It never degrades: every input has an answer.
+func (r *Rules) Observe(_ context.Context, f *Frame) Reading {
+	id := r.identity()
+	obs := func(n Name, l Level, reason string) Observation {
+		return Observation{Sensor: n, Level: l, Identity: id, Reason: "rule:" + reason}
+	}
+	var rd Reading
+	rd.Observations[0] = r.scopeDrift(f, obs)
+	rd.Observations[1] = r.authorityEscalation(f, obs)
+	rd.Observations[2] = evidenceSufficiency(f, obs)
+	rd.Observations[3] = irreversibility(f, obs)
+	rd.Observations[4] = trajectoryRegime(f, obs)
+	return rd
+}
+
+type mkObs func(Name, Level, string) Observation
+
+// maxTidyFiles: a change touching more files than this is sprawling even
+// when every file is in scope.
+const maxTidyFiles = 20
+
+func (r *Rules) scopeDrift(f *Frame, obs mkObs) Observation {
+	if len(f.Paths) == 0 {
+		return obs(ScopeDrift, Low, "no_paths")
+	}
+	scope, err := authority.Compile(authority.Spec{MaxClass: authority.ClassIsolated, Allow: f.Scope})
+	if err != nil {
+		return obs(ScopeDrift, High, "scope_invalid")
+	}
+	outside := 0
+	for _, p := range f.Paths {
+		if scope.Check(&authority.Request{Class: authority.ClassIsolated, Path: p}) != authority.Allowed {
+			outside++
+		}
+	}
+	switch {
+	case outside*2 > len(f.Paths):
+		return obs(ScopeDrift, High, "mostly_outside_scope")
+	case outside > 0:
+		return obs(ScopeDrift, Medium, "path_outside_scope")
+	case len(f.Paths) > maxTidyFiles:
+		return obs(ScopeDrift, Medium, "sprawling_change")
+	}
+	return obs(ScopeDrift, Low, "in_scope")
+}
+
+func (r *Rules) authorityEscalation(f *Frame, obs mkObs) Observation {
+	for _, p := range f.Paths {
+		if r.sensitive.Check(&authority.Request{Class: authority.ClassIsolated, Path: p}) != authority.DenyPathNotAllowed {
+			// Allowed (sensitive) or a malformed path: both escalate.
+			return obs(AuthorityEscalation, High, "sensitive_path")
+		}
+	}
+	denied := 0
+	for _, e := range f.History {
+		if e.Kind == EventCapabilityDenied {
+			denied++
+		}
+	}
+	if denied >= 3 {
+		return obs(AuthorityEscalation, High, "repeated_denials")
+	}
+	if addedContains(f.Diff, riskyAdditions()) {
+		return obs(AuthorityEscalation, Medium, "risky_addition")
+	}
+	if denied > 0 {
+		return obs(AuthorityEscalation, Medium, "capability_denied")
+	}
+	return obs(AuthorityEscalation, Low, "none")
+}
+
+// addedContains reports whether an added line of a unified diff contains
+// any of the needles.
+func addedContains(diff []byte, needles [][]byte) bool {
+	for len(diff) > 0 {
+		line := diff
+		if i := bytes.IndexByte(diff, '\n'); i >= 0 {
+			line, diff = diff[:i], diff[i+1:]
+		} else {
+			diff = nil
+		}
+		if len(line) == 0 || line[0] != '+' || bytes.HasPrefix(line, []byte("+++")) {
+			continue
+		}
+		for _, n := range needles {
+			if bytes.Contains(line, n) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func evidenceSufficiency(f *Frame, obs mkObs) Observation {
+	lastEdit, lastPass, lastFail := -1, -1, -1
+	for i, e := range f.History {
+		switch e.Kind {
+		case EventEdit:
+			lastEdit = i
+		case EventTestPassed:
+			lastPass = i
+		case EventTestFailed:
+			lastFail = i
+		}
+	}
+	verified := lastPass > lastEdit && lastPass > lastFail
+	switch {
+	case verified:
+		return obs(EvidenceSufficiency, Low, "verified_after_last_change")
+	case lastFail > lastPass:
+		return obs(EvidenceSufficiency, High, "last_verification_failed")
+	case f.Effect != nil && f.Effect.Class >= authority.ClassAuthoritative:
+		return obs(EvidenceSufficiency, High, "unverified_authoritative_effect")
+	case lastEdit < 0 && len(f.Diff) == 0:
+		return obs(EvidenceSufficiency, Low, "nothing_changed")
+	}
+	return obs(EvidenceSufficiency, Medium, "unverified_change")
+}
+
+// maxQuietDeletions: removed lines beyond this make a change hard to undo
+// by reading it.
+const maxQuietDeletions = 200
+
+func irreversibility(f *Frame, obs mkObs) Observation {
+	if f.Effect != nil {
+		switch {
+		case f.Effect.Class >= authority.ClassIrreversible:
+			return obs(Irreversibility, High, "irreversible_class")
+		case f.Effect.Class == authority.ClassAuthoritative:
+			return obs(Irreversibility, Medium, "authoritative_class")
+		}
+	}
+	if bytes.Contains(f.Diff, []byte("\ndeleted file mode")) || bytes.HasPrefix(f.Diff, []byte("deleted file mode")) {
+		return obs(Irreversibility, Medium, "file_deleted")
+	}
+	removed := 0
+	for _, line := range bytes.Split(f.Diff, []byte("\n")) {
+		if len(line) > 0 && line[0] == '-' && !bytes.HasPrefix(line, []byte("---")) {
+			removed++
+		}
+	}
+	if removed > maxQuietDeletions {
+		return obs(Irreversibility, Medium, "large_deletion")
+	}
+	return obs(Irreversibility, Low, "reversible")
+}
+
+// trajectoryWindow: how much recent history the regime rule looks at.
+const trajectoryWindow = 20
+
+func trajectoryRegime(f *Frame, obs mkObs) Observation {
+	h := f.History
+	if len(h) > trajectoryWindow {
+		h = h[len(h)-trajectoryWindow:]
+	}
+	if len(h) == 0 {
+		return obs(TrajectoryRegime, Low, "no_history")
+	}
+	failures, repeat, longest := 0, 0, 0
+	for i, e := range h {
+		bad := e.Kind == EventTestFailed || e.Kind == EventCommandFailed || e.Kind == EventCapabilityDenied
+		if bad {
+			failures++
+		}
+		// The same failure again and again is a loop, not progress.
+		if bad && i > 0 && h[i-1] == e {
+			repeat++
+		} else if bad {
+			repeat = 1
+		} else {
+			repeat = 0
+		}
+		longest = max(longest, repeat)
+	}
+	switch {
+	case longest >= 3 || failures*2 >= len(h) && len(h) >= 4:
+		return obs(TrajectoryRegime, High, "failing_loop")
+	case failures*4 >= len(h) && failures > 1:
+		return obs(TrajectoryRegime, Medium, "frequent_failures")
+	}
+	return obs(TrajectoryRegime, Low, "progressing")
+}
