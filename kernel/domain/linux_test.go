@@ -216,11 +216,7 @@ func fileSum(t *testing.T, p string) [32]byte {
 func TestUpperLayerHoldsWrites(t *testing.T) {
 	d, ctx := setup(t)
 	ws, lower := workspace(t, map[string]string{"a.txt": "lower\n"})
-	id := newID("d")
-	r, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/sh", "-c", "echo upper > /workspace/a.txt; echo done > /tmp/ready; sleep 600"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, r := startDomain(t, d, ctx, ws, "echo upper > /workspace/a.txt; echo done > /tmp/ready; sleep 600")
 	upper := filepath.Join(bed.State, "domains", id, "upper")
 	waitFor(t, func() bool { b, _ := os.ReadFile(filepath.Join(upper, "a.txt")); return string(b) == "upper\n" })
 	if b, _ := os.ReadFile(filepath.Join(lower, "a.txt")); string(b) != "lower\n" {
@@ -242,6 +238,17 @@ func TestUpperLayerHoldsWrites(t *testing.T) {
 	if st, err := d.Destroy(ctx, id); err != nil || st.Destroyed {
 		t.Errorf("second destroy: %+v %v", st, err)
 	}
+}
+
+// startDomain starts a long-running domain whose worker runs sh -c script.
+func startDomain(t *testing.T, d *domain.Linux, ctx context.Context, ws, script string) (string, *domain.Running) {
+	t.Helper()
+	id := newID("d")
+	r, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/sh", "-c", script}})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	return id, r
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -320,11 +327,7 @@ func cgroupCPU(t *testing.T, id string) uint64 {
 func TestFreezeStopsAndThawResumes(t *testing.T) {
 	d, ctx := setup(t)
 	ws, _ := workspace(t, nil)
-	id := newID("d")
-	r, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/sh", "-c", "while :; do :; done"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, r := startDomain(t, d, ctx, ws, "while :; do :; done")
 	defer func() { _, _ = d.Destroy(ctx, id); _, _ = r.Wait() }()
 	waitFor(t, func() bool { return cgroupCPU(t, id) > 50_000 })
 	st, err := d.Freeze(ctx, id)
@@ -350,11 +353,7 @@ func TestCheckpointRestoreReproducesView(t *testing.T) {
 	ws, _ := workspace(t, map[string]string{"keep.txt": "keep\n", "del.txt": "del\n", "old.txt": "old\n", "dir/inner.txt": "inner\n", "dir/x.txt": "x\n"})
 	view := `ls -lnR --time-style=+%s /workspace; for f in $(ls -R /workspace | grep -v : ); do :; done; cat /workspace/keep.txt /workspace/new.txt /workspace/renamed.txt 2>&1`
 	change := `cd /workspace && rm del.txt && mv old.txt renamed.txt && mkdir -p empty deep/er && ln -s keep.txt link && chmod 0600 keep.txt && echo more >> keep.txt && echo new > new.txt && rm -r dir && mkdir dir && echo fresh > dir/fresh.txt && chmod 0750 deep`
-	id := newID("d")
-	r, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/sh", "-c", change + " && " + view + "; echo ==END==; sleep 600"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, r := startDomain(t, d, ctx, ws, change+" && "+view+"; echo ==END==; sleep 600")
 	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "==END==") })
 	before := strings.Split(string(r.Output()), "==END==")[0]
 	cp, err := d.Checkpoint(ctx, id)
@@ -402,11 +401,7 @@ func TestCheckpointRestoreReproducesView(t *testing.T) {
 func TestCorruptCheckpointIsRefused(t *testing.T) {
 	d, ctx := setup(t)
 	ws, _ := workspace(t, nil)
-	id := newID("d")
-	r, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/sh", "-c", "echo data > /workspace/f; echo ok; sleep 600"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, r := startDomain(t, d, ctx, ws, "echo data > /workspace/f; echo ok; sleep 600")
 	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ok") })
 	cp, err := d.Checkpoint(ctx, id)
 	if err != nil {
@@ -434,11 +429,7 @@ func TestCorruptCheckpointIsRefused(t *testing.T) {
 func TestClosingMonitorStdinKillsDomain(t *testing.T) {
 	d, ctx := setup(t)
 	ws, _ := workspace(t, nil)
-	id := newID("d")
-	r, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/sh", "-c", "sleep 600 & sleep 600"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, r := startDomain(t, d, ctx, ws, "sleep 600 & sleep 600")
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -520,11 +511,7 @@ func TestPreflightReportsHonestly(t *testing.T) {
 func TestMonitorDeathKillsDomain(t *testing.T) {
 	d, ctx := setup(t)
 	ws, _ := workspace(t, nil)
-	id := newID("d")
-	r, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/sh", "-c", "sleep 600 & sleep 600"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, r := startDomain(t, d, ctx, ws, "sleep 600 & sleep 600")
 	if err := syscall.Kill(r.MonitorPID(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,20 @@ import (
 // is needed to switch to it.
 func startTestCluster(t *testing.T) *Cluster {
 	t.Helper()
+	cfg := testClusterConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
+}
+
+// testClusterConfig is a fresh temp directory, run as the service account.
+func testClusterConfig(t *testing.T) Config {
+	t.Helper()
 	privileged.Require(t)
 	acct, err := ServiceAccount()
 	if err != nil {
@@ -24,14 +38,7 @@ func startTestCluster(t *testing.T) *Cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := Start(ctx, Config{Dir: dir, RunAs: &acct, NoSyncInit: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	return c
+	return Config{Dir: dir, RunAs: &acct, NoSyncInit: true}
 }
 
 func TestRefusesRoot(t *testing.T) {
@@ -124,19 +131,10 @@ func TestClusterLifecycle(t *testing.T) {
 // stopping its cluster leaves the postmaster running; the next Start stops
 // that orphan and serves the same data again.
 func TestStartAfterKernelCrashReusesTheCluster(t *testing.T) {
-	privileged.Require(t)
-	acct, err := ServiceAccount()
-	if err != nil {
-		privileged.Skip(t, err.Error())
-	}
-	dir, err := os.MkdirTemp("", "autonomic-pgc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg := testClusterConfig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	first, err := Start(ctx, Config{Dir: dir, RunAs: &acct, NoSyncInit: true})
+	first, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +143,7 @@ func TestStartAfterKernelCrashReusesTheCluster(t *testing.T) {
 	}
 	orphan := first.PID()
 	// The "crashed kernel" never calls Stop: its postmaster keeps running.
-	second, err := Start(ctx, Config{Dir: dir, RunAs: &acct, NoSyncInit: true})
+	second, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start after a crash: %v", err)
 	}
