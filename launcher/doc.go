@@ -19,7 +19,11 @@
 //     descriptors 0-2 only, an allowlisted environment, the mandatory
 //     seccomp floor and the requested profile; it never runs a shell string.
 //
-// Read in this order: main.go (dispatch), create.go (the create path and
-// monitor), init.go (the domain's PID 1), stage.go (the last step before
-// the worker's execve), lifecycle.go, checkpoint.go, preflight.go.
+// Read in this order: main.go (dispatch), config.go and paths.go (where
+// every host path comes from and how it is opened), resolve.go and
+// create.go (the create path, in the order it runs), channel.go (how the
+// monitor, init and stage talk), init.go (the domain's PID 1), stage.go (the
+// last step before the worker's execve), monitor.go and notify.go (the
+// monitor's life), lifecycle.go, cgroup.go, state.go, checkpoint.go,
+// preflight.go.
 package main

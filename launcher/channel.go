@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/launcher/internal/floor"
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// The monitor, the init and the worker stage talk over SOCK_SEQPACKET
+// socket pairs: one JSON message per packet, descriptors attached with
+// SCM_RIGHTS. Every received descriptor is returned to the caller, so none
+// can leak into a later stage unnoticed.
+
+// initSpec is what the monitor tells the domain init, alongside the mount
+// descriptors it passes with SCM_RIGHTS (see mountFds).
+type initSpec struct {
+	Argv      []string `json:"argv"`
+	Env       []string `json:"env"`
+	Cwd       string   `json:"cwd"`
+	UID       uint32   `json:"uid"`
+	GID       uint32   `json:"gid"`
+	NProc     uint64   `json:"nproc"`
+	NoFile    uint64   `json:"nofile"`
+	Floor     []byte   `json:"floor"`
+	Profile   []byte   `json:"profile,omitempty"`
+	Notify    bool     `json:"notify"`
+	HasSocket bool     `json:"has_socket"`
+}
+
+// Order of the descriptors sent to init.
+const (
+	fdRootfs = iota
+	fdLower
+	fdLayers // the domain directory, holding upper/ and work/
+	fdSocket
+)
+
+// initReply is what init and the worker stage send back on their channels.
+type initReply struct {
+	Ready    bool   `json:"ready,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Exited   bool   `json:"exited,omitempty"`
+	Code     int    `json:"code,omitempty"`
+	Signal   int    `json:"signal,omitempty"`
+	MaxRSS   int64  `json:"max_rss,omitempty"` // KiB, from the worker's own rusage
+	Listener bool   `json:"listener,omitempty"`
+}
+
+func floorBytes() []byte {
+	prog := floor.Program()
+	b := make([]byte, 0, 8*len(prog))
+	for _, f := range prog {
+		b = append(b, byte(f.Code), byte(f.Code>>8), f.Jt, f.Jf, byte(f.K), byte(f.K>>8), byte(f.K>>16), byte(f.K>>24))
+	}
+	return b
+}
+
+func seqpacketPair() (*os.File, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, protocol.Errorf(protocol.CodeLauncherFailed, "socketpair: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "ctl"), os.NewFile(uintptr(fds[1]), "ctl"), nil
+}
+
+// sendMsg sends one JSON message with descriptors attached.
+func sendMsg(f *os.File, b []byte, fds []int) error {
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	return unix.Sendmsg(int(f.Fd()), b, oob, nil, 0)
+}
+
+func sendReply(f *os.File, r initReply, fds []int) error {
+	b, _ := json.Marshal(r)
+	return sendMsg(f, b, fds)
+}
+
+// recvMsg receives one message; io.EOF when the peer closed. Every received
+// descriptor is returned, so none can leak into a later stage unnoticed.
+func recvMsg(f *os.File, deadline time.Time) (initReply, []int, error) {
+	var r initReply
+	b, fds, err := recvRaw(f, deadline)
+	if err != nil {
+		return r, nil, err
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return r, nil, err
+	}
+	return r, fds, nil
+}
+
+func recvRaw(f *os.File, deadline time.Time) ([]byte, []int, error) {
+	return recvSized(f, deadline, 4096)
+}
+
+// recvSized receives one message of at most max bytes (init's spec carries
+// the seccomp programs; everything else is small). The deadline is the
+// socket's receive timeout; a zero deadline blocks until the peer speaks or
+// closes (io.EOF).
+func recvSized(f *os.File, deadline time.Time, max int) ([]byte, []int, error) {
+	fd := int(f.Fd())
+	var tv unix.Timeval
+	if !deadline.IsZero() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil, errors.New("deadline")
+		}
+		tv = unix.NsecToTimeval(left.Nanoseconds())
+	}
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return nil, nil, err
+	}
+	buf, oob := make([]byte, max), make([]byte, unix.CmsgSpace(8*4))
+	n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	for err == unix.EINTR {
+		n, oobn, flags, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	}
+	switch {
+	case err == unix.EAGAIN:
+		return nil, nil, errors.New("deadline")
+	case err != nil:
+		return nil, nil, err
+	case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0:
+		return nil, nil, errors.New("message truncated")
+	case n == 0 && oobn == 0:
+		return nil, nil, io.EOF
+	}
+	var fds []int
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, m := range msgs {
+		if got, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	return buf[:n], fds, nil
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// monitor watches a started domain until its init exits: violations as
+// they happen, the kernel's disappearance (stdin EOF) kills the domain, and
+// one exited frame ends it.
+func (l *launcher) monitor(run *domainRun) error {
+	_ = unix.Flock(run.domfd, unix.LOCK_UN)
+	stop := make(chan struct{})
+	violations := make(chan struct{})
+	if run.listener >= 0 {
+		go func() {
+			defer close(violations)
+			watchNotifications(run.listener, stop, l.out)
+		}()
+	} else {
+		close(violations)
+	}
+	var exit initReply
+	exitMsg := make(chan initReply, 1)
+	go func() {
+		for {
+			m, _, err := recvMsg(run.ctl, time.Time{})
+			if err != nil {
+				close(exitMsg)
+				return
+			}
+			if m.Exited {
+				exitMsg <- m
+			}
+		}
+	}()
+	kernelGone := make(chan struct{})
+	go func() {
+		_ = l.stdin.SetReadDeadline(time.Time{})
+		var b [1]byte
+		_, _ = l.stdin.Read(b[:]) // the kernel sends nothing after the request
+		close(kernelGone)
+	}()
+	killedBy := ""
+	var res waitResult
+	select {
+	case res = <-run.done:
+	case <-kernelGone:
+		killedBy = "kernel_gone"
+		_ = killCgroup(run.cgfd, time.Now().Add(actionDeadline))
+		res = <-run.done
+	}
+	if m, ok := <-exitMsg; ok {
+		exit = m
+	}
+	close(stop)
+	<-violations
+	// The init's own rusage would report the monitor's memory (the init is
+	// forked from it); the worker's comes from the init's wait4 instead.
+	ex := &protocol.Exited{MaxRSSBytes: uint64(max(exit.MaxRSS, 0)) * 1024, Killed: killedBy}
+	switch {
+	case exit.Exited && exit.Signal != 0:
+		ex.Signal = unix.SignalName(syscall.Signal(exit.Signal))
+	case exit.Exited:
+		code := exit.Code
+		ex.ExitCode = &code
+	default:
+		// The init died without reporting: something outside the monitor
+		// killed the domain (a destroy, the OOM killer, an operator).
+		ex.Signal = "SIGKILL"
+		if killedBy == "" {
+			ex.Killed = "external"
+		}
+	}
+	ex.CPUUserUs, ex.CPUSystemUs = cpuUsage(run.cgfd)
+	if ex.CPUUserUs == 0 && ex.CPUSystemUs == 0 {
+		ex.CPUUserUs = uint64(res.rusage.Utime.Nano() / 1000)
+		ex.CPUSystemUs = uint64(res.rusage.Stime.Nano() / 1000)
+	}
+	ex.PeakMemory = memoryPeak(run.cgfd)
+	if run.meta.OneShot {
+		existed, err := l.destroyDomain(l.req.DomainID, time.Now().Add(actionDeadline))
+		ex.Destroyed = existed && err == nil
+	}
+	l.out.send(&protocol.LauncherResponse{Type: protocol.TypeExited, Exited: ex})
+	return nil
+}
