@@ -122,6 +122,9 @@ func assembleRoot(fds []int, hasSocket bool) error {
 	if err := unix.Mount("proc", at("/proc"), "proc", nosuid|unix.MS_NOEXEC, ""); err != nil {
 		return fail("proc", err)
 	}
+	if err := maskProc(at("/proc")); err != nil {
+		return fail("mask proc", err)
+	}
 	if err := unix.Mount("tmpfs", at("/tmp"), "tmpfs", nosuid, "mode=1777"); err != nil {
 		return fail("tmp", err)
 	}
@@ -181,6 +184,33 @@ func assembleRoot(fds []int, hasSocket bool) error {
 		return fail("detach old root", err)
 	}
 	return unix.Chdir("/")
+}
+
+// maskProc hides the procfs entries that describe the host rather than the
+// domain, and makes the kernel's tunables read-only, as container runtimes
+// do. Most are root-only on the host anyway; this is defence in depth.
+func maskProc(proc string) error {
+	for _, f := range []string{"kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "kallsyms", "kmsg", "sysrq-trigger"} {
+		if _, err := os.Stat(proc + "/" + f); err != nil {
+			continue // not in this kernel's build
+		}
+		if err := unix.Mount("/dev/null", proc+"/"+f, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"acpi", "scsi", "bus", "irq", "fs", "sys"} {
+		p := proc + "/" + d
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return err
+		}
+		if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // minimalDev is a tmpfs with bind mounts of the five harmless host devices;

@@ -150,6 +150,8 @@ cat /proc/1/exe >/dev/null 2>&1 && echo "EXE:readable" || echo "EXE:denied"
 (echo x >> /proc/1/exe) 2>/dev/null && echo "EXEW:writable" || echo "EXEW:denied"
 echo more >> /workspace/README && echo new > /workspace/new.txt && rm /workspace/gone.txt && mv /workspace/src/main.c /workspace/src/renamed.c && echo "WS:ok"
 cat /workspace/README
+[ -s /proc/kcore ] || [ -r /proc/kcore ] && echo "KCORE:$(head -c 16 /proc/kcore 2>/dev/null | wc -c)" || echo "KCORE:hidden"
+grep -q ' /proc/sys ro,' /proc/self/mountinfo && echo "PROCSYS:ro" || echo "PROCSYS:rw"
 `
 	out, ex := run(t, d, ctx, ws, script)
 	if ex.ExitCode == nil || *ex.ExitCode != 0 || !ex.Destroyed {
@@ -157,7 +159,7 @@ cat /workspace/README
 	}
 	expect := []string{
 		"NET:lo: ", "STATUS CapEff: 0000000000000000", "STATUS CapPrm: 0000000000000000", "STATUS CapBnd: 0000000000000000",
-		"STATUS NoNewPrivs: 1", "STATUS Uid: 1000", "TTY:0", "ROOTFS:readonly", "USR:readonly", "EXE:denied", "EXEW:denied", "WS:ok", "hello\nmore\n",
+		"STATUS NoNewPrivs: 1", "STATUS Uid: 1000", "TTY:0", "ROOTFS:readonly", "USR:readonly", "EXE:denied", "EXEW:denied", "WS:ok", "hello\nmore\n", "PROCSYS:ro",
 	}
 	for _, e := range expect {
 		if !strings.Contains(out, e) {
@@ -173,7 +175,12 @@ cat /workspace/README
 			}
 		}
 		if strings.HasPrefix(line, "MOUNTS:") {
-			got := strings.Fields(strings.TrimPrefix(line, "MOUNTS:"))
+			var got []string
+			for _, m := range strings.Fields(strings.TrimPrefix(line, "MOUNTS:")) {
+				if !strings.HasPrefix(m, "/proc/") { // the masks over host-describing procfs entries
+					got = append(got, m)
+				}
+			}
 			want := "/ /proc /tmp /dev /dev/null /dev/zero /dev/full /dev/random /dev/urandom /run /workspace"
 			if strings.Join(got, " ") != want {
 				t.Errorf("mounts = %v, want %s", got, want)
