@@ -57,7 +57,7 @@ cat >/etc/autonomic/launcher.json.new <<JSON
   "worker_gid": 1000,
   "defaults": {"pids": 512, "memory_bytes": 2147483648, "cpu_millis": 1000, "nproc": 512, "nofile": 4096},
   "max": {"pids": 4096, "memory_bytes": 8589934592, "cpu_millis": 2000, "nproc": 4096, "nofile": 65536},
-  "env_allowlist": ["LANG", "LC_ALL", "TERM", "TZ", "GOFLAGS", "GOCACHE", "GOPATH", "CC", "CFLAGS"],
+  "env_allowlist": ["LANG", "LC_ALL", "TERM", "TZ", "GOFLAGS", "GOCACHE", "GOPATH", "CC", "CFLAGS", "AUTONOMIC_EPOCH", "AUTONOMIC_LEASE_ID"],
   "max_checkpoint_bytes": 1073741824,
   "max_checkpoint_entries": 200000
 }

@@ -143,7 +143,7 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 		"worker_uid": 1000, "worker_gid": 1000,
 		"defaults":      map[string]any{"pids": 256, "memory_bytes": 1 << 30, "cpu_millis": 1000, "nproc": 256, "nofile": 1024},
 		"max":           map[string]any{"pids": 1024, "memory_bytes": 4 << 30, "cpu_millis": 2000, "nproc": 1024, "nofile": 4096},
-		"env_allowlist": []string{"LANG", "TERM", "GOFLAGS", "PROBE"}, "max_checkpoint_bytes": 256 << 20, "max_checkpoint_entries": 100000,
+		"env_allowlist": []string{"LANG", "TERM", "GOFLAGS", "PROBE", "AUTONOMIC_EPOCH", "AUTONOMIC_LEASE_ID"}, "max_checkpoint_bytes": 256 << 20, "max_checkpoint_entries": 100000,
 	}
 	cb, _ := json.MarshalIndent(cfg, "", "  ")
 	if err := os.WriteFile(b.ConfigPath, cb, 0o644); err != nil {
