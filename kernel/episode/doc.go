@@ -1,0 +1,37 @@
+// Package episode is the episode controller: it starts an episode from its
+// spec, runs its parts under one rest-for-one supervisor, contains and
+// repairs it from verified checkpoints, and resumes or contains it when the
+// kernel starts again.
+//
+// Invariants:
+//   - A worker never runs against dead authority. An episode's parts are
+//     supervised in the order authority → broker server → domain; when the
+//     authority (ownership and episode state in the store) or the broker
+//     server fails, the domain is destroyed before anything else happens.
+//   - A domain only ever runs under the episode's current epoch, with a
+//     live lease of that epoch: every violation or containment advances the
+//     epoch (staling pending effects and revoking leases in one store
+//     transaction) before the old domain is destroyed and proven empty
+//     (destroy, then inspect), and a new generation gets a new lease.
+//   - The broker socket serves only the current generation's cgroup; while
+//     a repair runs it serves none.
+//   - Repair restores only a stable checkpoint of this episode, and only if
+//     the store's record agrees with what the launcher returned when it was
+//     taken and the launcher's re-hash on restore; the repair lease is the
+//     intersection of the previous lease and the spec's repair narrowing,
+//     so it is never wider. After max_repairs, containment is final and the
+//     store records why.
+//   - Lifecycle states change only through the one table in state.go.
+//
+// Snapshot rule: a checkpoint is taken through the launcher right after an
+// episode's first generation starts (a restored one starts from a stable
+// checkpoint already) and after every effect of the episode commits. Both are
+// recorded stable at once. The initial one because an overlay never carries
+// authority — effects live in the store, not the upper layer — so any
+// overlay state is a safe point to restore to; a post-commit one because
+// its effect has already passed the commit horizon's evaluation
+// (verification, when configured, is a prerequisite of commit).
+//
+// The controller names host paths only from its trusted configuration and
+// the spec; a worker never names one.
+package episode

@@ -1,0 +1,214 @@
+package episode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/workspace"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// Config is the controller's trusted configuration: the paths and ids come
+// from the launcher's configuration, which the controller must mirror.
+type Config struct {
+	Store   store.Store
+	Broker  *broker.Broker
+	Domains domain.ExecutionDomain
+	// WorkspacesRoot and SocketsRoot are the launcher's workspaces_root
+	// and broker_sockets_root.
+	WorkspacesRoot string
+	SocketsRoot    string
+	// CgroupParent is the launcher's cgroup_parent as /proc/<pid>/cgroup
+	// names it (relative to the cgroup v2 mount, with a leading "/").
+	CgroupParent string
+	// OwnerUID/GID is workspace_owner_uid/gid: the kernel's account, which
+	// owns workspaces and sockets.
+	OwnerUID, OwnerGID int
+	// Seccomp is the compiled worker profile; the launcher adds its floor.
+	Seccomp []byte
+	// Ceiling is the regulator's current class ceiling (nil: no cap).
+	Ceiling func() authority.Class
+	// Observer, when set, is the commit observer wrapped around the
+	// broker's adapters; the controller checkpoints after each commit.
+	Observer *Observer
+	// AuthorityInterval is how often an episode's authority child renews
+	// ownership and re-reads the episode (default 500 ms).
+	AuthorityInterval time.Duration
+	Git               string
+	Logger            hclog.Logger
+}
+
+// Kernel drives episodes.
+type Kernel struct {
+	cfg Config
+	log hclog.Logger
+
+	mu       sync.Mutex
+	episodes map[uuid.UUID]*Episode
+}
+
+// New returns a controller. The broker must have reconciled (Recover does
+// it) before episodes start.
+func New(cfg Config) (*Kernel, error) {
+	if cfg.Store == nil || cfg.Broker == nil || cfg.Domains == nil {
+		return nil, errors.New("episode: Store, Broker and Domains are required")
+	}
+	if !filepath.IsAbs(cfg.WorkspacesRoot) || !filepath.IsAbs(cfg.SocketsRoot) || cfg.CgroupParent == "" {
+		return nil, errors.New("episode: WorkspacesRoot, SocketsRoot and CgroupParent are required")
+	}
+	if cfg.AuthorityInterval <= 0 {
+		cfg.AuthorityInterval = 500 * time.Millisecond
+	}
+	if cfg.Ceiling == nil {
+		cfg.Ceiling = func() authority.Class { return authority.MaxClass }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	k := &Kernel{cfg: cfg, log: cfg.Logger, episodes: map[uuid.UUID]*Episode{}}
+	if cfg.Observer != nil {
+		cfg.Observer.k.Store(k)
+	}
+	return k, nil
+}
+
+// Observer wraps broker adapters so the controller hears of every effect
+// they commit. It must be built before the broker (which takes the wrapped
+// adapters) and handed to New.
+type Observer struct{ k atomic.Pointer[Kernel] }
+
+// Wrap returns a wraps a, reporting its commits to the controller.
+func (o *Observer) Wrap(a broker.Adapter) broker.Adapter { return &observed{Adapter: a, o: o} }
+
+type observed struct {
+	broker.Adapter
+	o *Observer
+}
+
+func (a *observed) Commit(ctx context.Context, r broker.Request) broker.Result {
+	res := a.Adapter.Commit(ctx, r)
+	if res.Outcome == broker.Committed {
+		if k := a.o.k.Load(); k != nil {
+			k.committed(r.EffectID)
+		}
+	}
+	return res
+}
+
+// committed offers an effect id to every live episode; each checks, off
+// the commit path, whether it is its own. The offer never blocks a commit.
+func (k *Kernel) committed(id uuid.UUID) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.episodes {
+		select {
+		case e.commits <- id:
+		default:
+			e.log.Warn("commit notification dropped; next checkpoint will cover it", "effect", id)
+		}
+	}
+}
+
+func (k *Kernel) launcherID(ep uuid.UUID, gen int) string { return fmt.Sprintf("%s-g%d", ep, gen) }
+
+func (k *Kernel) socketPath(ep uuid.UUID) string { return filepath.Join(k.cfg.SocketsRoot, ep.String()+".sock") }
+
+func (k *Kernel) mint(spec Spec) (authority.Capability, error) {
+	policy, envelope, _, err := spec.validate()
+	if err != nil {
+		return authority.Capability{}, err
+	}
+	ceiling := min(k.cfg.Ceiling(), spec.RequestedCeiling)
+	if spec.RequestedCeiling == 0 {
+		ceiling = k.cfg.Ceiling()
+	}
+	return authority.Mint(policy, envelope, ceiling), nil
+}
+
+// Start creates an episode at epoch 1 with a lease within its envelope,
+// prepares its workspace at the base OID, binds its broker socket and runs
+// its worker in a new domain. It returns once the domain runs and its
+// initial checkpoint is recorded.
+func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
+	cap, err := k.mint(spec)
+	if err != nil {
+		return nil, fmt.Errorf("episode: spec: %w", err)
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	st := k.cfg.Store
+	rec, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: raw, PolicyVersion: 1})
+	if err != nil {
+		return nil, err
+	}
+	e := k.newEpisode(rec.ID, spec)
+	e.epoch = rec.Epoch
+	if err := e.move(Starting); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Episode, error) {
+		e.cleanupStart()
+		// Best effort: the store may be the thing that failed.
+		_, _ = st.EndEpisode(context.WithoutCancel(ctx), store.EndEpisode{EpisodeID: e.id, Epoch: e.epoch, State: store.EpisodeAborted,
+			Reason: "start failed"})
+		e.mu.Lock()
+		e.state, e.why = Aborted, "start failed"
+		e.mu.Unlock()
+		return nil, err
+	}
+	if err := e.grant(ctx, cap); err != nil {
+		return fail(err)
+	}
+	if _, err := workspace.Prepare(ctx, workspace.Clone{Repo: spec.Repo, BaseOID: spec.BaseOID, Root: k.cfg.WorkspacesRoot,
+		ID: e.id.String(), UID: k.cfg.OwnerUID, GID: k.cfg.OwnerGID, Git: k.cfg.Git}); err != nil {
+		return fail(err)
+	}
+	e.workspace = true
+	dom, gen, err := st.CreateDomain(ctx, e.id, e.epoch)
+	if err != nil {
+		return fail(err)
+	}
+	e.domainID, e.gen = dom.ID, gen.Generation
+	if err := e.run(ctx, ""); err != nil {
+		return fail(err)
+	}
+	return e, nil
+}
+
+// Episode returns a live episode this controller drives.
+func (k *Kernel) Episode(id uuid.UUID) (*Episode, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e, ok := k.episodes[id]
+	return e, ok
+}
+
+func (k *Kernel) newEpisode(id uuid.UUID, spec Spec) *Episode {
+	e := &Episode{k: k, id: id, spec: spec, state: Pending, commits: make(chan uuid.UUID, 64),
+		contain: make(chan string, 1), exits: make(chan WorkerExit, 16), digests: map[uuid.UUID]string{},
+		log: k.log.With("episode", id)}
+	k.mu.Lock()
+	k.episodes[id] = e
+	k.mu.Unlock()
+	return e
+}
+
+func (k *Kernel) forget(id uuid.UUID) {
+	k.mu.Lock()
+	delete(k.episodes, id)
+	k.mu.Unlock()
+}

@@ -1,0 +1,554 @@
+package episode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/supervisor"
+	"github.com/autonomic-kernel/autonomic/kernel/workspace"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// Episode is one running episode. Its exported methods are safe for
+// concurrent use; the domain child of its supervisor is the only goroutine
+// that changes its generation.
+type Episode struct {
+	k    *Kernel
+	id   uuid.UUID
+	spec Spec
+	log  hclog.Logger
+
+	mu        sync.Mutex
+	state     State
+	why       string
+	epoch     int64
+	lease     store.Lease
+	leaseCap  authority.Capability
+	domainID  uuid.UUID
+	gen       int
+	repairs   int
+	workspace bool
+	ending    bool // End is stopping the supervisor: do not suspend
+	ln        *net.UnixListener
+	// digests are the checkpoints this controller took, as the launcher
+	// reported them: a repair refuses a store record that disagrees.
+	digests map[uuid.UUID]string
+	stop    context.CancelFunc
+	done    chan struct{}
+	exit    *supervisor.Exit
+
+	// cgroup is the current generation's cgroup, or nil while none runs:
+	// the broker consults it on every accept.
+	cgroup atomic.Pointer[string]
+
+	commits chan uuid.UUID
+	contain chan string
+	exits   chan WorkerExit
+}
+
+// WorkerExit is a worker's end in one generation.
+type WorkerExit struct {
+	Generation int
+	Epoch      int64
+	Exited     *protocol.Exited
+	Output     []byte
+}
+
+// ID is the episode's id.
+func (e *Episode) ID() uuid.UUID { return e.id }
+
+// Status is a consistent view of the controller's state.
+type Status struct {
+	State      State
+	Why        string
+	Epoch      int64
+	LeaseID    uuid.UUID
+	Lease      authority.Capability
+	DomainID   uuid.UUID
+	Generation int
+	LauncherID string
+	Repairs    int
+}
+
+// Status returns the current state.
+func (e *Episode) Status() Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Status{State: e.state, Why: e.why, Epoch: e.epoch, LeaseID: e.lease.ID, Lease: e.leaseCap, DomainID: e.domainID,
+		Generation: e.gen, LauncherID: e.k.launcherID(e.id, e.gen), Repairs: e.repairs}
+}
+
+// WorkerExits delivers each generation's worker exit.
+func (e *Episode) WorkerExits() <-chan WorkerExit { return e.exits }
+
+// Done is closed when the episode's supervisor has stopped.
+func (e *Episode) Done() <-chan struct{} { return e.done }
+
+// Exit is why the supervisor stopped (nil while it runs).
+func (e *Episode) Exit() *supervisor.Exit {
+	select {
+	case <-e.done:
+		return e.exit
+	default:
+		return nil
+	}
+}
+
+// Contain asks for a repair now (a homeostat containment, an operator).
+func (e *Episode) Contain(reason string) {
+	select {
+	case e.contain <- reason:
+	default: // one is already pending; it repairs the same generation
+	}
+}
+
+func (e *Episode) move(to State) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := transition(e.state, to); err != nil {
+		return err
+	}
+	e.state = to
+	return nil
+}
+
+// grant mints and records the generation's lease under the current epoch.
+func (e *Episode) grant(ctx context.Context, c authority.Capability) error {
+	doc, err := encodeLease(c)
+	if err != nil {
+		return err
+	}
+	ttl := e.spec.LeaseTTL
+	if ttl == 0 {
+		ttl = time.Hour
+	}
+	l, err := e.k.cfg.Store.GrantLease(ctx, store.LeaseGrant{EpisodeID: e.id, Epoch: e.epoch, Capabilities: doc, TTL: ttl})
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.lease, e.leaseCap = l, c
+	e.mu.Unlock()
+	return nil
+}
+
+// run binds the socket and starts the supervisor; it returns once the
+// first generation (restored from checkpoint, if named) runs.
+func (e *Episode) run(ctx context.Context, checkpoint string) error {
+	ln, err := broker.Listen(e.k.socketPath(e.id), e.k.cfg.OwnerUID, e.k.cfg.OwnerGID)
+	if err != nil {
+		return fmt.Errorf("episode: broker socket: %w", err)
+	}
+	e.ln = ln
+	srv := &broker.Server{Broker: e.k.cfg.Broker, Binding: broker.Binding{EpisodeID: e.id, Cgroup: func() (string, bool) {
+		if p := e.cgroup.Load(); p != nil {
+			return *p, true
+		}
+		return "", false
+	}}}
+	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	e.stop, e.done = stop, make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		defer close(e.done)
+		e.exit = supervisor.RestForOne(sctx,
+			supervisor.Child{Name: "authority", Run: e.authority},
+			supervisor.Child{Name: "broker", Run: func(ctx context.Context, ready func()) error {
+				ready()
+				return srv.Serve(ctx, ln)
+			}},
+			supervisor.Child{Name: "domain", Run: func(ctx context.Context, ready func()) error {
+				return e.domain(ctx, checkpoint, ready, started)
+			}},
+		)
+		e.settle()
+	}()
+	select {
+	case err := <-started:
+		if err != nil {
+			stop()
+			<-e.done
+		}
+		return err
+	case <-e.done:
+		if e.exit != nil && e.exit.Err != nil {
+			return e.exit
+		}
+		return errors.New("episode: supervisor ended before the domain started")
+	}
+}
+
+// authority holds the episode's ownership and watches its record: the
+// store unreachable, the ownership lost or the episode ended elsewhere all
+// end this child, and with it the broker and the domain.
+func (e *Episode) authority(ctx context.Context, ready func()) error {
+	st := e.k.cfg.Store
+	check := func() error {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := st.AcquireOwnership(cctx, e.id); err != nil {
+			return err
+		}
+		rec, err := st.Episode(cctx, e.id)
+		if err != nil {
+			return err
+		}
+		if rec.State != store.EpisodeActive {
+			return fmt.Errorf("episode is %s in the store", rec.State)
+		}
+		return nil
+	}
+	if err := check(); err != nil {
+		return err
+	}
+	ready()
+	t := time.NewTicker(e.k.cfg.AuthorityInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return supervisor.ErrStopped
+		case <-t.C:
+			if err := check(); err != nil {
+				if ctx.Err() != nil {
+					return supervisor.ErrStopped
+				}
+				return err
+			}
+		}
+	}
+}
+
+// env is the worker's environment for the current generation.
+func (e *Episode) env() map[string]string {
+	env := map[string]string{}
+	for k, v := range e.spec.Env {
+		env[k] = v
+	}
+	e.mu.Lock()
+	env[envEpoch] = strconv.FormatInt(e.epoch, 10)
+	env[envLease] = e.lease.ID.String()
+	e.mu.Unlock()
+	return env
+}
+
+// create starts the current generation's domain, restored from a
+// checkpoint digest (hex) when one is given.
+func (e *Episode) create(ctx context.Context, checkpoint string) (*domain.Running, error) {
+	e.mu.Lock()
+	gen := e.gen
+	e.mu.Unlock()
+	id := e.k.launcherID(e.id, gen)
+	r, err := e.k.cfg.Domains.Create(ctx, domain.Spec{ID: id, Generation: gen, WorkspaceID: e.id.String(), Checkpoint: checkpoint,
+		BrokerSocket: e.id.String(), Argv: e.spec.Argv, Env: e.env(), Cwd: e.spec.Cwd, Limits: e.spec.Limits, Seccomp: e.k.cfg.Seccomp})
+	if err != nil {
+		return nil, err
+	}
+	if checkpoint != "" && r.Started.Restored != checkpoint {
+		r.Close()
+		e.destroy(ctx, id)
+		return nil, fmt.Errorf("episode: launcher restored %q, want the verified checkpoint", r.Started.Restored)
+	}
+	cg := e.k.cfg.CgroupParent + "/" + id
+	e.cgroup.Store(&cg)
+	return r, nil
+}
+
+// checkpoint takes and records a stable checkpoint of the current
+// generation (see the snapshot rule in doc.go).
+func (e *Episode) checkpoint(ctx context.Context) error {
+	e.mu.Lock()
+	gen, epoch, dom := e.gen, e.epoch, e.domainID
+	e.mu.Unlock()
+	res, err := e.k.cfg.Domains.Checkpoint(ctx, e.k.launcherID(e.id, gen))
+	if err != nil {
+		return err
+	}
+	c, err := e.k.cfg.Store.RecordCheckpoint(ctx, store.NewCheckpoint{EpisodeID: e.id, DomainID: dom, Generation: gen, Epoch: epoch,
+		Digest: "sha256:" + res.SHA256, Stable: true})
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.digests[c.ID] = res.SHA256
+	e.mu.Unlock()
+	return nil
+}
+
+// domain is the supervisor's last child: it runs the generations, one at a
+// time, and repairs between them. Whatever ends it, its domain is destroyed
+// before it returns.
+func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), started chan<- error) (err error) {
+	r, err := e.create(ctx, checkpoint)
+	if err != nil {
+		started <- err
+		return err
+	}
+	defer func() {
+		// Rest for one: this runs before the broker and the authority
+		// stop, whatever stopped us.
+		e.cgroup.Store(nil)
+		e.mu.Lock()
+		id := e.k.launcherID(e.id, e.gen)
+		e.mu.Unlock()
+		if derr := e.destroy(context.WithoutCancel(ctx), id); derr != nil && err == nil {
+			err = derr
+		}
+		r.Close()
+	}()
+	if checkpoint == "" {
+		if err := e.checkpoint(ctx); err != nil {
+			started <- err
+			return err
+		}
+	}
+	if err := e.move(Running); err != nil {
+		started <- err
+		return err
+	}
+	ready()
+	started <- nil
+	events := r.Events()
+	for {
+		select {
+		case <-ctx.Done():
+			return supervisor.ErrStopped
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			switch {
+			case ev.Violation != nil:
+				// A kernel denial bypasses every smoothing: repair now.
+				reason := "violation: " + ev.Violation.Syscall
+				if r, err = e.repair(ctx, r, reason); err != nil {
+					return err
+				}
+				events = r.Events()
+			case ev.Exited != nil:
+				e.mu.Lock()
+				x := WorkerExit{Generation: e.gen, Epoch: e.epoch, Exited: ev.Exited, Output: r.Output()}
+				e.mu.Unlock()
+				select {
+				case e.exits <- x:
+				default:
+				}
+			}
+		case reason := <-e.contain:
+			if r, err = e.repair(ctx, r, "containment: "+reason); err != nil {
+				return err
+			}
+			events = r.Events()
+		case id := <-e.commits:
+			eff, err := e.k.cfg.Store.Effect(ctx, id)
+			if err != nil || eff.EpisodeID != e.id {
+				continue
+			}
+			if err := e.checkpoint(ctx); err != nil {
+				// A missed checkpoint costs repair granularity, not
+				// safety: the previous stable one still stands.
+				e.log.Warn("post-commit checkpoint failed", "effect", id, "error", err)
+			}
+		}
+	}
+}
+
+// errContained ends the domain child after final containment.
+var errContained = errors.New("episode: contained")
+
+// destroy kills a launcher domain and proves it gone: destroy waits for an
+// empty cgroup, and an inspect afterwards must find nothing.
+func (e *Episode) destroy(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := e.k.cfg.Domains.Destroy(ctx, id); err != nil {
+		return fmt.Errorf("episode: destroy %s: %w", id, err)
+	}
+	st, err := e.k.cfg.Domains.Inspect(ctx, id)
+	if err != nil {
+		return fmt.Errorf("episode: inspect %s: %w", id, err)
+	}
+	if st.Exists || st.Populated || st.Processes != 0 {
+		return fmt.Errorf("episode: domain %s still exists after destroy", id)
+	}
+	return nil
+}
+
+// repair is ARCHITECTURE §6: advance the epoch, destroy the domain and
+// prove it empty, verify the last stable checkpoint, restore it into a new
+// generation under a narrower lease. The lineage is the epoch advance's.
+func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string) (*domain.Running, error) {
+	if err := e.move(Repairing); err != nil {
+		return old, err
+	}
+	// The old generation loses the broker before anything else.
+	e.cgroup.Store(nil)
+	st := e.k.cfg.Store
+	e.mu.Lock()
+	from, gen, dom, repairs, prev := e.epoch, e.gen, e.domainID, e.repairs, e.leaseCap
+	e.mu.Unlock()
+	e.log.Warn("repairing", "reason", reason, "epoch", from, "generation", gen)
+
+	if repairs >= e.spec.MaxRepairs {
+		return old, e.containFinal(ctx, old, fmt.Sprintf("max_repairs (%d) exhausted; last: %s", e.spec.MaxRepairs, reason))
+	}
+	ckpt, err := st.LatestStableCheckpoint(ctx, e.id)
+	if err != nil {
+		return old, e.containFinal(ctx, old, "no stable checkpoint to repair from; last: "+reason)
+	}
+	adv, err := st.AdvanceEpoch(ctx, store.AdvanceEpoch{EpisodeID: e.id, FromEpoch: from, Reason: "repair: " + reason, CheckpointID: &ckpt.ID})
+	if err != nil {
+		return old, err
+	}
+	e.mu.Lock()
+	e.epoch = adv.Lineage.ToEpoch
+	e.mu.Unlock()
+	if err := e.destroy(ctx, e.k.launcherID(e.id, gen)); err != nil {
+		return old, err
+	}
+	old.Close()
+	if _, err := st.DestroyGeneration(ctx, dom, gen); err != nil {
+		return old, err
+	}
+	digest, err := e.verify(ckpt)
+	if err != nil {
+		return old, e.containFinal(ctx, nil, err.Error())
+	}
+	g, err := st.NewGeneration(ctx, store.NewGeneration{DomainID: dom, Epoch: adv.Lineage.ToEpoch, CheckpointID: &ckpt.ID})
+	if err != nil {
+		return old, err
+	}
+	_, _, narrow, _ := e.spec.validate()
+	lease := authority.Intersect(prev, narrow).Narrow(e.k.cfg.Ceiling())
+	if err := e.grant(ctx, lease); err != nil {
+		return old, err
+	}
+	e.mu.Lock()
+	e.gen, e.repairs = g.Generation, repairs+1
+	e.mu.Unlock()
+	r, err := e.create(ctx, digest)
+	if err != nil {
+		return old, err
+	}
+	if err := e.move(Running); err != nil {
+		return r, err
+	}
+	e.log.Info("repaired", "epoch", adv.Lineage.ToEpoch, "generation", g.Generation, "staled", len(adv.StaledEffects))
+	return r, nil
+}
+
+// verify checks a checkpoint record against what the launcher returned
+// when this controller took it (the launcher re-hashes the archive on
+// restore, and create checks it restored exactly this digest).
+func (e *Episode) verify(c store.Checkpoint) (string, error) {
+	hex, ok := strings.CutPrefix(c.Digest, "sha256:")
+	if !ok || !protocol.ValidDigest(hex) || c.EpisodeID != e.id || !c.Stable {
+		return "", errors.New("checkpoint record is malformed")
+	}
+	e.mu.Lock()
+	taken, known := e.digests[c.ID]
+	e.mu.Unlock()
+	if known && taken != hex {
+		return "", errors.New("checkpoint record disagrees with the digest the launcher returned")
+	}
+	return hex, nil
+}
+
+// containFinal ends the episode contained, with its reason in the store.
+// Pending effects were already staled by the epoch advance, or are by the
+// episode leaving active (commit check 1).
+func (e *Episode) containFinal(ctx context.Context, old *domain.Running, why string) error {
+	e.cgroup.Store(nil)
+	e.mu.Lock()
+	gen, epoch := e.gen, e.epoch
+	e.mu.Unlock()
+	derr := e.destroy(ctx, e.k.launcherID(e.id, gen))
+	if old != nil {
+		old.Close()
+	}
+	if derr != nil {
+		return derr
+	}
+	if _, err := e.k.cfg.Store.EndEpisode(ctx, store.EndEpisode{EpisodeID: e.id, Epoch: epoch, State: store.EpisodeContained, Reason: why}); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.state, e.why = Contained, why
+	e.mu.Unlock()
+	e.log.Warn("contained", "why", why)
+	return errContained
+}
+
+// settle runs after the supervisor stopped: an episode still active in our
+// view lost its authority or broker and is suspended until resumed.
+func (e *Episode) settle() {
+	if e.ln != nil {
+		e.ln.Close()
+	}
+	e.mu.Lock()
+	if !e.ending && !e.state.Final() && transition(e.state, Suspended) == nil {
+		e.state = Suspended
+		if e.exit != nil {
+			e.why = e.exit.Error()
+		}
+	}
+	e.mu.Unlock()
+}
+
+// End stops the episode and records it final (completed or aborted): the
+// domain is destroyed first, then the episode ends in the store.
+func (e *Episode) End(ctx context.Context, to State, reason string) error {
+	if to != Completed && to != Aborted {
+		return &ErrIllegalTransition{From: e.Status().State, To: to}
+	}
+	e.mu.Lock()
+	if err := transition(e.state, to); err != nil {
+		e.mu.Unlock()
+		return err
+	}
+	e.ending = true
+	e.mu.Unlock()
+	if e.stop != nil {
+		e.stop()
+		<-e.done
+	}
+	e.mu.Lock()
+	epoch := e.epoch
+	e.mu.Unlock()
+	if _, err := e.k.cfg.Store.EndEpisode(ctx, store.EndEpisode{EpisodeID: e.id, Epoch: epoch, State: to.storeState(), Reason: reason}); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.state, e.why = to, reason
+	e.mu.Unlock()
+	e.cleanupStart()
+	return nil
+}
+
+// cleanupStart releases host objects of an episode that no longer runs.
+func (e *Episode) cleanupStart() {
+	if e.ln != nil {
+		e.ln.Close()
+	}
+	if e.workspace {
+		_ = workspace.Remove(e.k.cfg.WorkspacesRoot, e.id.String())
+	}
+	_ = os.Remove(e.k.socketPath(e.id))
+	e.k.forget(e.id)
+}
