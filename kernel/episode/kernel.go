@@ -123,7 +123,9 @@ func (k *Kernel) committed(id uuid.UUID) {
 
 func (k *Kernel) launcherID(ep uuid.UUID, gen int) string { return fmt.Sprintf("%s-g%d", ep, gen) }
 
-func (k *Kernel) socketPath(ep uuid.UUID) string { return filepath.Join(k.cfg.SocketsRoot, ep.String()+".sock") }
+func (k *Kernel) socketPath(ep uuid.UUID) string {
+	return filepath.Join(k.cfg.SocketsRoot, ep.String()+".sock")
+}
 
 func (k *Kernel) mint(spec Spec) (authority.Capability, error) {
 	policy, envelope, _, err := spec.validate()

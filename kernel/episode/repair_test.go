@@ -1,0 +1,138 @@
+package episode_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// TestViolationRepairEpoch2: the worker prepares its fix and then opens an
+// AF_INET socket; the monitor's violation fences epoch 1, the domain is
+// destroyed and proven empty, the pending effect is stale, the last stable
+// checkpoint is restored into generation 2 under a narrower lease, and the
+// worker of generation 2 re-proposes and commits under epoch 2.
+func TestViolationRepairEpoch2(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	r := newRig(t, ctx, "episode_violation")
+	e, err := r.k.Start(ctx, r.spec(map[string]string{"PROBE": "violate"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := e.Status()
+	x := nextExit(t, ctx, e)
+	out := string(x.Output)
+	t.Logf("generation %d worker:\n%s", x.Generation, out)
+	if x.Generation != 2 || x.Epoch != 2 {
+		t.Fatalf("first worker exit is generation %d epoch %d, want the repaired one", x.Generation, x.Epoch)
+	}
+	if x.Exited.ExitCode == nil || *x.Exited.ExitCode != 0 || !strings.Contains(out, "EPOCH=2") || !strings.Contains(out, "STATE=committed") {
+		t.Fatalf("generation 2 did not commit: %+v\n%s", x.Exited, out)
+	}
+	s := e.Status()
+	if s.State != episode.Running || s.Epoch != 2 || s.Generation != 2 || s.Repairs != 1 || s.LeaseID == first.LeaseID {
+		t.Fatalf("after repair: %+v", s)
+	}
+	// Generation 1's domain is gone.
+	if st, err := shared.bed.Domains().Inspect(ctx, first.LauncherID); err != nil || st.Exists || st.Populated {
+		t.Fatalf("generation 1 after repair: %+v, %v", st, err)
+	}
+	// The epoch advance is in the lineage, names the restored checkpoint,
+	// and staled generation 1's pending effect; its lease is revoked.
+	lin, err := r.st.Lineage(ctx, e.ID())
+	if err != nil || len(lin) != 1 || lin[0].FromEpoch != 1 || lin[0].ToEpoch != 2 || lin[0].CheckpointID == nil ||
+		!strings.Contains(lin[0].Reason, "violation: socket") {
+		t.Fatalf("lineage: %+v, %v", lin, err)
+	}
+	staled := stalled(t, ctx, r.st, e.ID())
+	if len(staled) != 1 {
+		t.Fatalf("staled effects %v, want generation 1's one", staled)
+	}
+	eff, err := r.st.Effect(ctx, staled[0])
+	if err != nil || eff.State != store.Stale || eff.Epoch != 1 {
+		t.Fatalf("generation 1's effect: %+v, %v", eff.State, err)
+	}
+	if l, err := r.st.Lease(ctx, first.LeaseID); err != nil || l.RevokedAt == nil {
+		t.Fatalf("epoch 1 lease not revoked: %+v, %v", l, err)
+	}
+	// Generation 2 was restored from exactly that stable checkpoint.
+	ck, err := r.st.LatestStableCheckpoint(ctx, e.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !restoredFrom(t, ctx, r.st, e.ID(), *lin[0].CheckpointID) || ck.Generation < 1 {
+		t.Fatalf("generation 2 does not name checkpoint %s", lin[0].CheckpointID)
+	}
+	// The repair lease is narrower: it forbids the test file the first
+	// lease allowed, and is within the first.
+	path := "test.sh"
+	req := &authority.Request{Target: "repo", Kind: "git_commit", Class: authority.ClassAuthoritative, Path: path, Bytes: 10}
+	if first.Lease.Check(req) != authority.Allowed || s.Lease.Check(req) == authority.Allowed {
+		t.Fatalf("repair lease is not narrower: first %v, repair %v", first.Lease.Check(req), s.Lease.Check(req))
+	}
+	// The commit landed once, under epoch 2, with its trailer.
+	msg := headMessage(t, r.repo)
+	if !strings.Contains(msg, broker.TrailerKey+":") || git(t, r.repo, "rev-parse", "refs/heads/main^") != r.base {
+		t.Fatalf("authoritative history:\n%s", msg)
+	}
+	id := strings.TrimSpace(msg[strings.Index(msg, broker.TrailerKey+":")+len(broker.TrailerKey)+1:])
+	if got, err := r.st.Effect(ctx, uuid.MustParse(id)); err != nil || got.State != store.Committed || got.Epoch != 2 {
+		t.Fatalf("committed effect: %+v, %v", got, err)
+	}
+	if err := e.End(ctx, episode.Completed, "repaired and committed"); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.st.VerifyLedger(ctx, e.ID()); err != nil {
+		t.Fatalf("ledger: %+v, %v", rep, err)
+	}
+}
+
+// stalled reads the epoch advance's staled effects from the ledger.
+func stalled(t *testing.T, ctx context.Context, st store.Store, ep uuid.UUID) []uuid.UUID {
+	t.Helper()
+	evs, err := st.Events(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Kind == "epoch_advanced" {
+			var b struct {
+				Staled []uuid.UUID `json:"staled_effects"`
+			}
+			if err := json.Unmarshal(ev.Body, &b); err != nil {
+				t.Fatal(err)
+			}
+			return b.Staled
+		}
+	}
+	return nil
+}
+
+func restoredFrom(t *testing.T, ctx context.Context, st store.Store, ep, ckpt uuid.UUID) bool {
+	t.Helper()
+	evs, err := st.Events(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Kind == "generation_started" {
+			var b struct {
+				Generation int        `json:"generation"`
+				Checkpoint *uuid.UUID `json:"checkpoint_id"`
+			}
+			if json.Unmarshal(ev.Body, &b) == nil && b.Generation == 2 && b.Checkpoint != nil && *b.Checkpoint == ckpt {
+				return true
+			}
+		}
+	}
+	return false
+}
