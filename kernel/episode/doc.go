@@ -31,6 +31,10 @@
 // overlay state is a safe point to restore to; a post-commit one because
 // its effect has already passed the commit horizon's evaluation
 // (verification, when configured, is a prerequisite of commit).
+// The launcher starts the worker as it creates the domain, so the initial
+// checkpoint holds the base plus whatever class 0/1 work the worker had done
+// by then: a restored worker must resume from any such point, never assume
+// a pristine base.
 //
 // The controller names host paths only from its trusted configuration and
 // the spec; a worker never names one.

@@ -134,6 +134,8 @@ func newRig(t *testing.T, ctx context.Context, name string, opts ...func(*episod
 	if shared.err != nil {
 		t.Fatalf("world: %v", shared.err)
 	}
+	// A fresh database per run, so -count=N repeats the same test.
+	name += "_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	if err := shared.cluster.CreateDatabase(ctx, name); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +183,8 @@ func newRig(t *testing.T, ctx context.Context, name string, opts ...func(*episod
 	return r
 }
 
-// worker fixes calc.sh in /workspace, proves the test passes, proposes the
+// worker fixes calc.sh in /workspace (or finds it fixed in a restored
+// overlay), proves the test passes, proposes the
 // exact diff as a git_commit and commits it. With PROBE=violate it opens an
 // AF_INET socket after preparing, in epoch 1 only, and then waits.
 const worker = `
@@ -190,8 +193,9 @@ E=` + effectClient + `
 G="git -c safe.directory=* -c core.hooksPath=/dev/null"
 pick() { [[ $1 =~ \"$2\":\"?([^\",}]+) ]] && echo "${BASH_REMATCH[1]}"; }
 cd /workspace
-sh test.sh >/dev/null && { echo "TEST-ALREADY-PASSES"; exit 1; }
-sed -i 's/1+1+1/1+1/' calc.sh
+# A restored generation may find its fix already in the overlay (the
+# initial checkpoint is taken while the worker runs): it goes on from there.
+if sh test.sh >/dev/null; then echo "FOUND-FIX"; else sed -i 's/1+1+1/1+1/' calc.sh && echo "FIXED"; fi
 sh test.sh || { echo "TEST-STILL-FAILS"; exit 1; }
 $G diff --binary > /tmp/fix.patch || { echo DIFF-FAILED; exit 1; }
 base=$($G rev-parse HEAD)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,13 +41,14 @@ func TestEpisodeLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := fi.Sys(); st == nil {
-		t.Fatal("no stat")
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != shared.bed.OwnerUID {
+		t.Errorf("workspace file owned by %d, want the kernel's account %d", st.Uid, shared.bed.OwnerUID)
 	}
 	x := nextExit(t, ctx, e)
 	out := string(x.Output)
 	t.Logf("worker:\n%s", out)
-	if x.Exited.ExitCode == nil || *x.Exited.ExitCode != 0 || !strings.Contains(out, "STATE=committed") {
+	// Generation 1 starts from the base, where the test fails.
+	if x.Exited.ExitCode == nil || *x.Exited.ExitCode != 0 || !strings.Contains(out, "FIXED") || !strings.Contains(out, "STATE=committed") {
 		t.Fatalf("worker did not commit: %+v\n%s", x.Exited, out)
 	}
 	msg := headMessage(t, r.repo)
