@@ -95,3 +95,6 @@ func Test_sensor_poisoning(t *testing.T)            { runGate(t, "sensor_poisoni
 func Test_semantic_outage_degradation(t *testing.T) { runGate(t, "semantic_outage_degradation") }
 func Test_backpressure_load(t *testing.T)           { runGate(t, "backpressure_load") }
 func Test_class4_human_horizon(t *testing.T)        { runGate(t, "class4_human_horizon") }
+func Test_coding_agent_violation_repair_epoch2(t *testing.T) {
+	runGate(t, "coding_agent_violation_repair_epoch2")
+}

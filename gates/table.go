@@ -62,6 +62,8 @@ func Table() []Gate {
 		{Name: "class4_human_horizon", Proves: "class 4 cannot cross without an exact signed approval", Tests: []Run{
 			{"./broker", []string{"TestClass4HumanHorizon"}},
 		}},
-		{Name: "coding_agent_violation_repair_epoch2", Proves: "full hostile scenario: seccomp trip, fence, destroy, restore, commit under epoch 2"},
+		{Name: "coding_agent_violation_repair_epoch2", Proves: "full hostile scenario: seccomp trip, fence, destroy, restore, commit under epoch 2", Tests: []Run{
+			{"./kernel/episode", []string{"TestEpisodeLifecycle", "TestViolationRepairEpoch2", "TestMaxRepairsContains"}},
+		}, Scope: "the episode controller end to end with a scripted worker; not yet the reference fixture with HOSTILE_INJECTION.md and the semantic classifier"},
 	}
 }
