@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
-	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
 	"github.com/autonomic-kernel/autonomic/store/pgcluster"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
@@ -26,7 +24,7 @@ type world struct {
 var shared world
 
 // effectClientPath is where the static autonomic-effect sits in the rootfs.
-const effectClientPath = "/usr/local/bin/autonomic-effect"
+const effectClientPath = testbed.EffectClientPath
 
 func TestMain(m *testing.M) {
 	if os.Geteuid() == 0 {
@@ -49,10 +47,6 @@ func TestMain(m *testing.M) {
 }
 
 func setUp() error {
-	mod, err := testbed.ModuleRoot()
-	if err != nil {
-		return err
-	}
 	tmp, err := os.MkdirTemp("", "autonomic-gates-")
 	if err != nil {
 		return err
@@ -60,14 +54,7 @@ func setUp() error {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
-	client := filepath.Join(tmp, "autonomic-effect")
-	build := exec.Command("go", "build", "-trimpath", "-o", client, "./broker/cmd/autonomic-effect")
-	build.Dir = mod
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("build autonomic-effect: %v\n%s", err, out)
-	}
-	if shared.bed, err = testbed.New(context.Background(), testbed.Options{Add: []rootfs.Add{{Src: client, Dest: effectClientPath}}}); err != nil {
+	if shared.bed, err = testbed.New(context.Background(), testbed.Options{EffectClient: true}); err != nil {
 		return err
 	}
 	db := filepath.Join(tmp, "pg")

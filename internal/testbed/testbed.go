@@ -57,7 +57,13 @@ type Bed struct {
 type Options struct {
 	Spec string // path relative to the module root; default rootfs-builder/specs/minimal.json
 	Add  []rootfs.Add
+	// EffectClient builds the static autonomic-effect client into the
+	// rootfs at EffectClientPath, for tests that reach the broker.
+	EffectClient bool
 }
+
+// EffectClientPath is where Options.EffectClient puts the client.
+const EffectClientPath = "/usr/local/bin/autonomic-effect"
 
 // ModuleRoot finds the repository root from the current directory.
 func ModuleRoot() (string, error) {
@@ -94,21 +100,22 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 	if err := os.Mkdir(b.State, 0o700); err != nil {
 		return nil, err
 	}
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w -X main.configPath="+b.ConfigPath, "-o", b.Launcher, "./launcher")
-	build.Dir = mod
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build launcher: %v\n%s", err, out)
+	if err := buildStatic(ctx, mod, "./launcher", b.Launcher, "-ldflags", "-s -w -X main.configPath="+b.ConfigPath); err != nil {
+		return nil, err
 	}
 	// The probe makes raw syscalls inside domains; tests assert on them.
-	probe := filepath.Join(dir, "bin", "autonomic-probe")
-	pb := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", probe, "./internal/testbed/probe")
-	pb.Dir = mod
-	pb.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := pb.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build probe: %v\n%s", err, out)
+	statics := map[string]string{"./internal/testbed/probe": ProbePath}
+	if opts.EffectClient {
+		statics["./broker/cmd/autonomic-effect"] = EffectClientPath
 	}
-	add := append([]rootfs.Add{{Src: probe, Dest: ProbePath}}, opts.Add...)
+	add := opts.Add
+	for pkg, dest := range statics {
+		out := filepath.Join(dir, "bin", filepath.Base(dest))
+		if err := buildStatic(ctx, mod, pkg, out); err != nil {
+			return nil, err
+		}
+		add = append(add, rootfs.Add{Src: out, Dest: dest})
+	}
 	specPath := opts.Spec
 	if specPath == "" {
 		specPath = "rootfs-builder/specs/minimal.json"
@@ -150,6 +157,18 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// buildStatic builds a pure-Go, statically linked binary of pkg.
+func buildStatic(ctx context.Context, mod, pkg, out string, flags ...string) error {
+	args := append(append([]string{"build", "-trimpath"}, flags...), "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = mod
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
 }
 
 // Domains is the Linux backend pointed at this bed's launcher, run directly
