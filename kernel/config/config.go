@@ -1,0 +1,353 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// MaxFileBytes caps the configuration file.
+const MaxFileBytes = 1 << 20
+
+// Defaults for absent keys.
+const (
+	DefaultEffectConcurrency = 8
+	DefaultSensorQueue       = 256
+	DefaultSpeculationMS     = 0
+	DefaultMaxRepairs        = 3
+	DefaultOwnerTTLMS        = 15000
+	DefaultSensorTimeoutMS   = 10000
+	DefaultSensorMaxRequest  = 64 << 10
+	APISocketName            = "api.sock"
+	ManagedClusterDirName    = "pg"
+)
+
+// Config is the whole configuration file. Every key is documented in
+// config/autonomic.example.json (a test enforces it).
+type Config struct {
+	// Doc is free text for operators (key path → explanation); the kernel
+	// never reads it.
+	Doc                   map[string]string `json:"_doc,omitempty"`
+	StateDir              string            `json:"state_dir"`
+	Store                 Store             `json:"store"`
+	Domain                Domain            `json:"domain"`
+	Sensor                Sensor            `json:"sensor"`
+	Targets               Targets           `json:"targets"`
+	EffectConcurrency     int               `json:"effect_concurrency"`
+	SensorQueue           int               `json:"sensor_queue"`
+	SpeculationMS         *int              `json:"speculation_ms"`
+	MaxRepairs            *int              `json:"max_repairs"`
+	OwnerTTLMS            int               `json:"owner_ttl_ms"`
+	AutomaticVerification bool              `json:"automatic_verification"`
+	PolicyKeys            map[string]string `json:"policy_keys"`
+	DecisionKeys          map[string]string `json:"decision_keys"`
+	API                   API               `json:"api"`
+}
+
+// Store says where the authority lives: a PostgreSQL URL, or (url empty) a
+// managed local cluster under cluster_dir.
+type Store struct {
+	URL        string `json:"url"`
+	AdminURL   string `json:"admin_url"`
+	ClusterDir string `json:"cluster_dir"`
+	Database   string `json:"database"`
+	InstanceID string `json:"instance_id"`
+}
+
+// Domain selects the execution backend.
+type Domain struct {
+	Backend        string `json:"backend"` // linux | unsafe_local
+	LauncherPath   string `json:"launcher_path"`
+	Direct         bool   `json:"direct"`
+	WorkspacesRoot string `json:"workspaces_root"`
+	SocketsRoot    string `json:"sockets_root"`
+	CgroupParent   string `json:"cgroup_parent"`
+}
+
+// Backends.
+const (
+	BackendLinux       = "linux"
+	BackendUnsafeLocal = "unsafe_local"
+)
+
+// Sensor selects the semantic sensor implementation.
+type Sensor struct {
+	Kind            string   `json:"kind"` // rules | openai_compatible
+	Endpoint        string   `json:"endpoint"`
+	Model           string   `json:"model"`
+	AllowedModels   []string `json:"allowed_models"`
+	APIKeyEnv       string   `json:"api_key_env"`
+	TimeoutMS       int      `json:"timeout_ms"`
+	MaxRequestBytes int      `json:"max_request_bytes"`
+}
+
+// Sensor kinds.
+const (
+	SensorRules            = "rules"
+	SensorOpenAICompatible = "openai_compatible"
+)
+
+// Targets are the broker adapters' trusted targets, by kind then target id.
+type Targets struct {
+	GitCommit    map[string]GitCommitTarget `json:"git_commit"`
+	GitRemote    map[string]GitRemoteTarget `json:"git_remote"`
+	HTTPRead     map[string]HTTPTarget      `json:"http_read"`
+	HTTPMutation map[string]HTTPTarget      `json:"http_mutation"`
+	Artifact     map[string]ArtifactTarget  `json:"artifact"`
+}
+
+// GitCommitTarget mirrors broker.GitTarget.
+type GitCommitTarget struct {
+	Repo           string   `json:"repo"`
+	AllowedRefs    []string `json:"allowed_refs"`
+	AllowedPaths   []string `json:"allowed_paths"`
+	ForbiddenPaths []string `json:"forbidden_paths"`
+	AuthorName     string   `json:"author_name"`
+	AuthorEmail    string   `json:"author_email"`
+	VerifyArgv     []string `json:"verify_argv"`
+	Class          int      `json:"class"`
+}
+
+// GitRemoteTarget mirrors broker.GitRemoteTarget.
+type GitRemoteTarget struct {
+	Repo        string   `json:"repo"`
+	URL         string   `json:"url"`
+	AllowedRefs []string `json:"allowed_refs"`
+	Class       int      `json:"class"`
+}
+
+// HTTPTarget mirrors broker.HTTPTarget. A credential is named by
+// environment variable only.
+type HTTPTarget struct {
+	BaseURL          string   `json:"base_url"`
+	Methods          []string `json:"methods"`
+	Paths            []string `json:"paths"`
+	AllowedNets      []string `json:"allowed_nets"`
+	MaxRequestBytes  int64    `json:"max_request_bytes"`
+	MaxResponseBytes int64    `json:"max_response_bytes"`
+	TimeoutMS        int      `json:"timeout_ms"`
+	CAFile           string   `json:"ca_file"`
+	CredentialEnv    string   `json:"credential_env"`
+	RatePerMinute    int      `json:"rate_per_minute"`
+	ReconcilePath    string   `json:"reconcile_path"`
+	Class            int      `json:"class"`
+}
+
+// ArtifactTarget mirrors broker.ArtifactTarget.
+type ArtifactTarget struct {
+	Dir      string `json:"dir"`
+	MaxBytes int64  `json:"max_bytes"`
+	Class    int    `json:"class"`
+}
+
+// API is the operator API's unix socket.
+type API struct {
+	Socket        string `json:"socket"`
+	OperatorGroup string `json:"operator_group"`
+}
+
+// Problem is one thing wrong with a configuration.
+type Problem struct {
+	Key     string `json:"key"`
+	Problem string `json:"problem"`
+}
+
+func (p Problem) String() string { return p.Key + ": " + p.Problem }
+
+// Error lists every problem found. It wraps protocol.CodeInvalidField (or
+// the parser's code) so it crosses a boundary as a catalogue code.
+type Error struct {
+	Problems []Problem
+	code     protocol.Code
+}
+
+func (e *Error) Error() string {
+	parts := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		parts[i] = p.String()
+	}
+	return "config: " + strings.Join(parts, "; ")
+}
+
+// Unwrap exposes the catalogue code.
+func (e *Error) Unwrap() error { return protocol.E(e.code) }
+
+func limits() protocol.Limits { return protocol.Limits{MaxDepth: 8, MaxNodes: 1 << 16} }
+
+// Load reads, decodes and validates the file at path. The file must be a
+// regular file not readable or writable by others.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		// The path is the operator's own, but errors may reach logs: name
+		// the cause (ENOENT, EACCES), not the path.
+		cause := "cannot open"
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			cause += ": " + pe.Err.Error()
+		}
+		return nil, &Error{Problems: []Problem{{Key: "(file)", Problem: cause}}, code: protocol.CodeNotFound}
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, &Error{Problems: []Problem{{Key: "(file)", Problem: "not a regular file"}}, code: protocol.CodeInvalidField}
+	}
+	if st.Mode().Perm()&0o007 != 0 {
+		return nil, &Error{Problems: []Problem{{Key: "(file)", Problem: fmt.Sprintf("mode %04o lets other users read or write it; use 0640 or stricter", st.Mode().Perm())}}, code: protocol.CodeInvalidField}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b)
+}
+
+// Parse decodes and validates one configuration document. Relative paths
+// are refused rather than resolved against a working directory.
+func Parse(b []byte) (*Config, error) {
+	c, err := Decode(b)
+	if err != nil {
+		return nil, err
+	}
+	if ps := c.validate(); len(ps) > 0 {
+		return nil, &Error{Problems: ps, code: protocol.CodeInvalidField}
+	}
+	return c, nil
+}
+
+// Decode parses strictly without validating values (the fuzz target's
+// surface).
+func Decode(b []byte) (*Config, error) {
+	if len(b) > MaxFileBytes {
+		return nil, &Error{Problems: []Problem{{Key: "(file)", Problem: fmt.Sprintf("larger than %d bytes", MaxFileBytes)}}, code: protocol.CodeFrameTooLarge}
+	}
+	if err := protocol.CheckShape(b, limits()); err != nil {
+		return nil, parseError(err)
+	}
+	var c Config
+	if err := protocol.DecodeStrict(b, &c); err != nil {
+		return nil, parseError(err)
+	}
+	return &c, nil
+}
+
+// parseError turns a strict-decoder error into a Problem naming the key.
+// The decoder's local cause names the key ("duplicate_key: \"url\"").
+func parseError(err error) error {
+	w := protocol.AsWire(err)
+	key, problem := "(document)", w.Message
+	var multi interface{ Unwrap() []error }
+	if errors.As(err, &multi) {
+		for _, e := range multi.Unwrap() {
+			var pe *protocol.Error
+			if errors.As(e, &pe) {
+				continue
+			}
+			detail := e.Error()
+			switch w.Code {
+			case protocol.CodeDuplicateKey, protocol.CodeUnknownField:
+				key = strings.Trim(detail, `"`)
+			case protocol.CodeInvalidField:
+				if k, rest, ok := strings.Cut(detail, ": "); ok && k != "" && !strings.Contains(k, " ") {
+					key, problem = k, "wrong type ("+lastClause(rest)+")"
+				}
+			default:
+				problem = w.Message
+			}
+		}
+	}
+	switch w.Code {
+	case protocol.CodeDuplicateKey:
+		problem = "key appears more than once"
+	case protocol.CodeUnknownField:
+		problem = "unknown key"
+	}
+	return &Error{Problems: []Problem{{Key: key, Problem: problem}}, code: w.Code}
+}
+
+// lastClause keeps encoding/json's type description but never a value.
+func lastClause(s string) string {
+	if i := strings.Index(s, "cannot unmarshal "); i >= 0 {
+		return s[i:]
+	}
+	return "invalid value"
+}
+
+// Effective values (defaults applied).
+
+// SpeculationMSValue is speculation_ms with its default.
+func (c *Config) SpeculationMSValue() int {
+	if c.SpeculationMS == nil {
+		return DefaultSpeculationMS
+	}
+	return *c.SpeculationMS
+}
+
+// MaxRepairsValue is max_repairs with its default.
+func (c *Config) MaxRepairsValue() int {
+	if c.MaxRepairs == nil {
+		return DefaultMaxRepairs
+	}
+	return *c.MaxRepairs
+}
+
+// APISocket is api.socket, or state_dir/api.sock.
+func (c *Config) APISocket() string {
+	if c.API.Socket != "" {
+		return c.API.Socket
+	}
+	return filepath.Join(c.StateDir, APISocketName)
+}
+
+// ClusterDir is store.cluster_dir, or state_dir/pg, when no URL is set.
+func (c *Config) ClusterDir() string {
+	if c.Store.ClusterDir != "" {
+		return c.Store.ClusterDir
+	}
+	return filepath.Join(c.StateDir, ManagedClusterDirName)
+}
+
+// Managed reports whether the kernel runs its own cluster.
+func (c *Config) Managed() bool { return c.Store.URL == "" }
+
+// TargetKinds lists the kinds with at least one target, sorted.
+func (c *Config) TargetKinds() []string {
+	var out []string
+	add := func(k string, n int) {
+		if n > 0 {
+			out = append(out, k)
+		}
+	}
+	add("git_commit", len(c.Targets.GitCommit))
+	add("git_remote", len(c.Targets.GitRemote))
+	add("http_read", len(c.Targets.HTTPRead))
+	add("http_mutation", len(c.Targets.HTTPMutation))
+	add("artifact", len(c.Targets.Artifact))
+	sort.Strings(out)
+	return out
+}
+
+// MarshalRedacted renders the effective configuration for an operator with
+// every URL's user info and every key removed.
+func (c *Config) MarshalRedacted() ([]byte, error) {
+	cp := *c
+	cp.Doc = nil
+	if cp.Store.URL != "" {
+		cp.Store.URL = "(set)"
+	}
+	if cp.Store.AdminURL != "" {
+		cp.Store.AdminURL = "(set)"
+	}
+	return json.MarshalIndent(cp, "", "  ")
+}

@@ -1,0 +1,311 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"net/url"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
+)
+
+var (
+	targetIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+	envPattern      = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,127}$`)
+	dbPattern       = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+)
+
+type checker struct{ ps []Problem }
+
+func (c *checker) add(key, format string, args ...any) {
+	c.ps = append(c.ps, Problem{Key: key, Problem: fmt.Sprintf(format, args...)})
+}
+
+// absPath: required (or optional) absolute, clean path.
+func (c *checker) absPath(key, p string, required bool) {
+	switch {
+	case p == "":
+		if required {
+			c.add(key, "is required")
+		}
+	case !filepath.IsAbs(p):
+		c.add(key, "must be an absolute path")
+	case filepath.Clean(p) != p:
+		c.add(key, "must be a clean path (no .., //, or trailing /)")
+	}
+}
+
+func (c *checker) nonNegative(key string, v int64) {
+	if v < 0 {
+		c.add(key, "must not be negative")
+	}
+}
+
+func (c *checker) class(key string, v, lo int) {
+	if v != 0 && (v < lo || v > 4) {
+		c.add(key, "must be 0 (the adapter's default) or %d..4", lo)
+	}
+}
+
+// validate checks every value, applies defaults to absent keys and returns
+// every problem, sorted by key.
+func (cfg *Config) validate() []Problem {
+	c := &checker{}
+	c.absPath("state_dir", cfg.StateDir, true)
+
+	// store
+	s := &cfg.Store
+	if s.URL == "" {
+		if s.AdminURL != "" {
+			c.add("store.admin_url", "is only for an external database; leave it empty with a managed cluster")
+		}
+		c.absPath("store.cluster_dir", s.ClusterDir, false)
+	} else {
+		if s.ClusterDir != "" {
+			c.add("store.cluster_dir", "must be empty when store.url names an external database")
+		}
+		checkDBURL(c, "store.url", s.URL)
+		if s.AdminURL != "" {
+			checkDBURL(c, "store.admin_url", s.AdminURL)
+		}
+	}
+	if s.Database == "" {
+		s.Database = "autonomic"
+	} else if !dbPattern.MatchString(s.Database) {
+		c.add("store.database", "must match %s", dbPattern)
+	}
+	if len(s.InstanceID) > 256 {
+		c.add("store.instance_id", "must be at most 256 bytes")
+	}
+
+	// domain
+	d := &cfg.Domain
+	switch d.Backend {
+	case "":
+		c.add("domain.backend", "is required: %q or %q", BackendLinux, BackendUnsafeLocal)
+	case BackendLinux:
+		c.absPath("domain.launcher_path", d.LauncherPath, false)
+	case BackendUnsafeLocal:
+		if d.LauncherPath != "" || d.Direct {
+			c.add("domain.backend", "unsafe_local uses no launcher; remove domain.launcher_path and domain.direct")
+		}
+	default:
+		c.add("domain.backend", "must be %q or %q", BackendLinux, BackendUnsafeLocal)
+	}
+	c.absPath("domain.workspaces_root", d.WorkspacesRoot, false)
+	c.absPath("domain.sockets_root", d.SocketsRoot, false)
+	if d.CgroupParent != "" && (!strings.HasPrefix(d.CgroupParent, "/") || filepath.Clean(d.CgroupParent) != d.CgroupParent) {
+		c.add("domain.cgroup_parent", "must be a clean path starting with / (as /proc/<pid>/cgroup names it)")
+	}
+
+	// sensor
+	se := &cfg.Sensor
+	switch se.Kind {
+	case SensorRules:
+		if se.Endpoint != "" || se.Model != "" || len(se.AllowedModels) > 0 || se.APIKeyEnv != "" {
+			c.add("sensor.kind", "rules takes no endpoint, model, allowed_models or api_key_env")
+		}
+	case SensorOpenAICompatible:
+		u, err := url.Parse(se.Endpoint)
+		switch {
+		case se.Endpoint == "":
+			c.add("sensor.endpoint", "is required for openai_compatible")
+		case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
+			c.add("sensor.endpoint", "must be an http(s) URL with a host")
+		case u.User != nil:
+			c.add("sensor.endpoint", "must not carry user info; name the key with sensor.api_key_env")
+		}
+		if len(se.AllowedModels) == 0 {
+			c.add("sensor.allowed_models", "must pin at least one model name")
+		}
+		if se.Model == "" {
+			c.add("sensor.model", "is required for openai_compatible")
+		} else if len(se.AllowedModels) > 0 && !slices.Contains(se.AllowedModels, se.Model) {
+			c.add("sensor.model", "is not in sensor.allowed_models")
+		}
+		if se.APIKeyEnv != "" && !envPattern.MatchString(se.APIKeyEnv) {
+			c.add("sensor.api_key_env", "must be an environment variable name (%s)", envPattern)
+		}
+	case "":
+		c.add("sensor.kind", "is required: %q or %q", SensorRules, SensorOpenAICompatible)
+	default:
+		c.add("sensor.kind", "must be %q or %q", SensorRules, SensorOpenAICompatible)
+	}
+	switch {
+	case se.TimeoutMS == 0:
+		se.TimeoutMS = DefaultSensorTimeoutMS
+	case se.TimeoutMS < 0 || se.TimeoutMS > 600000:
+		c.add("sensor.timeout_ms", "must be 1..600000")
+	}
+	switch {
+	case se.MaxRequestBytes == 0:
+		se.MaxRequestBytes = DefaultSensorMaxRequest
+	case se.MaxRequestBytes < 1024 || se.MaxRequestBytes > 16<<20:
+		c.add("sensor.max_request_bytes", "must be 1024..16777216")
+	}
+
+	checkTargets(c, &cfg.Targets)
+
+	// numbers
+	switch {
+	case cfg.EffectConcurrency == 0:
+		cfg.EffectConcurrency = DefaultEffectConcurrency
+	case cfg.EffectConcurrency < 0 || cfg.EffectConcurrency > 1024:
+		c.add("effect_concurrency", "must be 1..1024")
+	}
+	switch {
+	case cfg.SensorQueue == 0:
+		cfg.SensorQueue = DefaultSensorQueue
+	case cfg.SensorQueue < 1 || cfg.SensorQueue > 1<<20:
+		c.add("sensor_queue", "must be 1..1048576")
+	}
+	if v := cfg.SpeculationMS; v != nil && (*v < 0 || *v > 60000) {
+		c.add("speculation_ms", "must be 0..60000")
+	}
+	if v := cfg.MaxRepairs; v != nil && (*v < 0 || *v > 100) {
+		c.add("max_repairs", "must be 0..100")
+	}
+	switch {
+	case cfg.OwnerTTLMS == 0:
+		cfg.OwnerTTLMS = DefaultOwnerTTLMS
+	case cfg.OwnerTTLMS < 1000 || cfg.OwnerTTLMS > 600000:
+		c.add("owner_ttl_ms", "must be 1000..600000")
+	}
+
+	if _, err := policy.ParseKeys(cfg.PolicyKeys); err != nil {
+		c.add("policy_keys", "%s", strings.TrimPrefix(err.Error(), "policy_keys: "))
+	}
+	if _, err := policy.ParseKeys(cfg.DecisionKeys); err != nil {
+		c.add("decision_keys", "%s", strings.TrimPrefix(err.Error(), "policy_keys: "))
+	}
+
+	c.absPath("api.socket", cfg.API.Socket, false)
+	if g := cfg.API.OperatorGroup; g != "" {
+		if _, err := user.LookupGroup(g); err != nil {
+			c.add("api.operator_group", "group %q does not exist on this host", g)
+		}
+	}
+
+	sort.SliceStable(c.ps, func(i, j int) bool { return c.ps[i].Key < c.ps[j].Key })
+	return c.ps
+}
+
+// checkDBURL accepts postgres:// URLs and libpq keyword strings; it never
+// echoes the value (it may carry a password).
+func checkDBURL(c *checker, key, v string) {
+	if strings.HasPrefix(v, "postgres://") || strings.HasPrefix(v, "postgresql://") {
+		if _, err := url.Parse(v); err != nil {
+			c.add(key, "is not a valid URL")
+		}
+		return
+	}
+	if !strings.Contains(v, "=") {
+		c.add(key, "must be a postgres:// URL or a libpq keyword=value string")
+	}
+}
+
+func checkTargets(c *checker, t *Targets) {
+	ids := func(kind string, keys []string) {
+		for _, id := range keys {
+			if !targetIDPattern.MatchString(id) {
+				c.add("targets."+kind, "target id %q must match %s", id, targetIDPattern)
+			}
+		}
+	}
+	ids("git_commit", mapKeys(t.GitCommit))
+	for id, g := range t.GitCommit {
+		k := "targets.git_commit." + id
+		c.absPath(k+".repo", g.Repo, true)
+		if len(g.AllowedRefs) == 0 {
+			c.add(k+".allowed_refs", "must name at least one ref")
+		}
+		for _, r := range g.AllowedRefs {
+			if !strings.HasPrefix(r, "refs/") {
+				c.add(k+".allowed_refs", "%q is not a full ref name (refs/...)", r)
+			}
+		}
+		if len(g.AllowedPaths) == 0 {
+			c.add(k+".allowed_paths", "must hold at least one glob")
+		}
+		c.class(k+".class", g.Class, 3)
+	}
+	ids("git_remote", mapKeys(t.GitRemote))
+	for id, g := range t.GitRemote {
+		k := "targets.git_remote." + id
+		c.absPath(k+".repo", g.Repo, true)
+		if g.URL == "" {
+			c.add(k+".url", "is required")
+		} else if u, err := url.Parse(g.URL); err == nil && u.User != nil {
+			if _, hasPW := u.User.Password(); hasPW {
+				c.add(k+".url", "must not carry a password")
+			}
+		}
+		if len(g.AllowedRefs) == 0 {
+			c.add(k+".allowed_refs", "must name at least one ref")
+		}
+		c.class(k+".class", g.Class, 3)
+	}
+	for _, kind := range []string{"http_read", "http_mutation"} {
+		m := t.HTTPRead
+		lo := 2
+		if kind == "http_mutation" {
+			m, lo = t.HTTPMutation, 3
+		}
+		ids(kind, mapKeys(m))
+		for id, h := range m {
+			k := "targets." + kind + "." + id
+			u, err := url.Parse(h.BaseURL)
+			switch {
+			case h.BaseURL == "":
+				c.add(k+".base_url", "is required")
+			case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" ||
+				(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil:
+				c.add(k+".base_url", "must be scheme://host[:port] with no path, query or user info")
+			}
+			if len(h.Methods) == 0 {
+				c.add(k+".methods", "must name at least one method")
+			}
+			if len(h.Paths) == 0 {
+				c.add(k+".paths", "must hold at least one glob")
+			}
+			for _, n := range h.AllowedNets {
+				if _, err := netip.ParsePrefix(n); err != nil {
+					c.add(k+".allowed_nets", "%q is not a CIDR prefix", n)
+				}
+			}
+			c.nonNegative(k+".max_request_bytes", h.MaxRequestBytes)
+			c.nonNegative(k+".max_response_bytes", h.MaxResponseBytes)
+			c.nonNegative(k+".timeout_ms", int64(h.TimeoutMS))
+			c.nonNegative(k+".rate_per_minute", int64(h.RatePerMinute))
+			c.absPath(k+".ca_file", h.CAFile, false)
+			if h.CredentialEnv != "" && !envPattern.MatchString(h.CredentialEnv) {
+				c.add(k+".credential_env", "must be an environment variable name")
+			}
+			if kind == "http_mutation" && h.ReconcilePath == "" {
+				c.add(k+".reconcile_path", "is required for mutations (commit_unknown must be settleable)")
+			}
+			c.class(k+".class", h.Class, lo)
+		}
+	}
+	ids("artifact", mapKeys(t.Artifact))
+	for id, a := range t.Artifact {
+		k := "targets.artifact." + id
+		c.absPath(k+".dir", a.Dir, true)
+		c.nonNegative(k+".max_bytes", a.MaxBytes)
+		c.class(k+".class", a.Class, 2)
+	}
+}
+
+func mapKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
