@@ -1,0 +1,59 @@
+package api
+
+import (
+	"context"
+	"errors"
+
+	"github.com/google/uuid"
+
+	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// EpisodeKernel adapts the episode controller to Controller.
+type EpisodeKernel struct{ Kernel *episode.Kernel }
+
+// Start decodes spec strictly (duplicate or unknown keys refused) and
+// starts it. The episode outlives the request: the controller detaches
+// its supervisor from the request's context.
+func (c EpisodeKernel) Start(ctx context.Context, b []byte) (uuid.UUID, error) {
+	if err := protocol.CheckShape(b, protocol.Limits{MaxDepth: 16, MaxNodes: 1 << 14}); err != nil {
+		return uuid.Nil, err
+	}
+	var spec episode.Spec
+	if err := protocol.DecodeStrict(b, &spec); err != nil {
+		return uuid.Nil, err
+	}
+	ep, err := c.Kernel.Start(ctx, spec)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	return ep.ID(), nil
+}
+
+// Live reports the controller's view.
+func (c EpisodeKernel) Live(id uuid.UUID) (LiveView, bool) {
+	ep, ok := c.Kernel.Episode(id)
+	if !ok {
+		return LiveView{}, false
+	}
+	st := ep.Status()
+	return LiveView{State: string(st.State), Why: st.Why, Epoch: st.Epoch, LeaseID: st.LeaseID.String(),
+		DomainID: st.DomainID.String(), Generation: st.Generation, Repairs: st.Repairs}, true
+}
+
+// Abort ends a driven episode as aborted: its domain is destroyed first.
+func (c EpisodeKernel) Abort(ctx context.Context, id uuid.UUID, reason string) (bool, error) {
+	ep, ok := c.Kernel.Episode(id)
+	if !ok {
+		return false, nil
+	}
+	if err := ep.End(ctx, episode.Aborted, reason); err != nil {
+		var ill *episode.ErrIllegalTransition
+		if errors.As(err, &ill) {
+			return true, protocol.Errorf(protocol.CodeIllegalTransition, "%w", err)
+		}
+		return true, err
+	}
+	return true, nil
+}

@@ -1,0 +1,501 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+	"github.com/autonomic-kernel/autonomic/store/ledger"
+)
+
+// Store is what the API reads (and, for abort without a controller, the
+// one mutation it makes). *store.Postgres implements it.
+type Store interface {
+	Episode(ctx context.Context, id uuid.UUID) (store.Episode, error)
+	ListEpisodes(ctx context.Context, limit int) ([]store.Episode, error)
+	ListEffects(ctx context.Context, episodeID uuid.UUID, limit int) ([]store.Effect, error)
+	Effect(ctx context.Context, id uuid.UUID) (store.Effect, error)
+	Events(ctx context.Context, episodeID uuid.UUID) ([]ledger.Entry, error)
+	VerifyLedger(ctx context.Context, episodeID uuid.UUID) (ledger.Report, error)
+	EndEpisode(ctx context.Context, req store.EndEpisode) (store.Episode, error)
+}
+
+// Controller is the episode controller as the API needs it.
+type Controller interface {
+	// Start validates spec (strictly) and starts an episode.
+	Start(ctx context.Context, spec []byte) (uuid.UUID, error)
+	// Live is the controller's view of an episode it drives.
+	Live(id uuid.UUID) (LiveView, bool)
+	// Abort ends an episode this controller drives (domain destroyed
+	// first); driven is false when it does not drive id.
+	Abort(ctx context.Context, id uuid.UUID, reason string) (driven bool, err error)
+}
+
+// Config configures a Server.
+type Config struct {
+	Store Store
+	// Controller may be nil: start then answers 501, abort goes to the
+	// store (which fences it by ownership).
+	Controller Controller
+	// Preflight, when set, reports what the host enforces.
+	Preflight func(ctx context.Context) (*protocol.PreflightReport, error)
+	Access    Access
+	// RequestTimeout bounds each request (default 30 s).
+	RequestTimeout time.Duration
+	Logger         hclog.Logger
+}
+
+// Server serves the API.
+type Server struct {
+	cfg Config
+	log hclog.Logger
+	mux *http.ServeMux
+}
+
+// Limits.
+const (
+	maxBody          = 1 << 20
+	defaultTailLimit = 100
+)
+
+// New builds a server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("api: Store is required")
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.Named("api"), mux: http.NewServeMux()}
+	s.route("GET /v1/episodes", s.listEpisodes)
+	s.route("POST /v1/episodes", s.startEpisode)
+	s.route("GET /v1/episodes/{id}", s.episode)
+	s.route("POST /v1/episodes/{id}/abort", s.abort)
+	s.route("GET /v1/episodes/{id}/effects", s.listEffects)
+	s.route("GET /v1/episodes/{id}/events", s.events)
+	s.route("GET /v1/episodes/{id}/verify", s.verify)
+	s.route("GET /v1/effects/{id}", s.effect)
+	s.route("GET /v1/preflight", s.preflight)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, "unrouted", protocol.E(protocol.CodeUnknownAction))
+	})
+	return s, nil
+}
+
+type handler func(ctx context.Context, r *http.Request) (any, error)
+
+// route wraps every handler in the peer check, the deadline and the
+// error mapping, so no handler can forget one.
+func (s *Server) route(pattern string, h handler) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		p := peerOf(r.Context())
+		if !s.cfg.Access.allows(p) {
+			uid := int64(-1)
+			if p != nil {
+				uid = int64(p.UID)
+			}
+			s.log.Warn("api peer refused", "uid", uid, "route", pattern)
+			s.fail(w, r, pattern, protocol.E(protocol.CodePeerRefused))
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		v, err := h(ctx, r)
+		if err != nil {
+			s.fail(w, r, pattern, err)
+			return
+		}
+		s.log.Debug("api", "route", pattern, "uid", p.UID)
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, route string, err error) {
+	wire := protocol.AsWire(err)
+	// The local cause may name internals; it goes to the log, never to
+	// the wire. It never holds a payload: handlers wrap only store and
+	// controller errors, which are catalogue errors by contract.
+	s.log.Info("api request failed", "route", route, "code", wire.Code, "error", err)
+	writeJSON(w, statusOf(wire.Code), ErrorView{Error: *wire})
+}
+
+func statusOf(c protocol.Code) int {
+	switch c {
+	case protocol.CodeNotFound:
+		return http.StatusNotFound
+	case protocol.CodeMalformedJSON, protocol.CodeDuplicateKey, protocol.CodeTooDeep, protocol.CodeTooManyNodes,
+		protocol.CodeTrailingData, protocol.CodeUnknownField, protocol.CodeMissingField, protocol.CodeInvalidField,
+		protocol.CodeFrameTooLarge:
+		return http.StatusBadRequest
+	case protocol.CodePeerRefused, protocol.CodeForbidden:
+		return http.StatusForbidden
+	case protocol.CodeIllegalTransition, protocol.CodeStaleAuthority, protocol.CodeStaleRequestEpoch:
+		return http.StatusConflict
+	case protocol.CodeAuthorityUnavailable:
+		return http.StatusServiceUnavailable
+	case protocol.CodeEffectBrokerSaturated:
+		return http.StatusTooManyRequests
+	case protocol.CodeUnknownAction:
+		return http.StatusNotImplemented
+	}
+	return http.StatusInternalServerError
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func pathID(r *http.Request) (uuid.UUID, error) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		return uuid.Nil, protocol.Errorf(protocol.CodeInvalidField, "id is not a UUID")
+	}
+	return id, nil
+}
+
+func queryInt(r *http.Request, name string, def, max int64) (int64, error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > max {
+		return 0, protocol.Errorf(protocol.CodeInvalidField, "%s must be 0..%d", name, max)
+	}
+	return n, nil
+}
+
+// readBody reads a capped body and decodes it strictly into v.
+func readBody(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return protocol.Errorf(protocol.CodeMalformedJSON, "reading body: %w", err)
+	}
+	if len(b) > maxBody {
+		return protocol.E(protocol.CodeFrameTooLarge)
+	}
+	if err := protocol.CheckShape(b, protocol.Limits{MaxDepth: 16, MaxNodes: 1 << 14}); err != nil {
+		return err
+	}
+	if v == nil {
+		return nil
+	}
+	return protocol.DecodeStrict(b, v)
+}
+
+func (s *Server) listEpisodes(ctx context.Context, r *http.Request) (any, error) {
+	limit, err := queryInt(r, "limit", 100, store.MaxList)
+	if err != nil {
+		return nil, err
+	}
+	eps, err := s.cfg.Store.ListEpisodes(ctx, int(limit))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]EpisodeView, 0, len(eps))
+	for _, e := range eps {
+		v := episodeView(e)
+		if s.cfg.Controller != nil {
+			if l, ok := s.cfg.Controller.Live(e.ID); ok {
+				v.Live = &l
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (s *Server) episode(ctx context.Context, r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.cfg.Store.Episode(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	v := episodeView(e)
+	if s.cfg.Controller != nil {
+		if l, ok := s.cfg.Controller.Live(id); ok {
+			v.Live = &l
+		}
+	}
+	return v, nil
+}
+
+func (s *Server) startEpisode(ctx context.Context, r *http.Request) (any, error) {
+	if s.cfg.Controller == nil {
+		return nil, protocol.Errorf(protocol.CodeUnknownAction, "episode start: no episode controller is wired into this kernel")
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil || len(b) > maxBody {
+		return nil, protocol.E(protocol.CodeFrameTooLarge)
+	}
+	id, err := s.cfg.Controller.Start(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.cfg.Store.Episode(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return episodeView(e), nil
+}
+
+// AbortRequest is the abort body.
+type AbortRequest struct {
+	Reason string `json:"reason"`
+}
+
+func (s *Server) abort(ctx context.Context, r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	var req AbortRequest
+	if err := readBody(r, &req); err != nil {
+		return nil, err
+	}
+	if req.Reason == "" || len(req.Reason) > 200 {
+		return nil, protocol.Errorf(protocol.CodeInvalidField, "reason must be 1..200 bytes")
+	}
+	reason := "operator: " + req.Reason
+	if p := peerOf(ctx); p != nil {
+		reason = fmt.Sprintf("operator uid %d: %s", p.UID, req.Reason)
+	}
+	driven := false
+	if s.cfg.Controller != nil {
+		if driven, err = s.cfg.Controller.Abort(ctx, id, reason); err != nil {
+			return nil, err
+		}
+	}
+	if !driven {
+		// Not driven here: end it in the store, under its current epoch.
+		// The store refuses unless this instance may own it; a kernel
+		// driving it elsewhere sees the episode end and destroys its
+		// domain (rest-for-one).
+		e, err := s.cfg.Store.Episode(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.cfg.Store.EndEpisode(ctx, store.EndEpisode{EpisodeID: id, Epoch: e.Epoch, State: store.EpisodeAborted, Reason: reason}); err != nil {
+			return nil, err
+		}
+	}
+	e, err := s.cfg.Store.Episode(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return episodeView(e), nil
+}
+
+func (s *Server) listEffects(ctx context.Context, r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := queryInt(r, "limit", store.MaxList, store.MaxList)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.cfg.Store.Episode(ctx, id); err != nil {
+		return nil, err
+	}
+	effs, err := s.cfg.Store.ListEffects(ctx, id, int(limit))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]EffectView, 0, len(effs))
+	for _, e := range effs {
+		out = append(out, effectView(e))
+	}
+	return out, nil
+}
+
+func (s *Server) effect(ctx context.Context, r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.cfg.Store.Effect(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return effectView(e), nil
+}
+
+// events answers the ledger entries after ?after=SEQ, at most ?limit=N.
+func (s *Server) events(ctx context.Context, r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	after, err := queryInt(r, "after", 0, 1<<62)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := queryInt(r, "limit", defaultTailLimit, store.MaxList)
+	if err != nil {
+		return nil, err
+	}
+	if limit == 0 {
+		limit = defaultTailLimit
+	}
+	if _, err := s.cfg.Store.Episode(ctx, id); err != nil {
+		return nil, err
+	}
+	es, err := s.cfg.Store.Events(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := []EventView{}
+	for _, e := range es {
+		if e.Seq > after {
+			out = append(out, eventView(e))
+		}
+	}
+	// Without ?after the tail is the last limit entries; with it, the
+	// first limit entries after that point (so a follower never skips).
+	if r.URL.Query().Get("after") == "" && int64(len(out)) > limit {
+		out = out[int64(len(out))-limit:]
+	} else if int64(len(out)) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+func (s *Server) verify(ctx context.Context, r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := s.cfg.Store.VerifyLedger(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	v := VerifyView{EpisodeID: id.String(), OK: rep.OK(), Entries: rep.Entries, HeadSeq: rep.Head.Seq, HeadHash: hexHash(rep.Head.Hash)}
+	if rep.Broken != nil {
+		seq := rep.Broken.Seq
+		v.BrokenAt, v.Reason = &seq, rep.Broken.Reason
+	}
+	return v, nil
+}
+
+func (s *Server) preflight(ctx context.Context, _ *http.Request) (any, error) {
+	return Preflight(ctx, s.cfg.Store, s.cfg.Preflight), nil
+}
+
+// Preflight combines the host's report with the database's reachability
+// into one verdict: refused if either refuses or the database is
+// unreachable.
+func Preflight(ctx context.Context, st Store, host func(context.Context) (*protocol.PreflightReport, error)) PreflightView {
+	v := PreflightView{Verdict: "ok"}
+	worst := func(verdict string) {
+		rank := map[string]int{"ok": 0, "degraded": 1, "refused": 2}
+		if rank[verdict] > rank[v.Verdict] {
+			v.Verdict = verdict
+		}
+	}
+	if host != nil {
+		rep, err := host(ctx)
+		if err != nil {
+			w := protocol.AsWire(err)
+			v.Checks = append(v.Checks, Check{Name: "host", OK: false, Detail: string(w.Code) + ": " + w.Message})
+			worst("refused")
+		} else {
+			v.Host = rep
+			v.Checks = append(v.Checks, Check{Name: "host", OK: rep.Verdict != "refused", Detail: "launcher verdict " + rep.Verdict})
+			worst(rep.Verdict)
+		}
+	}
+	if st != nil {
+		if _, err := st.ListEpisodes(ctx, 1); err != nil {
+			w := protocol.AsWire(err)
+			v.Checks = append(v.Checks, Check{Name: "database", OK: false, Detail: string(w.Code) + ": " + w.Message})
+			worst("refused")
+		} else {
+			v.Checks = append(v.Checks, Check{Name: "database", OK: true, Detail: "reachable; schema matches this binary"})
+		}
+	}
+	return v
+}
+
+// Listen binds the API socket at path, mode 0660, owned by uid and gid
+// (gid < 0: the caller's group). A stale socket left by a dead kernel is
+// replaced; a live one, or anything that is not a socket, is refused.
+func Listen(path string, uid, gid int) (net.Listener, error) {
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("api: %s exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("api: another kernel already serves %s", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("api: removing stale socket: %w", err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	// Between bind and chmod the socket has the umask's mode; the peer
+	// check in every handler covers that window.
+	if err := os.Chown(path, uid, gid); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("api: chown socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("api: chmod socket: %w", err)
+	}
+	return ln, nil
+}
+
+// Serve answers on ln until ctx ends, then shuts down gracefully (bounded
+// by 5 s) and closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.mux,
+		ConnContext:       connContext,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       s.cfg.RequestTimeout,
+		WriteTimeout:      s.cfg.RequestTimeout + 5*time.Second,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	<-done
+	return err
+}
