@@ -29,6 +29,7 @@ type Store interface {
 	Effect(ctx context.Context, id uuid.UUID) (store.Effect, error)
 	Events(ctx context.Context, episodeID uuid.UUID) ([]ledger.Entry, error)
 	VerifyLedger(ctx context.Context, episodeID uuid.UUID) (ledger.Report, error)
+	AcquireOwnership(ctx context.Context, episodeID uuid.UUID) (store.Ownership, error)
 	EndEpisode(ctx context.Context, req store.EndEpisode) (store.Episode, error)
 }
 
@@ -289,10 +290,12 @@ func (s *Server) abort(ctx context.Context, r *http.Request) (any, error) {
 		}
 	}
 	if !driven {
-		// Not driven here: end it in the store, under its current epoch.
-		// The store refuses unless this instance may own it; a kernel
-		// driving it elsewhere sees the episode end and destroys its
-		// domain (rest-for-one).
+		// Not driven here: take ownership (refused while another kernel
+		// holds a live lease on it, so two kernels never both act), then
+		// end it in the store under its current epoch.
+		if _, err := s.cfg.Store.AcquireOwnership(ctx, id); err != nil {
+			return nil, err
+		}
 		e, err := s.cfg.Store.Episode(ctx, id)
 		if err != nil {
 			return nil, err

@@ -29,6 +29,8 @@ func effectCmd(args []string, stdout, stderr io.Writer) int {
 		return effectKeygen(args[1:], stdout, stderr)
 	case "approve":
 		return effectApprove(args[1:], stdout, stderr)
+	case "list", "show":
+		return effectOperator(args, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2

@@ -18,6 +18,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/autonomic-kernel/autonomic/kernel/api"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/seccomp"
@@ -26,7 +28,13 @@ import (
 const usage = `usage: autonomic <command> [flags]
 
 commands:
-  preflight [--json]                    what this host and its launcher enforce, with a verdict
+  serve --config FILE                   run the kernel: authority store (managed cluster when no url) and the operator API
+  preflight [--config FILE] [--json]    what this host and its launcher enforce (and, with a config, the database), with a verdict
+  episode list [--limit N] | status ID | start --spec FILE | abort ID --reason TEXT
+  effect list EPISODE | show EFFECT
+  events tail EPISODE [-n N] [--follow] | verify EPISODE
+                                        operator commands: talk to a running kernel over its API socket
+                                        (--socket PATH or --config FILE; --json everywhere)
   domain run --workspace ID [--profile NAME|FILE] [--json] -- ARGV...
                                         run ARGV in a one-shot domain and print its output and exit report
   domain inspect|freeze|thaw|checkpoint|destroy ID [--json]
@@ -58,6 +66,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return domainCmd(args[1:], stdout, stderr)
 	case "effect":
 		return effectCmd(args[1:], stdout, stderr)
+	case "serve":
+		return serveCmd(args[1:], stdout, stderr)
+	case "episode":
+		return episodeCmd(args[1:], stdout, stderr)
+	case "events":
+		return eventsCmd(args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2
@@ -91,18 +105,51 @@ func fail(stderr io.Writer, err error) int {
 func preflight(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("preflight", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
+	cfgPath := fs.String("config", "", "configuration file: use its domain backend and check its database too")
 	if fs.Parse(args) != nil {
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rep, err := backend().Preflight(ctx)
+	host := backend().Preflight
+	var db *api.Check
+	if *cfgPath != "" {
+		cfg, err := config.Load(*cfgPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "autonomic: %v\n", err)
+			return 2
+		}
+		if h := hostPreflight(cfg, hclog.NewNullLogger()); h != nil {
+			host = h
+		}
+		c := databaseCheck(ctx, cfg)
+		db = &c
+	}
+	rep, err := host(ctx)
 	if err != nil {
 		return fail(stderr, err)
 	}
+	if db != nil && !db.OK {
+		rep.Verdict = "refused"
+		rep.Problems = append(rep.Problems, "database: "+db.Detail)
+	}
 	if *asJSON {
-		printJSON(stdout, rep)
+		if db != nil {
+			printJSON(stdout, struct {
+				*protocol.PreflightReport
+				Database *api.Check `json:"database"`
+			}{rep, db})
+		} else {
+			printJSON(stdout, rep)
+		}
 	} else {
+		if db != nil {
+			state := "REACHABLE"
+			if !db.OK {
+				state = "UNREACHABLE"
+			}
+			fmt.Fprintf(stdout, "database        %s (%s)\n", state, db.Detail)
+		}
 		fmt.Fprintf(stdout, "kernel          %s (%s)\n", rep.Kernel, rep.Arch)
 		fmt.Fprintf(stdout, "namespaces      %s\n", strings.Join(rep.Namespaces, " "))
 		fmt.Fprintf(stdout, "cgroup v2       %v at %s (controllers: %s; freeze %v, kill %v)\n", rep.CgroupV2, rep.CgroupParent, strings.Join(rep.CgroupControllers, " "), rep.CgroupFreeze, rep.CgroupKill)

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"os/user"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/autonomic-kernel/autonomic/kernel/api"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+	"github.com/autonomic-kernel/autonomic/store/pgcluster"
+)
+
+// serveCmd runs the kernel: the authority store (a managed cluster when no
+// URL is configured) and the operator API. Logs carry ids, codes and
+// states only: never payloads, prompts, worker output or credentials.
+func serveCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "configuration file (see config/autonomic.example.json)")
+	if fs.Parse(args) != nil || *path == "" || fs.NArg() != 0 {
+		fmt.Fprintln(stderr, "usage: autonomic serve --config FILE")
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintf(stderr, "autonomic: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: stderr, JSONFormat: !isTerminalWriter(stderr), Level: hclog.Info})
+	if err := serve(ctx, cfg, log, nil); err != nil {
+		log.Error("kernel stopped", "error", err)
+		return 1
+	}
+	return 0
+}
+
+func isTerminalWriter(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isTerminal(f)
+}
+
+// serve runs until ctx ends. ready, when set, is called once the API
+// answers (tests).
+func serve(ctx context.Context, cfg *config.Config, log hclog.Logger, ready func()) error {
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state_dir: %w", err)
+	}
+	st, closeStore, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	gid := -1
+	access := api.Access{KernelUID: uint32(os.Getuid()), OperatorGID: -1}
+	if g := cfg.API.OperatorGroup; g != "" {
+		grp, err := user.LookupGroup(g)
+		if err != nil {
+			return fmt.Errorf("api.operator_group: %w", err)
+		}
+		n, err := strconv.Atoi(grp.Gid)
+		if err != nil {
+			return fmt.Errorf("api.operator_group: gid %q", grp.Gid)
+		}
+		gid, access.OperatorGID = n, int64(n)
+	}
+	ln, err := api.Listen(cfg.APISocket(), os.Getuid(), gid)
+	if err != nil {
+		return err
+	}
+	// The episode controller needs the broker, its adapters and the
+	// domain backend wired from targets; until that composition lands,
+	// start answers "not available" and abort is fenced by the store.
+	srv, err := api.New(api.Config{Store: st, Preflight: hostPreflight(cfg, log), Access: access, Logger: log})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	log.Info("kernel serving", "socket", cfg.APISocket(), "backend", cfg.Domain.Backend, "managed_store", cfg.Managed())
+	if cfg.Domain.Backend == config.BackendUnsafeLocal {
+		log.Warn("UNSAFE_LOCAL backend: workers run with NO isolation; development hosts only")
+	}
+	if ready != nil {
+		ready()
+	}
+	return srv.Serve(ctx, ln)
+}
+
+// openStore opens the configured store, starting the managed cluster when
+// no URL is set. The returned func releases in reverse order.
+func openStore(ctx context.Context, cfg *config.Config, log hclog.Logger) (*store.Postgres, func(), error) {
+	instance := cfg.Store.InstanceID
+	if instance == "" {
+		host, _ := os.Hostname()
+		instance = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	sc := store.Config{URL: cfg.Store.URL, AdminURL: cfg.Store.AdminURL, InstanceID: instance,
+		OwnerTTL: time.Duration(cfg.OwnerTTLMS) * time.Millisecond, Logger: log}
+	var cluster *pgcluster.Cluster
+	if cfg.Managed() {
+		if err := os.MkdirAll(cfg.ClusterDir(), 0o700); err != nil {
+			return nil, nil, fmt.Errorf("store.cluster_dir: %w", err)
+		}
+		var err error
+		cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: cfg.ClusterDir(), Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := cluster.CreateDatabase(ctx, cfg.Store.Database); err != nil && !duplicateDatabase(err) {
+			stopCluster(cluster)
+			return nil, nil, err
+		}
+		sc.URL, sc.AdminURL = cluster.KernelConnString(cfg.Store.Database), cluster.AdminConnString(cfg.Store.Database)
+	}
+	st, err := store.Open(ctx, sc)
+	if err != nil {
+		if cluster != nil {
+			stopCluster(cluster)
+		}
+		return nil, nil, err
+	}
+	return st, func() {
+		st.Close()
+		if cluster != nil {
+			stopCluster(cluster)
+		}
+	}, nil
+}
+
+func stopCluster(c *pgcluster.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = c.Stop(ctx)
+}
+
+func duplicateDatabase(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P04"
+}
+
+// hostPreflight asks the configured domain backend what the host enforces.
+func hostPreflight(cfg *config.Config, log hclog.Logger) func(context.Context) (*protocol.PreflightReport, error) {
+	switch cfg.Domain.Backend {
+	case config.BackendLinux:
+		d := &domain.Linux{LauncherPath: cfg.Domain.LauncherPath, Direct: cfg.Domain.Direct, Log: log}
+		return d.Preflight
+	case config.BackendUnsafeLocal:
+		d := &domain.UnsafeLocal{WorkspacesRoot: cfg.Domain.WorkspacesRoot, Log: log}
+		return d.Preflight
+	}
+	return nil
+}
+
+// databaseCheck: with an external URL, connect as the kernel role and
+// check the schema (never migrating); with a managed cluster, ask the
+// running kernel, which holds the cluster's secrets.
+func databaseCheck(ctx context.Context, cfg *config.Config) api.Check {
+	if cfg.Managed() {
+		v, err := api.NewClient(cfg.APISocket()).Preflight(ctx)
+		if err != nil {
+			if api.IsUnreachable(err) {
+				return api.Check{Name: "database", Detail: "managed cluster: no kernel answers on the API socket to report it"}
+			}
+			w := protocol.AsWire(err)
+			return api.Check{Name: "database", Detail: string(w.Code) + ": " + w.Message}
+		}
+		for _, c := range v.Checks {
+			if c.Name == "database" {
+				return c
+			}
+		}
+		return api.Check{Name: "database", Detail: "the kernel reported no database check"}
+	}
+	st, err := store.Open(ctx, store.Config{URL: cfg.Store.URL, InstanceID: "preflight", MaxConns: 1})
+	if err != nil {
+		w := protocol.AsWire(err)
+		return api.Check{Name: "database", Detail: string(w.Code) + ": " + w.Message}
+	}
+	defer st.Close()
+	v := api.Preflight(ctx, st, nil)
+	return v.Checks[0]
+}
