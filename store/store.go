@@ -14,6 +14,7 @@ import (
 type Store interface {
 	CreateEpisode(ctx context.Context, req NewEpisode) (Episode, error)
 	Episode(ctx context.Context, id uuid.UUID) (Episode, error)
+	ActiveEpisodes(ctx context.Context) ([]Episode, error)
 	EndEpisode(ctx context.Context, req EndEpisode) (Episode, error)
 	SetPolicyVersion(ctx context.Context, episodeID uuid.UUID, epoch, version int64) (Episode, error)
 
@@ -30,6 +31,7 @@ type Store interface {
 	CreateDomain(ctx context.Context, episodeID uuid.UUID, epoch int64) (Domain, Generation, error)
 	DestroyGeneration(ctx context.Context, domainID uuid.UUID, generation int) (Generation, error)
 	NewGeneration(ctx context.Context, req NewGeneration) (Generation, error)
+	Generations(ctx context.Context, episodeID uuid.UUID) ([]Generation, error)
 
 	RecordCheckpoint(ctx context.Context, req NewCheckpoint) (Checkpoint, error)
 	MarkCheckpointStable(ctx context.Context, checkpointID uuid.UUID) (Checkpoint, error)

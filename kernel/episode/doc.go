@@ -22,6 +22,15 @@
 //     so it is never wider. After max_repairs, containment is final and the
 //     store records why.
 //   - Lifecycle states change only through the one table in state.go.
+//   - With automatic verification (Config.Verification, the broker's
+//     Verifier set to Observer.Verify), a class 3+ git_commit is verified
+//     by kernel/verify in a clean one-shot domain before it may be ready;
+//     without a runner, Observer.Verify fails and nothing commits.
+//   - Kernel start (Recover) reconciles unsettled effects before anything
+//     else, then, per active episode, advances the epoch before destroying
+//     every generation the previous kernel launched (destroy, then inspect)
+//     and only then resumes it as a repair — counted against max_repairs,
+//     so a crash loop ends contained — or contains it.
 //
 // Snapshot rule: a checkpoint is taken through the launcher right after an
 // episode's first generation starts (a restored one starts from a stable

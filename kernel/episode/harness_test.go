@@ -2,21 +2,28 @@ package episode_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/verify"
+	"github.com/autonomic-kernel/autonomic/protocol"
 	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
 	"github.com/autonomic-kernel/autonomic/seccomp"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -90,12 +97,83 @@ func setUp() error {
 
 // rig is one test's kernel: its own database, broker and controller.
 type rig struct {
+	db       string
+	opts     rigOptions
 	st       *store.Postgres
 	b        *broker.Broker
 	k        *episode.Kernel
+	dom      *crashable
 	repo     string // the authoritative bare repository
 	base     string // its base OID
 	payloads *broker.Payloads
+}
+
+// rigOptions vary a rig: verifyArgv turns automatic verification on.
+type rigOptions struct {
+	verifyArgv []string
+	config     []func(*episode.Config)
+}
+
+type rigOpt func(*rigOptions)
+
+func withVerification(argv ...string) rigOpt {
+	return func(o *rigOptions) { o.verifyArgv = argv }
+}
+
+// crashable is the launcher as one kernel process sees it: after crash,
+// that kernel can no longer reach it (its process is gone), while the
+// domains it launched live on.
+type crashable struct {
+	domain.ExecutionDomain
+	dead atomic.Bool
+
+	mu      sync.Mutex
+	running map[string]*domain.Running // by launcher id, as created
+}
+
+// created returns the domains this kernel created whose id has prefix.
+func (c *crashable) created(prefix string) map[string]*domain.Running {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]*domain.Running{}
+	for id, r := range c.running {
+		if strings.HasPrefix(id, prefix) {
+			out[id] = r
+		}
+	}
+	return out
+}
+
+var errKernelGone = errors.New("test: this kernel has crashed")
+
+func (c *crashable) Create(ctx context.Context, s domain.Spec) (*domain.Running, error) {
+	if c.dead.Load() {
+		return nil, errKernelGone
+	}
+	r, err := c.ExecutionDomain.Create(ctx, s)
+	if err == nil {
+		c.mu.Lock()
+		if c.running == nil {
+			c.running = map[string]*domain.Running{}
+		}
+		c.running[s.ID] = r
+		c.mu.Unlock()
+	}
+	return r, err
+}
+
+func (c *crashable) Destroy(ctx context.Context, id string) (*protocol.DomainState, error) {
+	if c.dead.Load() {
+		return nil, errKernelGone
+	}
+	return c.ExecutionDomain.Destroy(ctx, id)
+}
+
+func (c *crashable) Checkpoint(ctx context.Context, id string) (*protocol.CheckpointResult, error) {
+	if c.dead.Load() {
+		return nil, errKernelGone
+	}
+	return c.ExecutionDomain.Checkpoint(ctx, id)
 }
 
 func git(t *testing.T, dir string, args ...string) string {
@@ -128,37 +206,46 @@ func fixture(t *testing.T) (bare, base string) {
 	return bare, git(t, bare, "rev-parse", "refs/heads/main")
 }
 
-func newRig(t *testing.T, ctx context.Context, name string, opts ...func(*episode.Config)) *rig {
+func newRig(t *testing.T, ctx context.Context, name string, opts ...rigOpt) *rig {
 	t.Helper()
 	privileged.Require(t)
 	if shared.err != nil {
 		t.Fatalf("world: %v", shared.err)
 	}
+	r := &rig{}
+	for _, o := range opts {
+		o(&r.opts)
+	}
 	// A fresh database per run, so -count=N repeats the same test.
-	name += "_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-	if err := shared.cluster.CreateDatabase(ctx, name); err != nil {
+	r.db = name + "_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	if err := shared.cluster.CreateDatabase(ctx, r.db); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, store.Config{URL: shared.cluster.KernelConnString(name), AdminURL: shared.cluster.AdminConnString(name),
-		InstanceID: "episode-test-" + name, OwnerTTL: 30 * time.Second, MaxConns: 8})
+	r.repo, r.base = fixture(t)
+	var err error
+	if r.payloads, err = broker.OpenPayloads(filepath.Join(t.TempDir(), "payloads")); err != nil {
+		t.Fatal(err)
+	}
+	r.boot(t, ctx)
+	if _, err := r.b.Reconcile(ctx, uuid.Nil); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// boot starts a kernel process's worth of parts on the rig's database:
+// store, broker, launcher view and controller. The instance id is the
+// same across boots, as a restarted kernel on one host has.
+func (r *rig) boot(t *testing.T, ctx context.Context) {
+	t.Helper()
+	st, err := store.Open(ctx, store.Config{URL: shared.cluster.KernelConnString(r.db), AdminURL: shared.cluster.AdminConnString(r.db),
+		InstanceID: "episode-test-" + r.db, OwnerTTL: 30 * time.Second, MaxConns: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	r := &rig{st: st}
-	r.repo, r.base = fixture(t)
-	if r.payloads, err = broker.OpenPayloads(filepath.Join(t.TempDir(), "payloads")); err != nil {
-		t.Fatal(err)
-	}
-	obs := &episode.Observer{}
-	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
-		AllowedPaths: []string{"calc.sh"}, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
-	if r.b, err = broker.New(broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{obs.Wrap(gitc)}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.b.Reconcile(ctx, uuid.Nil); err != nil {
-		t.Fatal(err)
-	}
+	r.st = st
+	r.dom = &crashable{ExecutionDomain: shared.bed.Domains()}
 	p, err := seccomp.Shipped("worker")
 	if err != nil {
 		t.Fatal(err)
@@ -167,20 +254,33 @@ func newRig(t *testing.T, ctx context.Context, name string, opts ...func(*episod
 	if err != nil {
 		t.Fatal(err)
 	}
+	obs := &episode.Observer{}
+	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
+		AllowedPaths: []string{"calc.sh"}, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
+	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{obs.Wrap(gitc)}}
+	var runner *verify.Runner
+	if r.opts.verifyArgv != nil {
+		bc.Verifier = obs.Verify
+		runner = &verify.Runner{Domains: r.dom, WorkspacesRoot: shared.bed.Workspaces, OwnerUID: shared.bed.OwnerUID,
+			OwnerGID: shared.bed.OwnerGID, Seccomp: prog.Bytes(), Targets: map[string]verify.Target{"repo": {Repo: r.repo,
+				Argv: r.opts.verifyArgv, Timeout: 30 * time.Second}}, Logger: hclog.New(&hclog.LoggerOptions{Name: "verify", Output: os.Stderr})}
+	}
+	if r.b, err = broker.New(bc); err != nil {
+		t.Fatal(err)
+	}
 	rel, err := filepath.Rel(testbed.CgroupV2Mount(), shared.bed.CgroupParent)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := episode.Config{Store: st, Broker: r.b, Domains: shared.bed.Domains(), WorkspacesRoot: shared.bed.Workspaces,
+	cfg := episode.Config{Store: st, Broker: r.b, Domains: r.dom, WorkspacesRoot: shared.bed.Workspaces,
 		SocketsRoot: shared.bed.Sockets, CgroupParent: "/" + rel, OwnerUID: shared.bed.OwnerUID, OwnerGID: shared.bed.OwnerGID,
-		Seccomp: prog.Bytes(), Observer: obs, AuthorityInterval: 200 * time.Millisecond}
-	for _, o := range opts {
+		Seccomp: prog.Bytes(), Observer: obs, Verification: runner, AuthorityInterval: 200 * time.Millisecond}
+	for _, o := range r.opts.config {
 		o(&cfg)
 	}
 	if r.k, err = episode.New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	return r
 }
 
 // worker fixes calc.sh in /workspace (or finds it fixed in a restored
@@ -195,8 +295,14 @@ pick() { [[ $1 =~ \"$2\":\"?([^\",}]+) ]] && echo "${BASH_REMATCH[1]}"; }
 cd /workspace
 # A restored generation may find its fix already in the overlay (the
 # initial checkpoint is taken while the worker runs): it goes on from there.
-if sh test.sh >/dev/null; then echo "FOUND-FIX"; else sed -i 's/1+1+1/1+1/' calc.sh && echo "FIXED"; fi
-sh test.sh || { echo "TEST-STILL-FAILS"; exit 1; }
+if [ "${PROBE:-}" = break ]; then
+  # A patch that breaks the test, proposed without running it: only
+  # verification stands between it and the authoritative repository.
+  sed -i 's/1+1+1/1+2+1/' calc.sh && echo "BROKE"
+else
+  if sh test.sh >/dev/null; then echo "FOUND-FIX"; else sed -i 's/1+1+1/1+1/' calc.sh && echo "FIXED"; fi
+  sh test.sh || { echo "TEST-STILL-FAILS"; exit 1; }
+fi
 $G diff --binary > /tmp/fix.patch || { echo DIFF-FAILED; exit 1; }
 base=$($G rev-parse HEAD)
 p=$($E prepare -kind git_commit -target-id repo -target "{\"base_oid\":\"$base\",\"ref\":\"refs/heads/main\",\"message\":\"fix calc\"}" -payload /tmp/fix.patch) || { echo "PREPARE-FAILED $p"; exit 1; }
@@ -205,6 +311,9 @@ echo "EPOCH=$AUTONOMIC_EPOCH EFFECT=$id"
 if [ "${PROBE:-}" = violate ] && [ "$AUTONOMIC_EPOCH" = 1 ]; then
   ` + testbed.ProbePath + ` socket-inet
   sleep 120
+fi
+if [ "${PROBE:-}" = hold ] && [ "$AUTONOMIC_EPOCH" = 1 ]; then
+  echo HOLDING; sleep 120
 fi
 $E evaluate -effect "$id" -revision "$rev" >/dev/null || { echo EVALUATE-FAILED; exit 1; }
 c=$($E commit -effect "$id" -revision "$rev") || { echo "COMMIT-FAILED $c"; exit 1; }

@@ -16,6 +16,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/kernel/workspace"
 	"github.com/autonomic-kernel/autonomic/store"
 )
@@ -43,6 +44,11 @@ type Config struct {
 	// Observer, when set, is the commit observer wrapped around the
 	// broker's adapters; the controller checkpoints after each commit.
 	Observer *Observer
+	// Verification, when set, is automatic_verification: the broker's
+	// Verifier (Observer.Verify) replays each class 3+ git_commit in a
+	// clean one-shot domain through it. The broker must be built with
+	// Verifier: Observer.Verify exactly when this is set.
+	Verification *verify.Runner
 	// AuthorityInterval is how often an episode's authority child renews
 	// ownership and re-reads the episode (default 500 ms).
 	AuthorityInterval time.Duration
@@ -88,6 +94,18 @@ func New(cfg Config) (*Kernel, error) {
 // they commit. It must be built before the broker (which takes the wrapped
 // adapters) and handed to New.
 type Observer struct{ k atomic.Pointer[Kernel] }
+
+// Verify is broker.Config.Verifier for automatic_verification: it hands
+// the effect to the controller's verification runner. Before a controller
+// with a runner exists it fails, and a failed verification is never an
+// allow: the broker's commit check requires an allow decision.
+func (o *Observer) Verify(ctx context.Context, e store.Effect, payload []byte) (string, json.RawMessage, error) {
+	k := o.k.Load()
+	if k == nil || k.cfg.Verification == nil {
+		return "", nil, errors.New("episode: automatic verification is not configured")
+	}
+	return k.cfg.Verification.Verify(ctx, e, payload)
+}
 
 // Wrap returns a wraps a, reporting its commits to the controller.
 func (o *Observer) Wrap(a broker.Adapter) broker.Adapter { return &observed{Adapter: a, o: o} }

@@ -1,0 +1,244 @@
+package episode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/workspace"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// Recovery is what kernel start did.
+type Recovery struct {
+	// Settled are the effects reconciliation settled, by id.
+	Settled []uuid.UUID
+	// Destroyed are the launcher domains proven gone (fenced generations
+	// and leftover verification domains).
+	Destroyed []string
+	Resumed   []*Episode
+	// Contained maps an episode to why it could not resume.
+	Contained map[uuid.UUID]string
+	// Skipped maps an episode this instance could not take (another live
+	// kernel owns it) to why.
+	Skipped map[uuid.UUID]string
+}
+
+// Recover is kernel start (issue 6 §2): reconcile every unsettled effect,
+// then for each active episode fence its epoch, destroy every generation
+// the previous kernel launched and prove it gone, and resume it from its
+// last stable checkpoint into a new generation under a narrower lease — or
+// contain it when it cannot resume. A restart is a repair: it advances the
+// epoch, is recorded in the lineage and counts toward max_repairs, so a
+// crash loop ends contained.
+func (k *Kernel) Recover(ctx context.Context) (Recovery, error) {
+	rec := Recovery{Contained: map[uuid.UUID]string{}, Skipped: map[uuid.UUID]string{}}
+	// Effects past the commit horizon first: an adapter may have acted on
+	// them, and only their target's evidence settles them. A failure here
+	// stops recovery: resuming before settling could do an effect twice.
+	settled, err := k.cfg.Broker.Reconcile(ctx, uuid.Nil)
+	for _, s := range settled {
+		rec.Settled = append(rec.Settled, s.EffectID)
+	}
+	if err != nil {
+		return rec, fmt.Errorf("episode: reconcile: %w", err)
+	}
+	// Verification domains die with the kernel that ran them; their ids
+	// are not in the store, but their workspaces name them.
+	if err := k.destroyVerifications(ctx, &rec); err != nil {
+		return rec, err
+	}
+	eps, err := k.cfg.Store.ActiveEpisodes(ctx)
+	if err != nil {
+		return rec, err
+	}
+	var errs []error
+	for _, ep := range eps {
+		if _, ok := k.Episode(ep.ID); ok {
+			continue
+		}
+		if _, err := k.cfg.Store.AcquireOwnership(ctx, ep.ID); err != nil {
+			rec.Skipped[ep.ID] = err.Error()
+			continue
+		}
+		e, why, err := k.resume(ctx, ep, &rec)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("episode %s: %w", ep.ID, err))
+		case e != nil:
+			rec.Resumed = append(rec.Resumed, e)
+		default:
+			rec.Contained[ep.ID] = why
+		}
+	}
+	return rec, errors.Join(errs...)
+}
+
+func (k *Kernel) destroyVerifications(ctx context.Context, rec *Recovery) error {
+	ents, err := os.ReadDir(k.cfg.WorkspacesRoot)
+	if err != nil {
+		return err
+	}
+	probe := &Episode{k: k}
+	for _, ent := range ents {
+		if !strings.HasPrefix(ent.Name(), "verify-") {
+			continue
+		}
+		if err := probe.destroy(ctx, ent.Name()); err != nil {
+			return err
+		}
+		rec.Destroyed = append(rec.Destroyed, ent.Name())
+		if err := workspace.Remove(k.cfg.WorkspacesRoot, ent.Name()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resume fences one episode, proves its generations gone and restores it;
+// it returns the running episode, or nil and why it was contained.
+func (k *Kernel) resume(ctx context.Context, rec store.Episode, out *Recovery) (*Episode, string, error) {
+	st := k.cfg.Store
+	var spec Spec
+	specErr := json.Unmarshal(rec.Spec, &spec)
+	e := k.newEpisode(rec.ID, spec)
+	// A recovered episode starts where its authority died with the
+	// previous kernel: suspended, with its domain not yet proven gone.
+	e.state, e.epoch = Suspended, rec.Epoch
+	lineage, err := st.Lineage(ctx, rec.ID)
+	if err != nil {
+		k.forget(rec.ID)
+		return nil, "", err
+	}
+	ckpt, ckptErr := st.LatestStableCheckpoint(ctx, rec.ID)
+	var ckptID *uuid.UUID
+	if ckptErr == nil {
+		ckptID = &ckpt.ID
+	}
+	// Fence first: every lease of the dead kernel is revoked and every
+	// effect before the horizon staled, so nothing it launched can act
+	// even before it is destroyed.
+	adv, err := st.AdvanceEpoch(ctx, store.AdvanceEpoch{EpisodeID: rec.ID, FromEpoch: rec.Epoch, Reason: "kernel restart",
+		CheckpointID: ckptID})
+	if err != nil {
+		k.forget(rec.ID)
+		return nil, "", err
+	}
+	e.epoch = adv.Lineage.ToEpoch
+	gens, err := st.Generations(ctx, rec.ID)
+	if err != nil {
+		k.forget(rec.ID)
+		return nil, "", err
+	}
+	var live *store.Generation
+	for i, g := range gens {
+		id := k.launcherID(rec.ID, g.Generation)
+		if err := e.destroy(ctx, id); err != nil {
+			k.forget(rec.ID)
+			return nil, "", err
+		}
+		out.Destroyed = append(out.Destroyed, id)
+		if g.State == store.GenerationLive {
+			if _, err := st.DestroyGeneration(ctx, g.DomainID, g.Generation); err != nil {
+				k.forget(rec.ID)
+				return nil, "", err
+			}
+		}
+		live = &gens[i]
+	}
+
+	contain := func(why string) (*Episode, string, error) {
+		if _, err := st.EndEpisode(ctx, store.EndEpisode{EpisodeID: rec.ID, Epoch: e.epoch, State: store.EpisodeContained, Reason: why}); err != nil {
+			k.forget(rec.ID)
+			return nil, "", err
+		}
+		e.mu.Lock()
+		e.state, e.why = Contained, why
+		e.mu.Unlock()
+		k.forget(rec.ID)
+		e.log.Warn("contained at kernel start", "why", why)
+		return nil, why, nil
+	}
+	_, _, narrow, verr := spec.validate()
+	switch {
+	case specErr != nil || verr != nil:
+		return contain("kernel restart: the recorded spec does not validate")
+	case live == nil:
+		return contain("kernel restart: the episode had no domain (interrupted start)")
+	case len(lineage) >= spec.MaxRepairs:
+		return contain(fmt.Sprintf("kernel restart: max_repairs (%d) exhausted", spec.MaxRepairs))
+	case ckptErr != nil:
+		return contain("kernel restart: no stable checkpoint to resume from")
+	}
+	if fi, err := os.Stat(filepath.Join(k.cfg.WorkspacesRoot, rec.ID.String())); err != nil || !fi.IsDir() {
+		return contain("kernel restart: the episode's workspace is gone")
+	}
+	digest, err := e.verify(ckpt)
+	if err != nil {
+		return contain("kernel restart: " + err.Error())
+	}
+	prev, err := k.lastLease(ctx, rec.ID)
+	if err != nil {
+		return contain("kernel restart: the previous lease cannot be read")
+	}
+	g, err := st.NewGeneration(ctx, store.NewGeneration{DomainID: live.DomainID, Epoch: e.epoch, CheckpointID: &ckpt.ID})
+	if err != nil {
+		k.forget(rec.ID)
+		return nil, "", err
+	}
+	if err := e.grant(ctx, authority.Intersect(prev, narrow).Narrow(k.cfg.Ceiling())); err != nil {
+		k.forget(rec.ID)
+		return nil, "", err
+	}
+	e.mu.Lock()
+	e.domainID, e.gen, e.repairs, e.workspace = live.DomainID, g.Generation, len(lineage)+1, true
+	e.mu.Unlock()
+	if err := e.move(Repairing); err != nil {
+		k.forget(rec.ID)
+		return nil, "", err
+	}
+	if err := e.run(ctx, digest); err != nil {
+		// The supervisor destroyed whatever it created; the episode stays
+		// active and fenced for the next start.
+		k.forget(rec.ID)
+		return nil, "", err
+	}
+	e.log.Info("resumed at kernel start", "epoch", e.epoch, "generation", g.Generation, "staled", len(adv.StaledEffects))
+	return e, "", nil
+}
+
+// lastLease reads the episode's most recently granted lease from its
+// ledger: a resumed episode's lease is never wider than it.
+func (k *Kernel) lastLease(ctx context.Context, id uuid.UUID) (authority.Capability, error) {
+	evs, err := k.cfg.Store.Events(ctx, id)
+	if err != nil {
+		return authority.Capability{}, err
+	}
+	var last uuid.UUID
+	for _, ev := range evs {
+		if ev.Kind != "lease_granted" {
+			continue
+		}
+		var b struct {
+			LeaseID uuid.UUID `json:"lease_id"`
+		}
+		if json.Unmarshal(ev.Body, &b) == nil {
+			last = b.LeaseID
+		}
+	}
+	if last == uuid.Nil {
+		return authority.Capability{}, errors.New("no lease granted")
+	}
+	l, err := k.cfg.Store.Lease(ctx, last)
+	if err != nil {
+		return authority.Capability{}, err
+	}
+	return decodeLease(l.Capabilities)
+}

@@ -1,0 +1,287 @@
+package verify
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/workspace"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// Target is one git_commit target's verification, from trusted
+// configuration.
+type Target struct {
+	// Repo is the authoritative repository, the one the git_commit
+	// adapter commits to.
+	Repo string
+	// Argv is verify_argv, run in the patched tree; exit 0 allows.
+	Argv   []string
+	Env    map[string]string
+	Cwd    string // default /workspace
+	Limits *protocol.ResourceLimits
+	// Timeout bounds the run (default 5 minutes); overrunning denies.
+	Timeout time.Duration
+}
+
+// Runner verifies effects. Its fields mirror the launcher's configuration
+// like the episode controller's do.
+type Runner struct {
+	Domains        domain.ExecutionDomain
+	WorkspacesRoot string
+	OwnerUID       int
+	OwnerGID       int
+	// Seccomp is the compiled worker profile: the patch under test runs
+	// with no more than a worker could.
+	Seccomp []byte
+	Targets map[string]Target
+	Git     string
+	Logger  hclog.Logger
+}
+
+// Body is the decision body recorded with the verdict.
+type Body struct {
+	EffectID      uuid.UUID `json:"effect_id"`
+	Revision      int       `json:"revision"`
+	Epoch         int64     `json:"epoch"`
+	PayloadDigest string    `json:"payload_digest"`
+	PatchSHA256   string    `json:"patch_sha256"`
+	BaseOID       string    `json:"base_oid,omitempty"`
+	TreeOID       string    `json:"tree_oid,omitempty"`
+	Domain        string    `json:"domain,omitempty"`
+	ExitCode      *int      `json:"exit_code,omitempty"`
+	Signal        string    `json:"signal,omitempty"`
+	Violations    int       `json:"violations"`
+	OutputSHA256  string    `json:"output_sha256,omitempty"`
+	OutputBytes   int       `json:"output_bytes"`
+	Reason        string    `json:"reason"`
+	Milliseconds  int64     `json:"ms"`
+}
+
+var oidPattern = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
+
+// Verify is broker.Config.Verifier.
+func (r *Runner) Verify(ctx context.Context, e store.Effect, payload []byte) (string, json.RawMessage, error) {
+	start := time.Now()
+	sum := sha256.Sum256(payload)
+	b := Body{EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, PayloadDigest: e.PayloadDigest, PatchSHA256: hex.EncodeToString(sum[:])}
+	verdict, err := r.run(ctx, e, payload, &b)
+	b.Milliseconds = time.Since(start).Milliseconds()
+	if err != nil {
+		r.log().Error("verification failed", "effect", e.ID, "revision", e.Revision, "epoch", e.Epoch, "error", err)
+		return "", nil, err
+	}
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return "", nil, err
+	}
+	r.log().Info("verification", "effect", e.ID, "revision", e.Revision, "epoch", e.Epoch, "verdict", verdict, "reason", b.Reason)
+	return verdict, raw, nil
+}
+
+func (r *Runner) log() hclog.Logger {
+	if r.Logger == nil {
+		return hclog.NewNullLogger()
+	}
+	return r.Logger
+}
+
+func deny(b *Body, reason string) (string, error) {
+	b.Reason = reason
+	return store.VerdictDeny, nil
+}
+
+func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Body) (string, error) {
+	if e.Kind != "git_commit" {
+		return deny(b, "no verification for kind "+e.Kind)
+	}
+	t, ok := r.Targets[e.TargetID]
+	if !ok || len(t.Argv) == 0 || !filepath.IsAbs(t.Repo) {
+		return deny(b, "no verify_argv for the target")
+	}
+	var req struct {
+		BaseOID string `json:"base_oid"`
+	}
+	if err := json.Unmarshal(e.Target, &req); err != nil || !oidPattern.MatchString(req.BaseOID) {
+		return deny(b, "target has no valid base_oid")
+	}
+	b.BaseOID = req.BaseOID
+	if len(payload) == 0 {
+		return deny(b, "empty patch")
+	}
+	if r.Domains == nil || !filepath.IsAbs(r.WorkspacesRoot) {
+		return "", errors.New("verify: Domains and WorkspacesRoot are required")
+	}
+
+	// A fresh id per run: a revision may be verified again, and a leftover
+	// of an earlier run must never be reused.
+	id := "verify-" + uuid.NewString()
+	b.Domain = id
+	dir, err := workspace.Prepare(ctx, workspace.Clone{Repo: t.Repo, BaseOID: req.BaseOID, Root: r.WorkspacesRoot, ID: id,
+		UID: r.OwnerUID, GID: r.OwnerGID, Git: r.Git})
+	if errors.Is(err, workspace.ErrInvalid) {
+		return deny(b, "base is not a commit of the repository")
+	}
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = workspace.Remove(r.WorkspacesRoot, id) }()
+
+	// The exact patch, applied the way the git_commit adapter applies it
+	// (git apply, no hooks, no configuration but the fresh clone's), and
+	// the resulting tree recorded: it is the tree the adapter will commit.
+	// Prepare's chown moved every ctime; refresh so apply --index
+	// compares content, not stat data.
+	if _, err := r.git(ctx, dir, nil, "update-index", "-q", "--refresh"); err != nil {
+		return "", err
+	}
+	if _, err := r.git(ctx, dir, payload, "apply", "--index", "--whitespace=nowarn", "-"); err != nil {
+		return deny(b, "patch does not apply on the base")
+	}
+	tree, err := r.git(ctx, dir, nil, "write-tree")
+	if err != nil {
+		return "", err
+	}
+	b.TreeOID = strings.TrimSpace(tree)
+	// git ran as the kernel; the domain's view maps the workspace owner.
+	if err := chownTree(dir, r.OwnerUID, r.OwnerGID); err != nil {
+		return "", err
+	}
+
+	timeout := t.Timeout
+	if timeout <= 0 {
+		timeout = 5 * time.Minute
+	}
+	cwd := t.Cwd
+	if cwd == "" {
+		cwd = "/workspace"
+	}
+	dom, err := r.Domains.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: id, Argv: t.Argv, Env: t.Env, Cwd: cwd,
+		Limits: t.Limits, Seccomp: r.Seccomp, OneShot: true})
+	if err != nil {
+		// A half-created domain is torn down as any other.
+		if derr := r.destroy(ctx, id); derr != nil {
+			return "", errors.Join(err, derr)
+		}
+		return "", fmt.Errorf("verify: create: %w", err)
+	}
+	exited, timedOut := wait(ctx, dom, timeout)
+	derr := r.destroy(ctx, id)
+	dom.Close()
+	if derr != nil {
+		return "", derr
+	}
+	out := dom.Output()
+	osum := sha256.Sum256(out)
+	b.OutputSHA256, b.OutputBytes = hex.EncodeToString(osum[:]), len(out)
+	b.Violations = len(dom.Violations())
+	if exited != nil {
+		b.ExitCode, b.Signal = exited.ExitCode, exited.Signal
+	}
+	switch {
+	case timedOut:
+		return deny(b, "verify_argv did not finish in time")
+	case b.Violations > 0:
+		// A kernel denial outranks an exit status.
+		return deny(b, "verify_argv violated the worker profile")
+	case exited == nil || exited.ExitCode == nil:
+		return deny(b, "verify_argv did not exit normally")
+	case *exited.ExitCode != 0:
+		return deny(b, fmt.Sprintf("verify_argv exited %d", *exited.ExitCode))
+	}
+	b.Reason = "verify_argv passed"
+	return store.VerdictAllow, nil
+}
+
+// wait returns the worker's exit, or reports that timeout (or ctx) ended
+// the wait first.
+func wait(ctx context.Context, r *domain.Running, timeout time.Duration) (*protocol.Exited, bool) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case ev, ok := <-r.Events():
+			if !ok {
+				x, _ := r.Wait()
+				return x, false
+			}
+			if ev.Exited != nil {
+				return ev.Exited, false
+			}
+		case <-t.C:
+			return nil, true
+		case <-ctx.Done():
+			return nil, true
+		}
+	}
+}
+
+// destroy kills the one-shot domain (it may already be gone) and proves
+// it: an inspect afterwards must find nothing.
+func (r *Runner) destroy(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := r.Domains.Destroy(ctx, id); err != nil {
+		return fmt.Errorf("verify: destroy %s: %w", id, err)
+	}
+	st, err := r.Domains.Inspect(ctx, id)
+	if err != nil {
+		return fmt.Errorf("verify: inspect %s: %w", id, err)
+	}
+	if st.Exists || st.Populated || st.Processes != 0 {
+		return fmt.Errorf("verify: domain %s still exists after destroy", id)
+	}
+	return nil
+}
+
+// git runs git in the clone with every configurable execution path off and
+// an environment of our own; stderr is dropped because it can quote the
+// patch.
+func (r *Runner) git(ctx context.Context, dir string, stdin []byte, args ...string) (string, error) {
+	bin := r.Git
+	if bin == "" {
+		bin = "git"
+	}
+	argv := append([]string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null",
+		"-c", "core.pager=cat", "-c", "diff.external=", "-c", "protocol.allow=never", "-c", "safe.directory=*",
+		"-c", "gc.auto=0", "-c", "maintenance.auto=false"}, args...)
+	cmd := exec.CommandContext(ctx, bin, argv...)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LC_ALL=C", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_TERMINAL_PROMPT=0", "GIT_ATTR_NOSYSTEM=1", "GIT_NO_REPLACE_OBJECTS=1"}
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("verify: git %s: %w", args[0], err)
+	}
+	return out.String(), nil
+}
+
+// chownTree hands what git wrote to the workspace owner without following
+// a symlink the patch created.
+func chownTree(root string, uid, gid int) error {
+	return filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+}
