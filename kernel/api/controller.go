@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/google/uuid"
@@ -11,7 +12,13 @@ import (
 )
 
 // EpisodeKernel adapts the episode controller to Controller.
-type EpisodeKernel struct{ Kernel *episode.Kernel }
+type EpisodeKernel struct {
+	Kernel *episode.Kernel
+	// MaxRepairs is the kernel's max_repairs: a spec that names none gets
+	// it, and a spec may not ask for more (an operator's spec never widens
+	// what the kernel's configuration allows).
+	MaxRepairs int
+}
 
 // Start decodes spec strictly (duplicate or unknown keys refused) and
 // starts it. The episode outlives the request: the controller detaches
@@ -23,6 +30,17 @@ func (c EpisodeKernel) Start(ctx context.Context, b []byte) (uuid.UUID, error) {
 	var spec episode.Spec
 	if err := protocol.DecodeStrict(b, &spec); err != nil {
 		return uuid.Nil, err
+	}
+	// Presence, not the zero value: max_repairs 0 is a real request (the
+	// first violation contains).
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return uuid.Nil, protocol.E(protocol.CodeInvalidField)
+	}
+	if _, named := keys["max_repairs"]; !named {
+		spec.MaxRepairs = c.MaxRepairs
+	} else if spec.MaxRepairs > c.MaxRepairs {
+		return uuid.Nil, protocol.Errorf(protocol.CodeInvalidField, "max_repairs exceeds the kernel's max_repairs (%d)", c.MaxRepairs)
 	}
 	ep, err := c.Kernel.Start(ctx, spec)
 	if err != nil {

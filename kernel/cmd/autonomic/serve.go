@@ -25,7 +25,8 @@ import (
 )
 
 // serveCmd runs the kernel: the authority store (a managed cluster when no
-// URL is configured) and the operator API. Logs carry ids, codes and
+// URL is configured), the broker, the episode controller and the operator
+// API. Logs carry ids, codes and
 // states only: never payloads, prompts, worker output or credentials.
 func serveCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -43,7 +44,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: stderr, JSONFormat: !isTerminalWriter(stderr), Level: hclog.Info})
-	if err := serve(ctx, cfg, log, nil); err != nil {
+	if err := serve(ctx, cfg, log, serveHooks{}); err != nil {
 		log.Error("kernel stopped", "error", err)
 		return 1
 	}
@@ -55,17 +56,35 @@ func isTerminalWriter(w io.Writer) bool {
 	return ok && isTerminal(f)
 }
 
-// serve runs until ctx ends. ready, when set, is called once the API
-// answers (tests).
-func serve(ctx context.Context, cfg *config.Config, log hclog.Logger, ready func()) error {
+// serve runs until ctx ends. It composes the kernel in one visible order
+// — store, broker, verification, domain backend, episode controller — runs
+// recovery (reconcile, fence, destroy, resume or contain) and only then
+// opens the API, so no new work is admitted before recovery has finished.
+func serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks serveHooks) error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state_dir: %w", err)
+	}
+	if cfg.Domain.Backend == config.BackendUnsafeLocal {
+		log.Warn("UNSAFE_LOCAL backend: workers run with NO isolation; development hosts only")
 	}
 	st, closeStore, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
+	k, err := compose(cfg, st, log, hooks)
+	if err != nil {
+		return err
+	}
+	if unused := unusedKeys(cfg, k); len(unused) > 0 {
+		log.Warn("configuration keys accepted but not used by this kernel", "keys", unused)
+	}
+	if gaps := verificationGaps(cfg); len(gaps) > 0 {
+		log.Warn("automatic_verification: these git_commit targets have no verify_argv; their class 3+ effects cannot commit", "targets", gaps)
+	}
+	if err := k.recoverAtStart(ctx, log); err != nil {
+		return err
+	}
 
 	gid := -1
 	access := api.Access{KernelUID: uint32(os.Getuid()), OperatorGID: -1}
@@ -80,24 +99,22 @@ func serve(ctx context.Context, cfg *config.Config, log hclog.Logger, ready func
 		}
 		gid, access.OperatorGID = n, int64(n)
 	}
+	ac := api.Config{Store: st, Preflight: k.domains.Preflight, Access: access, Logger: log}
+	if k.episodes != nil {
+		ac.Controller = api.EpisodeKernel{Kernel: k.episodes, MaxRepairs: cfg.MaxRepairsValue()}
+	}
+	srv, err := api.New(ac)
+	if err != nil {
+		return err
+	}
 	ln, err := api.Listen(cfg.APISocket(), os.Getuid(), gid)
 	if err != nil {
 		return err
 	}
-	// The episode controller needs the broker, its adapters and the
-	// domain backend wired from targets; until that composition lands,
-	// start answers "not available" and abort is fenced by the store.
-	srv, err := api.New(api.Config{Store: st, Preflight: hostPreflight(cfg, log), Access: access, Logger: log})
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	log.Info("kernel serving", "socket", cfg.APISocket(), "backend", cfg.Domain.Backend, "managed_store", cfg.Managed())
-	if cfg.Domain.Backend == config.BackendUnsafeLocal {
-		log.Warn("UNSAFE_LOCAL backend: workers run with NO isolation; development hosts only")
-	}
-	if ready != nil {
-		ready()
+	log.Info("kernel serving", "socket", cfg.APISocket(), "backend", cfg.Domain.Backend, "managed_store", cfg.Managed(),
+		"episodes", k.episodes != nil, "adapters", cfg.TargetKinds(), "automatic_verification", cfg.AutomaticVerification)
+	if hooks.ready != nil {
+		hooks.ready()
 	}
 	return srv.Serve(ctx, ln)
 }

@@ -70,7 +70,7 @@ func TestServeAndOperatorCommands(t *testing.T) {
 	sctx, stop := context.WithCancel(ctx)
 	ready := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- serve(sctx, cfg, hclog.NewNullLogger(), func() { close(ready) }) }()
+	go func() { done <- serve(sctx, cfg, hclog.NewNullLogger(), serveHooks{ready: func() { close(ready) }}) }()
 	select {
 	case <-ready:
 	case err := <-done:

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/kernel/verify"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// PayloadsDirName is the broker's payload store under state_dir.
+const PayloadsDirName = "payloads"
+
+// serveHooks are test seams; production passes the zero value.
+type serveHooks struct {
+	// ready is called once the API answers.
+	ready func()
+	// owner overrides the workspace and socket owner. Production uses
+	// this process's uid/gid: the kernel runs as the service account,
+	// which the launcher's workspace_owner_uid/gid must name, and only
+	// it can chown the broker sockets it binds to itself.
+	owner *[2]int
+}
+
+// kernel is what compose built.
+type kernel struct {
+	broker  *broker.Broker
+	domains domain.ExecutionDomain
+	// episodes is nil when the configuration cannot run episodes (see
+	// compose); episode start then answers "not available".
+	episodes *episode.Kernel
+}
+
+// compose builds, in order, the broker (payloads under state_dir, the
+// adapters from targets, decision_keys, automatic verification through the
+// episode Observer), the domain backend and the episode controller. It
+// admits no work: the caller runs recovery before serving.
+func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks serveHooks) (*kernel, error) {
+	payloads, err := broker.OpenPayloads(filepath.Join(cfg.StateDir, PayloadsDirName))
+	if err != nil {
+		return nil, fmt.Errorf("payload store: %w", err)
+	}
+	keys, err := policy.ParseKeys(cfg.DecisionKeys)
+	if err != nil {
+		return nil, fmt.Errorf("decision_keys: %w", err)
+	}
+	// The Observer exists before the broker: the broker takes the wrapped
+	// adapters and, with automatic verification, Observer.Verify.
+	obs := &episode.Observer{}
+	adapters, err := buildAdapters(cfg, payloads)
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range adapters {
+		adapters[i] = obs.Wrap(a)
+	}
+	bc := broker.Config{Store: st, Payloads: payloads, Adapters: adapters, DecisionKeys: map[string]ed25519.PublicKey(keys),
+		Logger: log.Named("broker")}
+	if cfg.AutomaticVerification {
+		bc.Verifier = obs.Verify
+	}
+	b, err := broker.New(bc)
+	if err != nil {
+		return nil, err
+	}
+	k := &kernel{broker: b, domains: backendFor(cfg, log)}
+
+	d := cfg.Domain
+	switch {
+	case d.Backend != config.BackendLinux:
+		log.Warn("episode controller not composed: the unsafe_local backend has no checkpoints, so episodes cannot start; episode start answers not available")
+		return k, nil
+	case d.WorkspacesRoot == "" || d.SocketsRoot == "" || d.CgroupParent == "":
+		log.Warn("episode controller not composed: domain.workspaces_root, domain.sockets_root and domain.cgroup_parent must mirror the launcher's configuration; episode start answers not available")
+		return k, nil
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	if hooks.owner != nil {
+		uid, gid = hooks.owner[0], hooks.owner[1]
+	}
+	prog, err := compileProfile("worker")
+	if err != nil {
+		return nil, fmt.Errorf("worker seccomp profile: %w", err)
+	}
+	ec := episode.Config{Store: st, Broker: b, Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, SocketsRoot: d.SocketsRoot,
+		CgroupParent: d.CgroupParent, OwnerUID: uid, OwnerGID: gid, Seccomp: prog, Observer: obs, Logger: log.Named("episode")}
+	if cfg.AutomaticVerification {
+		ec.Verification = &verify.Runner{Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, OwnerUID: uid, OwnerGID: gid,
+			Seccomp: prog, Targets: verifyTargets(cfg), Logger: log.Named("verify")}
+	}
+	if k.episodes, err = episode.New(ec); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// recoverAtStart is kernel start: settle every unsettled effect, then fence,
+// destroy and resume or contain each active episode. Nothing new is
+// admitted before it returns.
+func (k *kernel) recoverAtStart(ctx context.Context, log hclog.Logger) error {
+	start := time.Now()
+	if k.episodes == nil {
+		settled, err := k.broker.Reconcile(ctx, uuid.Nil)
+		if err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+		log.Info("recovery: effects reconciled", "settled", len(settled), "ms", time.Since(start).Milliseconds())
+		return nil
+	}
+	rec, err := k.episodes.Recover(ctx)
+	resumed := make([]string, 0, len(rec.Resumed))
+	for _, e := range rec.Resumed {
+		resumed = append(resumed, e.ID().String())
+	}
+	log.Info("recovery", "settled", len(rec.Settled), "destroyed", rec.Destroyed, "resumed", resumed,
+		"contained", len(rec.Contained), "skipped", len(rec.Skipped), "ms", time.Since(start).Milliseconds())
+	for id, why := range rec.Contained {
+		log.Warn("recovery: episode contained", "episode", id, "why", why)
+	}
+	for id, why := range rec.Skipped {
+		log.Warn("recovery: episode skipped (another kernel owns it)", "episode", id, "why", why)
+	}
+	if err != nil {
+		return fmt.Errorf("recovery: %w", err)
+	}
+	return nil
+}
+
+// backendFor is the configured domain backend. AUTONOMIC_NO_SUDO=1 runs
+// the launcher directly, as domain.direct does.
+func backendFor(cfg *config.Config, log hclog.Logger) domain.ExecutionDomain {
+	if cfg.Domain.Backend == config.BackendUnsafeLocal {
+		return &domain.UnsafeLocal{WorkspacesRoot: cfg.Domain.WorkspacesRoot, Log: log.Named("UNSAFE_LOCAL")}
+	}
+	return &domain.Linux{LauncherPath: cfg.Domain.LauncherPath, Direct: cfg.Domain.Direct || os.Getenv("AUTONOMIC_NO_SUDO") == "1",
+		Log: log.Named("domain")}
+}
+
+// httpCredentialHeader is how a credential_env value is sent: the one
+// scheme the configuration can name today.
+const (
+	httpCredentialHeader = "Authorization"
+	httpCredentialPrefix = "Bearer "
+)
+
+// buildAdapters maps every configured target onto its broker adapter. The
+// configuration was validated by config.Load; what remains to check here is
+// only what the broker's types parse (CIDRs).
+func buildAdapters(cfg *config.Config, payloads *broker.Payloads) ([]broker.Adapter, error) {
+	t := cfg.Targets
+	var out []broker.Adapter
+	if len(t.GitCommit) > 0 {
+		a := &broker.GitCommit{Targets: map[string]broker.GitTarget{}}
+		for id, g := range t.GitCommit {
+			a.Targets[id] = broker.GitTarget{Repo: g.Repo, AllowedRefs: g.AllowedRefs, AllowedPaths: g.AllowedPaths,
+				ForbiddenPaths: g.ForbiddenPaths, AuthorName: g.AuthorName, AuthorEmail: g.AuthorEmail, Class: g.Class}
+		}
+		out = append(out, a)
+	}
+	if len(t.GitRemote) > 0 {
+		a := &broker.GitRemote{Targets: map[string]broker.GitRemoteTarget{}}
+		for id, g := range t.GitRemote {
+			a.Targets[id] = broker.GitRemoteTarget{Repo: g.Repo, URL: g.URL, AllowedRefs: g.AllowedRefs, Class: g.Class}
+		}
+		out = append(out, a)
+	}
+	for _, kind := range []struct {
+		name     string
+		mutation bool
+		targets  map[string]config.HTTPTarget
+	}{{"http_read", false, t.HTTPRead}, {"http_mutation", true, t.HTTPMutation}} {
+		if len(kind.targets) == 0 {
+			continue
+		}
+		a := &broker.HTTP{Mutation: kind.mutation, Targets: map[string]broker.HTTPTarget{}, Payloads: payloads}
+		for id, h := range kind.targets {
+			bt, err := httpTarget(h)
+			if err != nil {
+				return nil, fmt.Errorf("targets.%s.%s.%w", kind.name, id, err)
+			}
+			a.Targets[id] = bt
+		}
+		out = append(out, a)
+	}
+	if len(t.Artifact) > 0 {
+		a := &broker.Artifact{Targets: map[string]broker.ArtifactTarget{}}
+		for id, at := range t.Artifact {
+			a.Targets[id] = broker.ArtifactTarget{Dir: at.Dir, MaxBytes: at.MaxBytes, Class: at.Class}
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func httpTarget(h config.HTTPTarget) (broker.HTTPTarget, error) {
+	bt := broker.HTTPTarget{BaseURL: strings.TrimSuffix(h.BaseURL, "/"), Methods: h.Methods, Paths: h.Paths,
+		MaxRequestBytes: h.MaxRequestBytes, MaxResponseBytes: h.MaxResponseBytes, Timeout: time.Duration(h.TimeoutMS) * time.Millisecond,
+		CAFile: h.CAFile, RatePerMinute: h.RatePerMinute, ReconcilePath: h.ReconcilePath, Class: h.Class}
+	for _, n := range h.AllowedNets {
+		p, err := netip.ParsePrefix(n)
+		if err != nil {
+			return bt, fmt.Errorf("allowed_nets: not a CIDR prefix")
+		}
+		bt.AllowedNets = append(bt.AllowedNets, p)
+	}
+	// By reference: the broker reads the variable at commit time; the
+	// value is never in the configuration, a log or the worker's view.
+	if h.CredentialEnv != "" {
+		bt.Credential = &broker.Credential{Header: httpCredentialHeader, Prefix: httpCredentialPrefix, Env: h.CredentialEnv}
+	}
+	return bt, nil
+}
+
+// verifyTargets are the git_commit targets' verify_argv, for the
+// verification runner. A target without one cannot pass automatic
+// verification: its class 3+ effects never commit (fail closed).
+func verifyTargets(cfg *config.Config) map[string]verify.Target {
+	out := map[string]verify.Target{}
+	for id, g := range cfg.Targets.GitCommit {
+		if len(g.VerifyArgv) > 0 {
+			out[id] = verify.Target{Repo: g.Repo, Argv: g.VerifyArgv}
+		}
+	}
+	return out
+}
+
+// unusedKeys lists the configuration keys this kernel accepts but does not
+// act on yet, each with why. Startup logs them: none is silently ignored.
+func unusedKeys(cfg *config.Config, k *kernel) []string {
+	out := []string{
+		"sensor (no semantic sensor bank is composed yet)",
+		"sensor_queue (no sensor array is composed yet)",
+		fmt.Sprintf("effect_concurrency (per-episode broker servers use their built-in default 8, not %d)", cfg.EffectConcurrency),
+	}
+	if cfg.SpeculationMS != nil {
+		out = append(out, "speculation_ms (no speculation window is implemented)")
+	}
+	if len(cfg.PolicyKeys) > 0 {
+		out = append(out, "policy_keys (episode specs carry unsigned policies; signatures are not checked yet)")
+	}
+	if !cfg.AutomaticVerification || k.episodes == nil {
+		for _, id := range sortedKeys(cfg.Targets.GitCommit) {
+			if len(cfg.Targets.GitCommit[id].VerifyArgv) > 0 {
+				out = append(out, "targets.git_commit."+id+".verify_argv (automatic verification is off)")
+			}
+		}
+	}
+	if k.episodes == nil && cfg.MaxRepairs != nil {
+		out = append(out, "max_repairs (no episode controller)")
+	}
+	return out
+}
+
+// verificationGaps are git_commit targets whose effects cannot commit
+// under automatic verification because they name no verify_argv.
+func verificationGaps(cfg *config.Config) []string {
+	if !cfg.AutomaticVerification {
+		return nil
+	}
+	var out []string
+	for _, id := range sortedKeys(cfg.Targets.GitCommit) {
+		if len(cfg.Targets.GitCommit[id].VerifyArgv) == 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
