@@ -245,7 +245,7 @@ func unusedKeys(cfg *config.Config, k *kernel) []string {
 	out := []string{
 		"sensor (no semantic sensor bank is composed yet)",
 		"sensor_queue (no sensor array is composed yet)",
-		fmt.Sprintf("effect_concurrency (per-episode broker servers use their built-in default 8, not %d)", cfg.EffectConcurrency),
+		fmt.Sprintf("effect_concurrency=%d (per-episode broker servers are built by kernel/episode with their own default of 8)", cfg.EffectConcurrency),
 	}
 	if cfg.SpeculationMS != nil {
 		out = append(out, "speculation_ms (no speculation window is implemented)")

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/autonomic-kernel/autonomic/internal/privileged"
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
+	"github.com/autonomic-kernel/autonomic/kernel/api"
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/store/storetest"
+)
+
+// lockedBuffer is a log sink the kernel's goroutines share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func gitIn(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=fixture", "GIT_AUTHOR_EMAIL=f@example.invalid", "GIT_COMMITTER_NAME=fixture",
+		"GIT_COMMITTER_EMAIL=f@example.invalid", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestServeRunsEpisodes composes the whole kernel from a configuration
+// file — a real launcher (run directly), a real cluster, the broker with
+// its adapters and automatic verification — and drives an episode through
+// the operator commands: start, status, abort; the domain is then gone.
+func TestServeRunsEpisodes(t *testing.T) {
+	privileged.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	began := time.Now()
+	bed, err := testbed.New(ctx, testbed.Options{Spec: "rootfs-builder/specs/worker.json", EffectClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			bed.RemoveCgroups()
+			return
+		}
+		_ = bed.Close()
+	}()
+	tmp, err := os.MkdirTemp("", "autonomic-serve-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	// The cluster runs as an unprivileged account, which must reach it.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(tmp, "pg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := storetest.StartCluster(filepath.Join(tmp, "pg"))
+	if err != nil {
+		privileged.Skip(t, "no PostgreSQL cluster: "+err.Error())
+	}
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer scancel()
+		_ = cluster.Stop(sctx)
+	}()
+	if err := cluster.CreateDatabase(ctx, "kernel"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("testbed and cluster ready in %v", time.Since(began).Round(time.Millisecond))
+
+	// The authoritative repository.
+	work := filepath.Join(tmp, "work")
+	os.Mkdir(work, 0o755)
+	gitIn(t, work, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(work, "test.sh"), []byte("echo PASS\n"), 0o644)
+	gitIn(t, work, "add", ".")
+	gitIn(t, work, "commit", "-q", "-m", "base")
+	repo := filepath.Join(tmp, "authoritative.git")
+	gitIn(t, tmp, "clone", "-q", "--bare", work, repo)
+	base := gitIn(t, repo, "rev-parse", "refs/heads/main")
+
+	rel, err := filepath.Rel(testbed.CgroupV2Mount(), bed.CgroupParent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(tmp, "state")
+	doc, _ := json.Marshal(map[string]any{
+		"state_dir": state,
+		"store":     map[string]any{"url": cluster.KernelConnString("kernel"), "admin_url": cluster.AdminConnString("kernel")},
+		"domain": map[string]any{"backend": "linux", "launcher_path": bed.Launcher, "direct": true,
+			"workspaces_root": bed.Workspaces, "sockets_root": bed.Sockets, "cgroup_parent": "/" + rel},
+		"sensor": map[string]any{"kind": "rules"},
+		"targets": map[string]any{
+			"git_commit": map[string]any{"repo": map[string]any{"repo": repo, "allowed_refs": []string{"refs/heads/main"},
+				"allowed_paths": []string{"**"}, "verify_argv": []string{"sh", "test.sh"}}},
+			"artifact": map[string]any{"reports": map[string]any{"dir": filepath.Join(tmp, "artifacts")}},
+		},
+		"automatic_verification": true,
+		"max_repairs":            1,
+	})
+	cfgPath := filepath.Join(tmp, "autonomic.json")
+	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	logs := &lockedBuffer{}
+	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: logs, JSONFormat: true, Level: hclog.Info})
+	owner := [2]int{bed.OwnerUID, bed.OwnerGID}
+	bootAt := time.Now()
+	stop := startServe(t, ctx, cfg, log, logs, &owner)
+	t.Logf("kernel composed, recovered and serving in %v", time.Since(bootAt).Round(time.Millisecond))
+	for _, want := range []string{`"@message":"recovery"`, "configuration keys accepted but not used", "effect_concurrency", `"episodes":true`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("startup log lacks %q:\n%s", want, logs)
+		}
+	}
+
+	run := func(want int, args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := episodeCmd(args, &out, &errb); code != want {
+			t.Fatalf("episode %v: exit %d (want %d): %s %s\n%s", args, code, want, out.String(), errb.String(), logs)
+		}
+		return out.String()
+	}
+	grant := authority.Spec{MaxClass: 3, Grants: []authority.Grant{{Target: "repo", Kind: "git_commit", MaxClass: 3}},
+		Allow: []string{"**"}, Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 24, EffectsPerMinute: 60}}
+	spec, _ := json.Marshal(episode.Spec{OriginIntent: "say hello and exit", Repo: repo, BaseOID: base, Policy: grant, Envelope: grant,
+		Argv: []string{"/bin/bash", "-c", "echo hello; exit 0"}, LeaseTTL: time.Hour})
+	// No max_repairs in the spec: the kernel's (1) applies.
+	var specDoc map[string]any
+	json.Unmarshal(spec, &specDoc)
+	delete(specDoc, "max_repairs")
+	spec, _ = json.Marshal(specDoc)
+	specPath := filepath.Join(tmp, "spec.json")
+	if err := os.WriteFile(specPath, spec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// A spec asking for more repairs than the kernel allows is refused.
+	var wide map[string]any
+	json.Unmarshal(spec, &wide)
+	wide["max_repairs"] = 2
+	wideDoc, _ := json.Marshal(wide)
+	widePath := filepath.Join(tmp, "wide.json")
+	os.WriteFile(widePath, wideDoc, 0o600)
+	run(1, "start", "--spec", widePath, "--config", cfgPath)
+
+	startAt := time.Now()
+	var started api.EpisodeView
+	if err := json.Unmarshal([]byte(run(0, "start", "--spec", specPath, "--config", cfgPath, "--json")), &started); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("episode start answered in %v", time.Since(startAt).Round(time.Millisecond))
+	id := started.ID
+	launcherID := id + "-g1"
+	st, err := bed.Domains().Inspect(ctx, launcherID)
+	if err != nil || !st.Exists {
+		t.Fatalf("domain %s after start: %+v %v", launcherID, st, err)
+	}
+
+	var view api.EpisodeView
+	if err := json.Unmarshal([]byte(run(0, "status", id, "--config", cfgPath, "--json")), &view); err != nil {
+		t.Fatal(err)
+	}
+	if view.ID != id || view.State != "active" || view.Live == nil || view.Live.State != string(episode.Running) || view.Live.Generation != 1 {
+		t.Fatalf("status after start: %+v live %+v", view, view.Live)
+	}
+	var recorded episode.Spec
+	if err := json.Unmarshal(view.Spec, &recorded); err != nil || recorded.MaxRepairs != 1 {
+		t.Fatalf("recorded spec: %v max_repairs %d, want the kernel's 1", err, recorded.MaxRepairs)
+	}
+	if out := run(0, "list", "--config", cfgPath); !strings.Contains(out, id) {
+		t.Fatalf("list: %s", out)
+	}
+
+	// The worker has exited 0; its domain lives until the episode ends.
+	if st, err := bed.Domains().Inspect(ctx, launcherID); err != nil || !st.Exists {
+		t.Fatalf("domain %s before abort: %+v %v", launcherID, st, err)
+	}
+	abortAt := time.Now()
+	if out := run(0, "abort", id, "--reason", "test done", "--config", cfgPath); !strings.Contains(out, "aborted") {
+		t.Fatalf("abort: %s", out)
+	}
+	t.Logf("episode abort answered in %v", time.Since(abortAt).Round(time.Millisecond))
+	if st, err := bed.Domains().Inspect(ctx, launcherID); err != nil || st.Exists || st.Processes != 0 {
+		t.Fatalf("domain %s after abort: %+v %v", launcherID, st, err)
+	}
+	if _, err := os.Stat(filepath.Join(bed.Workspaces, id)); !os.IsNotExist(err) {
+		t.Fatalf("workspace after abort: %v", err)
+	}
+	var ended api.EpisodeView // fresh: Unmarshal keeps fields a document omits
+	if err := json.Unmarshal([]byte(run(0, "status", id, "--config", cfgPath, "--json")), &ended); err != nil || ended.State != "aborted" || ended.Live != nil {
+		t.Fatalf("status after abort: %v %s live %+v", err, ended.State, ended.Live)
+	}
+
+	// A restarted kernel on the same state recovers (nothing to resume)
+	// and serves again.
+	if err := stop(); err != nil {
+		t.Fatalf("serve stopped: %v", err)
+	}
+	startServe(t, ctx, cfg, log, logs, &owner)
+	if out := run(0, "status", id, "--config", cfgPath); !strings.Contains(out, "aborted") {
+		t.Fatalf("status after restart: %s", out)
+	}
+	t.Logf("whole test %v", time.Since(began).Round(time.Millisecond))
+}
+
+// startServe runs serve in-process until the returned stop (or the test's
+// end) and returns once the API answers.
+func startServe(t *testing.T, ctx context.Context, cfg *config.Config, log hclog.Logger, logs *lockedBuffer, owner *[2]int) func() error {
+	t.Helper()
+	sctx, cancel := context.WithCancel(ctx)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- serve(sctx, cfg, log, serveHooks{ready: func() { close(ready) }, owner: owner}) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve: %v\n%s", err, logs)
+	}
+	var once sync.Once
+	var err error
+	stop := func() error {
+		once.Do(func() { cancel(); err = <-done })
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
