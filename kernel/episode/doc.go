@@ -26,6 +26,31 @@
 //     Verifier set to Observer.Verify), a class 3+ git_commit is verified
 //     by kernel/verify in a clean one-shot domain before it may be ready;
 //     without a runner, Observer.Verify fails and nothing commits.
+//   - The watching loops (watch.go). Fast: the monitor's violations are
+//     critical frames on the episode's bounded sensor queue (never
+//     dropped; a queue full of critical frames repairs at once), folded by
+//     the watch child into the homeostat, which contains without
+//     smoothing; containment goes through the repair path. Slow: at
+//     evaluate, after verification allows, the sensor bank (Rules always,
+//     Config.Sensor when set) reads the effect's patch, paths and history;
+//     authority.Decide weighs it with the lease's capability check of
+//     every path, the homeostat's regime and the regulator's level, and the
+//     verdict is recorded as a semantic decision with every reading's
+//     identity, bound to the effect's revision and epoch. The commit check
+//     requires every bound decision to allow, so a semantic deny stops the
+//     commit. Semantic input only narrows: the effect may commit only if
+//     authority.Effective(lease, verdict) — never wider than the lease —
+//     allows its class and every path; a patch path the controller cannot
+//     read is a denial.
+//   - A degraded reading is never safe: it narrows below class 3 in
+//     Decide and is a regulator fault; it is not trajectory evidence, so an
+//     outage lowers autonomy without containing episodes.
+//   - The regulator's level caps every lease minted (start, repair,
+//     resume) and, through Observer.Trajectory ("regime" or
+//     "regime@level", with RegimeMaxClass as the broker's table), the class
+//     the commit check lets through. An episode this controller does not
+//     drive reports containment; a broker left with the default table
+//     refuses every qualified regime.
 //   - Kernel start (Recover) reconciles unsettled effects before anything
 //     else, then, per active episode, advances the epoch before destroying
 //     every generation the previous kernel launched (destroy, then inspect)

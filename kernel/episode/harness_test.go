@@ -116,6 +116,10 @@ type rigOptions struct {
 
 type rigOpt func(*rigOptions)
 
+func withConfig(f func(*episode.Config)) rigOpt {
+	return func(o *rigOptions) { o.config = append(o.config, f) }
+}
+
 func withVerification(argv ...string) rigOpt {
 	return func(o *rigOptions) { o.verifyArgv = argv }
 }
@@ -257,7 +261,8 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 	obs := &episode.Observer{}
 	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
 		AllowedPaths: []string{"calc.sh"}, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
-	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{obs.Wrap(gitc)}}
+	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{obs.Wrap(gitc)},
+		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass()}
 	var runner *verify.Runner
 	if r.opts.verifyArgv != nil {
 		bc.Verifier = obs.Verify

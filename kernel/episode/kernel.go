@@ -16,6 +16,9 @@ import (
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
+	"github.com/autonomic-kernel/autonomic/kernel/regulator"
+	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/kernel/workspace"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -49,6 +52,19 @@ type Config struct {
 	// clean one-shot domain through it. The broker must be built with
 	// Verifier: Observer.Verify exactly when this is set.
 	Verification *verify.Runner
+	// Sensor, when set, is the model-backed sensor bank consulted at
+	// evaluate next to the deterministic Rules (which always run). Its
+	// degradation is reported to the regulator.
+	Sensor sensor.SemanticSensor
+	// Regulator, when set, is the system regulator's configuration: its
+	// level caps every lease minted (new and repair) and, through
+	// Observer.Trajectory, the class the commit check lets through.
+	Regulator *regulator.Config
+	// Homeostat configures each episode's homeostat (nil: the default).
+	Homeostat *homeostat.Config
+	// SensorQueue is sensor_queue, each episode's bounded frame queue
+	// (default 256).
+	SensorQueue int
 	// AuthorityInterval is how often an episode's authority child renews
 	// ownership and re-reads the episode (default 500 ms).
 	AuthorityInterval time.Duration
@@ -60,6 +76,11 @@ type Config struct {
 type Kernel struct {
 	cfg Config
 	log hclog.Logger
+
+	rules *sensor.Rules
+	home  homeostat.Config
+	regMu sync.Mutex
+	reg   *regulator.Regulator // nil: no regulator, autonomy is act
 
 	mu       sync.Mutex
 	episodes map[uuid.UUID]*Episode
@@ -83,7 +104,29 @@ func New(cfg Config) (*Kernel, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	k := &Kernel{cfg: cfg, log: cfg.Logger, episodes: map[uuid.UUID]*Episode{}}
+	if cfg.SensorQueue == 0 {
+		cfg.SensorQueue = 256
+	}
+	if _, err := sensor.NewQueue[frame](cfg.SensorQueue); err != nil {
+		return nil, fmt.Errorf("episode: %w", err)
+	}
+	home := homeostat.DefaultConfig()
+	if cfg.Homeostat != nil {
+		home = *cfg.Homeostat
+	}
+	if err := home.Validate(); err != nil {
+		return nil, fmt.Errorf("episode: homeostat: %w", err)
+	}
+	rules, err := sensor.NewRules()
+	if err != nil {
+		return nil, err
+	}
+	k := &Kernel{cfg: cfg, log: cfg.Logger, rules: rules, home: home, episodes: map[uuid.UUID]*Episode{}}
+	if cfg.Regulator != nil {
+		if k.reg, err = regulator.New(*cfg.Regulator); err != nil {
+			return nil, fmt.Errorf("episode: regulator: %w", err)
+		}
+	}
 	if cfg.Observer != nil {
 		cfg.Observer.k.Store(k)
 	}
@@ -95,16 +138,18 @@ func New(cfg Config) (*Kernel, error) {
 // adapters) and handed to New.
 type Observer struct{ k atomic.Pointer[Kernel] }
 
-// Verify is broker.Config.Verifier for automatic_verification: it hands
-// the effect to the controller's verification runner. Before a controller
-// with a runner exists it fails, and a failed verification is never an
-// allow: the broker's commit check requires an allow decision.
+// Verify is broker.Config.Verifier for automatic_verification, and the
+// slow loop: it hands the effect to the controller's verification runner
+// and, when that allows, runs the sensor bank and records the semantic
+// decision (see watch.go). Before a controller with a runner exists it
+// fails, and a failed verification is never an allow: the broker's commit
+// check requires an allow decision.
 func (o *Observer) Verify(ctx context.Context, e store.Effect, payload []byte) (string, json.RawMessage, error) {
 	k := o.k.Load()
 	if k == nil || k.cfg.Verification == nil {
 		return "", nil, errors.New("episode: automatic verification is not configured")
 	}
-	return k.cfg.Verification.Verify(ctx, e, payload)
+	return k.evaluate(ctx, e, payload)
 }
 
 // Wrap returns a wraps a, reporting its commits to the controller.
@@ -150,9 +195,9 @@ func (k *Kernel) mint(spec Spec) (authority.Capability, error) {
 	if err != nil {
 		return authority.Capability{}, err
 	}
-	ceiling := min(k.cfg.Ceiling(), spec.RequestedCeiling)
+	ceiling := min(k.ceiling(), spec.RequestedCeiling)
 	if spec.RequestedCeiling == 0 {
-		ceiling = k.cfg.Ceiling()
+		ceiling = k.ceiling()
 	}
 	return authority.Mint(policy, envelope, ceiling), nil
 }
@@ -221,6 +266,9 @@ func (k *Kernel) newEpisode(id uuid.UUID, spec Spec) *Episode {
 	e := &Episode{k: k, id: id, spec: spec, state: Pending, commits: make(chan uuid.UUID, 64),
 		contain: make(chan string, 1), exits: make(chan WorkerExit, 16), digests: map[uuid.UUID]string{},
 		log: k.log.With("episode", id)}
+	// Both were validated by New.
+	e.frames, _ = sensor.NewQueue[frame](k.cfg.SensorQueue)
+	e.home, _ = homeostat.New(k.home)
 	k.mu.Lock()
 	k.episodes[id] = e
 	k.mu.Unlock()

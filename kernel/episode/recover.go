@@ -193,7 +193,7 @@ func (k *Kernel) resume(ctx context.Context, rec store.Episode, out *Recovery) (
 		k.forget(rec.ID)
 		return nil, "", err
 	}
-	if err := e.grant(ctx, authority.Intersect(prev, narrow).Narrow(k.cfg.Ceiling())); err != nil {
+	if err := e.grant(ctx, authority.Intersect(prev, narrow).Narrow(k.ceiling())); err != nil {
 		k.forget(rec.ID)
 		return nil, "", err
 	}

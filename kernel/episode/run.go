@@ -18,6 +18,8 @@ import (
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
+	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/supervisor"
 	"github.com/autonomic-kernel/autonomic/kernel/workspace"
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -59,6 +61,13 @@ type Episode struct {
 	commits chan uuid.UUID
 	contain chan string
 	exits   chan WorkerExit
+
+	// frames is the bounded sensor queue the watch child drains into home.
+	frames *sensor.Queue[frame]
+	// hmu guards home and history (never held with mu).
+	hmu     sync.Mutex
+	home    *homeostat.Homeostat
+	history []sensor.Event
 }
 
 // WorkerExit is a worker's end in one generation.
@@ -168,6 +177,7 @@ func (e *Episode) run(ctx context.Context, checkpoint string) error {
 		defer close(e.done)
 		e.exit = supervisor.RestForOne(sctx,
 			supervisor.Child{Name: "authority", Run: e.authority},
+			supervisor.Child{Name: "watch", Run: e.watch},
 			supervisor.Child{Name: "broker", Run: func(ctx context.Context, ready func()) error {
 				ready()
 				return srv.Serve(ctx, ln)
@@ -335,12 +345,21 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 			}
 			switch {
 			case ev.Violation != nil:
-				// A kernel denial bypasses every smoothing: repair now.
+				// A kernel denial is a critical frame: never dropped, and
+				// the homeostat contains on it without smoothing; the
+				// containment comes back through e.contain.
 				reason := "violation: " + ev.Violation.Syscall
-				if r, err = e.repair(ctx, r, reason); err != nil {
-					return err
+				e.mu.Lock()
+				epoch := e.epoch
+				e.mu.Unlock()
+				f := frame{epoch: epoch, sample: homeostat.Sample{Denial: homeostat.SeccompViolation}, reason: reason}
+				if e.observe(f, true) != nil {
+					// A queue full of critical frames is itself containment.
+					if r, err = e.repair(ctx, r, reason+" (sensor queue full)"); err != nil {
+						return err
+					}
+					events = r.Events()
 				}
-				events = r.Events()
 			case ev.Exited != nil:
 				e.mu.Lock()
 				x := WorkerExit{Generation: e.gen, Epoch: e.epoch, Exited: ev.Exited, Output: r.Output()}
@@ -419,6 +438,9 @@ func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string
 	e.mu.Lock()
 	e.epoch = adv.Lineage.ToEpoch
 	e.mu.Unlock()
+	// The old trajectory ended with the old epoch; its queued frames are
+	// ignored from now on.
+	e.resetTrajectory()
 	if err := e.destroy(ctx, e.k.launcherID(e.id, gen)); err != nil {
 		return old, err
 	}
@@ -435,7 +457,7 @@ func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string
 		return old, err
 	}
 	_, _, narrow, _ := e.spec.validate()
-	lease := authority.Intersect(prev, narrow).Narrow(e.k.cfg.Ceiling())
+	lease := authority.Intersect(prev, narrow).Narrow(e.k.ceiling())
 	if err := e.grant(ctx, lease); err != nil {
 		return old, err
 	}

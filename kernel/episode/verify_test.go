@@ -93,10 +93,16 @@ func TestVerificationAllowsAndCommits(t *testing.T) {
 	if err != nil || eff.State != store.Committed {
 		t.Fatalf("effect: %+v, %v", eff.State, err)
 	}
+	// The slow loop records the semantic decision (rules only here) inside
+	// the verifier, then the broker records the verification's.
 	ds := decisions(t, ctx, r.st, e.ID())
-	if len(ds) != 1 || ds[0].Kind != string(store.DecisionVerification) || ds[0].Verdict != store.VerdictAllow ||
-		ds[0].EffectID != eff.ID || ds[0].Revision != eff.Revision || ds[0].Epoch != eff.Epoch {
-		t.Fatalf("decisions %+v for effect %s revision %d epoch %d", ds, eff.ID, eff.Revision, eff.Epoch)
+	if len(ds) != 2 || ds[0].Kind != store.DecisionSemantic || ds[1].Kind != store.DecisionVerification {
+		t.Fatalf("decisions %+v", ds)
+	}
+	for _, d := range ds {
+		if d.Verdict != store.VerdictAllow || d.EffectID != eff.ID || d.Revision != eff.Revision || d.Epoch != eff.Epoch {
+			t.Fatalf("decisions %+v for effect %s revision %d epoch %d", ds, eff.ID, eff.Revision, eff.Epoch)
+		}
 	}
 	msg := headMessage(t, r.repo)
 	if !strings.Contains(msg, broker.TrailerKey+": "+eff.ID.String()) || git(t, r.repo, "rev-parse", "refs/heads/main^") != r.base {

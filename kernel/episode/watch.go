@@ -1,0 +1,390 @@
+package episode
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
+	"github.com/autonomic-kernel/autonomic/kernel/regulator"
+	"github.com/autonomic-kernel/autonomic/kernel/sensor"
+	"github.com/autonomic-kernel/autonomic/kernel/supervisor"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// The watching loops (ARCHITECTURE §6). The fast loop: the domain pushes
+// the monitor's deterministic frames (violations) onto the episode's
+// bounded sensor queue as critical frames, and the episode's watch child
+// folds every frame into its homeostat; containment asks for a repair. The
+// slow loop runs at evaluate, inside Observer.Verify: the sensor bank reads
+// the effect's evidence and authority.Decide weighs it with the
+// deterministic signals; the verdict is recorded as a semantic decision
+// bound to the effect's revision and epoch, which the commit check requires
+// to allow. The regime the broker sees at prepare and commit is the
+// homeostat's regime capped by the regulator's level.
+
+// frame is one entry of an episode's sensor queue.
+type frame struct {
+	epoch  int64 // frames of an older epoch describe a destroyed generation
+	sample homeostat.Sample
+	reason string
+}
+
+// historyLimit bounds the history an episode keeps for its sensors.
+const historyLimit = 64
+
+// regimeName is what the broker sees: the homeostat's regime, qualified by
+// the regulator's level when that is below act.
+func regimeName(r homeostat.Regime, l regulator.Level) string {
+	if l == regulator.Act {
+		return r.String()
+	}
+	return r.String() + "@" + l.String()
+}
+
+// RegimeMaxClass is broker.Config.RegimeMaxClass for a broker whose
+// Trajectory is Observer.Trajectory: each regime and level names the lower
+// of the two class ceilings. A broker left with its default table refuses
+// every qualified name, so a forgotten table fails closed.
+func RegimeMaxClass() map[string]int {
+	out := map[string]int{}
+	for r := homeostat.Stable; r <= homeostat.Containment; r++ {
+		for l := regulator.Observe; l <= regulator.Act; l++ {
+			out[regimeName(r, l)] = int(min(r.MaxClass(), l.MaxClass()))
+		}
+	}
+	return out
+}
+
+// Trajectory is broker.Config.Trajectory: the episode's trajectory version
+// and regime. An episode this controller does not drive (not started yet,
+// or ended) is in containment: nothing crosses the horizon for it.
+func (o *Observer) Trajectory(_ context.Context, id uuid.UUID) (int64, string) {
+	k := o.k.Load()
+	if k == nil {
+		return 0, homeostat.Containment.String()
+	}
+	e, ok := k.Episode(id)
+	if !ok {
+		return 0, homeostat.Containment.String()
+	}
+	return e.trajectory()
+}
+
+// trajectory is the episode's version and regime name. The version moves
+// whenever either the homeostat's regime or the regulator's level does.
+func (e *Episode) trajectory() (int64, string) {
+	rs := e.k.regulatorState()
+	e.hmu.Lock()
+	hs := e.home.State()
+	e.hmu.Unlock()
+	return int64(hs.Version+rs.Version) + 1, regimeName(hs.Regime, rs.Level)
+}
+
+// regulatorState is the regulator's reading (act, version 0, without one).
+func (k *Kernel) regulatorState() regulator.State {
+	if k.reg == nil {
+		return regulator.State{Level: regulator.Act}
+	}
+	k.regMu.Lock()
+	defer k.regMu.Unlock()
+	return k.reg.State()
+}
+
+// health folds one observation into the regulator.
+func (k *Kernel) health(f regulator.Fault) {
+	if k.reg == nil {
+		return
+	}
+	k.regMu.Lock()
+	defer k.regMu.Unlock()
+	if _, err := k.reg.Observe(regulator.Health{At: time.Now(), Faults: f}); err != nil {
+		k.log.Warn("regulator observation refused", "error", err)
+	}
+}
+
+// ceiling is the class ceiling for every lease minted now: the configured
+// ceiling under the regulator's level.
+func (k *Kernel) ceiling() authority.Class {
+	return min(k.cfg.Ceiling(), k.regulatorState().Level.MaxClass())
+}
+
+// observe queues a frame for the watch child. A critical frame is never
+// dropped; when the queue is full of critical frames it reports so, and
+// the caller contains at once.
+func (e *Episode) observe(f frame, critical bool) error {
+	if critical {
+		return e.frames.PushCritical(f)
+	}
+	if !e.frames.PushSemantic(f) {
+		e.log.Debug("semantic frame dropped", "dropped", e.frames.Stats().Dropped)
+	}
+	return nil
+}
+
+// watch is the supervisor child between authority and the broker: it folds
+// the queue's frames into the homeostat and asks for a repair when the
+// regime reaches containment. If it dies, the broker and the domain go
+// with it.
+func (e *Episode) watch(ctx context.Context, ready func()) error {
+	ready()
+	for {
+		f, _, err := e.frames.Pop(ctx)
+		if err != nil {
+			return errStopped(ctx, err)
+		}
+		e.mu.Lock()
+		current := e.epoch
+		e.mu.Unlock()
+		if f.epoch != current {
+			continue
+		}
+		f.sample.At = time.Now()
+		e.hmu.Lock()
+		st, err := e.home.Observe(f.sample)
+		e.hmu.Unlock()
+		if err != nil {
+			e.log.Warn("homeostat refused a sample", "error", err)
+			continue
+		}
+		if st.Regime == homeostat.Containment {
+			why := "homeostat: " + st.Denial.String()
+			if f.reason != "" {
+				why = f.reason
+			}
+			e.Contain(why)
+		}
+	}
+}
+
+// resetTrajectory starts a repaired generation's trajectory afresh.
+func (e *Episode) resetTrajectory() {
+	e.hmu.Lock()
+	e.home.Reset(time.Now())
+	e.history = nil
+	e.hmu.Unlock()
+}
+
+func (e *Episode) remember(events ...sensor.Event) {
+	e.hmu.Lock()
+	defer e.hmu.Unlock()
+	e.history = append(e.history, events...)
+	if n := len(e.history) - historyLimit; n > 0 {
+		e.history = append(e.history[:0:0], e.history[n:]...)
+	}
+}
+
+// evaluate is the slow loop for one class 3+ effect: verification first
+// (deterministic, and evidence for the bank), then the sensor bank and
+// authority.Decide. The verification verdict is returned for the broker
+// to record; the semantic verdict is recorded here, and a deny stops the
+// commit at the commit check.
+func (k *Kernel) evaluate(ctx context.Context, eff store.Effect, payload []byte) (string, json.RawMessage, error) {
+	verdict, body, err := k.cfg.Verification.Verify(ctx, eff, payload)
+	if err != nil || verdict != store.VerdictAllow {
+		return verdict, body, err
+	}
+	e, ok := k.Episode(eff.EpisodeID)
+	if !ok {
+		return "", nil, errors.New("episode: the effect's episode is not driven by this controller")
+	}
+	e.remember(sensor.Event{Kind: sensor.EventEdit}, sensor.Event{Kind: sensor.EventEffectProposed, Detail: eff.Kind},
+		sensor.Event{Kind: sensor.EventTestPassed})
+	if err := e.semantic(ctx, eff, payload); err != nil {
+		return "", nil, err
+	}
+	return verdict, body, nil
+}
+
+// semanticBody is the recorded semantic decision: every reading with the
+// identity of what produced it, and how Decide weighed them.
+type semanticBody struct {
+	Schema    string           `json:"schema"`
+	Readings  []semanticRecord `json:"readings"`
+	Action    string           `json:"action"`
+	Ceiling   int              `json:"ceiling"`
+	Decider   string           `json:"decider"`
+	Regime    string           `json:"regime"`
+	Level     string           `json:"level"`
+	PathsDeny int              `json:"paths_denied"`
+}
+
+type semanticRecord struct {
+	Identity     sensor.Identity     `json:"identity"`
+	Cause        string              `json:"cause"`
+	Observations []map[string]string `json:"observations"`
+}
+
+// semantic runs the bank on the effect's evidence, decides and records.
+func (e *Episode) semantic(ctx context.Context, eff store.Effect, payload []byte) error {
+	k := e.k
+	class := authority.Class(eff.Class)
+	paths, readable := patchPaths(payload)
+	e.hmu.Lock()
+	history := append([]sensor.Event(nil), e.history...)
+	regime := e.home.State().Regime
+	e.hmu.Unlock()
+	f := &sensor.Frame{Intent: e.spec.OriginIntent, Scope: e.spec.Policy.Allow, Paths: paths, Diff: payload, History: history,
+		Effect: &sensor.Effect{Kind: eff.Kind, Target: eff.TargetID, Class: class}}
+
+	readings := []sensor.Reading{k.rules.Observe(ctx, f)}
+	if k.cfg.Sensor != nil {
+		rd := k.cfg.Sensor.Observe(ctx, f)
+		readings = append(readings, rd)
+		k.health(rd.Cause.Fault())
+	}
+	level := k.regulatorState().Level
+
+	e.mu.Lock()
+	lease := e.leaseCap
+	e.mu.Unlock()
+	signals := make([]authority.Signal, 0, len(readings)*sensor.BankSize+4+len(paths))
+	for i := range readings {
+		s := readings[i].Signals()
+		signals = append(signals, s[:]...)
+	}
+	signals = append(signals, regime.Signal(), level.Signal())
+	req := authority.Request{Class: class, Kind: eff.Kind, Target: eff.TargetID, Bytes: int64(len(payload))}
+	if r := lease.Check(&req); r == authority.Allowed {
+		signals = append(signals, authority.Signal{Source: authority.SourcePolicy, Grant: true, Code: "lease"})
+	} else {
+		signals = append(signals, authority.Signal{Source: authority.SourceCapability, Action: authority.Revoke, Code: r.String()})
+	}
+	if !readable {
+		signals = append(signals, authority.Signal{Source: authority.SourceCapability, Action: authority.Revoke, Code: "unreadable_patch"})
+	}
+	for _, p := range paths {
+		req.Path = p
+		if r := lease.Check(&req); r != authority.Allowed {
+			signals = append(signals, authority.Signal{Source: authority.SourceCapability, Action: authority.Revoke, Code: r.String()})
+		}
+	}
+	v := authority.Decide(signals)
+
+	// What may commit is what the effective lease still allows: never
+	// wider than the lease, whatever the bank said.
+	granted := authority.Effective(lease, v)
+	denied := 0
+	req.Path = ""
+	if granted.Check(&req) != authority.Allowed {
+		denied++
+	}
+	for _, p := range paths {
+		req.Path = p
+		if granted.Check(&req) != authority.Allowed {
+			denied++
+		}
+	}
+	allow := v.Action < authority.Revoke && v.Ceiling >= class && level.MaxClass() >= class && regime.MaxClass() >= class && denied == 0
+
+	// The trajectory learns from every reading that is evidence; a
+	// degraded one is the regulator's business, not drift.
+	var drift, unc float64
+	for i := range readings {
+		if readings[i].Cause != sensor.NotDegraded {
+			continue
+		}
+		d, u := readings[i].Trajectory()
+		drift, unc = max(drift, d), max(unc, u)
+	}
+	e.mu.Lock()
+	epoch := e.epoch
+	e.mu.Unlock()
+	_ = e.observe(frame{epoch: epoch, sample: homeostat.Sample{Drift: drift, Uncertainty: unc}}, false)
+
+	body := semanticBody{Schema: sensor.SchemaVersion, Action: v.Action.String(), Ceiling: int(v.Ceiling), Decider: v.Decider.Code,
+		Regime: regime.String(), Level: level.String(), PathsDeny: denied}
+	for _, rd := range readings {
+		rec := semanticRecord{Identity: rd.Observations[0].Identity, Cause: rd.Cause.String()}
+		for _, o := range rd.Observations {
+			rec.Observations = append(rec.Observations, map[string]string{"sensor": string(o.Sensor), "level": o.Level.String(), "reason": o.Reason})
+		}
+		body.Readings = append(body.Readings, rec)
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	verdict := store.VerdictDeny
+	if allow {
+		verdict = store.VerdictAllow
+	}
+	_, err = k.cfg.Store.RecordDecision(ctx, store.NewDecision{EffectID: eff.ID, Revision: eff.Revision, Epoch: eff.Epoch,
+		Kind: store.DecisionSemantic, Verdict: verdict, Body: raw})
+	return err
+}
+
+// maxPatchPaths bounds the paths taken from one patch; a patch naming more
+// is sprawling, and the bank already says so from the first ones.
+const maxPatchPaths = 1024
+
+// patchPaths are the paths a git diff touches, old and new names both. ok
+// is false when a file section names no path this parser can read (a
+// quoted name, an unusual header): the caller then denies, since a path
+// it cannot read is a path it cannot check against the lease.
+func patchPaths(diff []byte) (paths []string, ok bool) {
+	seen := map[string]bool{}
+	add := func(p string) {
+		if p == "" || p == "/dev/null" || seen[p] || len(paths) >= maxPatchPaths {
+			return
+		}
+		seen[p] = true
+		paths = append(paths, p)
+	}
+	sections, named := 0, 0 // file sections, and those a path was read from
+	found := false
+	sc := bufio.NewScanner(bytes.NewReader(diff))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, hdr := strings.CutPrefix(line, "diff --git "); hdr {
+			if found {
+				named++
+			}
+			sections++
+			found = false
+			// "a/X b/X": both halves name the same path unless renamed
+			// (then the rename lines below name both).
+			if h := (len(rest) - 1) / 2; len(rest)%2 == 1 && rest[h] == ' ' &&
+				strings.HasPrefix(rest, "a/") && strings.HasPrefix(rest[h+1:], "b/") && rest[2:h] == rest[h+3:] {
+				add(rest[2:h])
+				found = true
+			}
+			continue
+		}
+		if (strings.HasPrefix(line, "--- ") || strings.HasPrefix(line, "+++ ")) && line[4:] != "/dev/null" &&
+			!strings.HasPrefix(line, "--- a/") && !strings.HasPrefix(line, "+++ b/") {
+			return paths, false // a quoted or unprefixed name
+		}
+		for _, pre := range []string{"--- a/", "+++ b/", "rename from ", "rename to ", "copy from ", "copy to "} {
+			if p, cut := strings.CutPrefix(line, pre); cut {
+				if strings.HasPrefix(p, "\"") {
+					return paths, false
+				}
+				add(strings.TrimSuffix(p, "\t"))
+				found = true
+			}
+		}
+	}
+	if found {
+		named++
+	}
+	if sc.Err() != nil || sections > 0 && named != sections || len(paths) >= maxPatchPaths {
+		return paths, false
+	}
+	return paths, true
+}
+
+func errStopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return supervisor.ErrStopped
+	}
+	return err
+}
