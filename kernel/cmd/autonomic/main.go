@@ -28,7 +28,8 @@ import (
 const usage = `usage: autonomic <command> [flags]
 
 commands:
-  serve --config FILE                   run the kernel: authority store (managed cluster when no url) and the operator API
+  serve --config FILE                   run the kernel: store (managed cluster when no url), broker, episode controller,
+                                        recovery, then the operator API
   preflight [--config FILE] [--json]    what this host and its launcher enforce (and, with a config, the database), with a verdict
   episode list [--limit N] | status ID | start --spec FILE | abort ID --reason TEXT
   effect list EPISODE | show EFFECT
