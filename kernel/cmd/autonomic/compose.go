@@ -19,6 +19,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/store"
 )
@@ -69,8 +70,10 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks serveHo
 	for i, a := range adapters {
 		adapters[i] = obs.Wrap(a)
 	}
+	// Trajectory and its table come from the controller: an episode it
+	// does not drive reads as containment, so nothing commits for it.
 	bc := broker.Config{Store: st, Payloads: payloads, Adapters: adapters, DecisionKeys: map[string]ed25519.PublicKey(keys),
-		Logger: log.Named("broker")}
+		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), Logger: log.Named("broker")}
 	if cfg.AutomaticVerification {
 		bc.Verifier = obs.Verify
 	}
@@ -98,7 +101,13 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks serveHo
 		return nil, fmt.Errorf("worker seccomp profile: %w", err)
 	}
 	ec := episode.Config{Store: st, Broker: b, Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, SocketsRoot: d.SocketsRoot,
-		CgroupParent: d.CgroupParent, OwnerUID: uid, OwnerGID: gid, Seccomp: prog, Observer: obs, Logger: log.Named("episode")}
+		CgroupParent: d.CgroupParent, OwnerUID: uid, OwnerGID: gid, Seccomp: prog, Observer: obs, SensorQueue: cfg.SensorQueue,
+		Logger: log.Named("episode")}
+	if cfg.Sensor.Kind == config.SensorOpenAICompatible {
+		if ec.Sensor, err = modelSensor(cfg.Sensor); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.AutomaticVerification {
 		ec.Verification = &verify.Runner{Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, OwnerUID: uid, OwnerGID: gid,
 			Seccomp: prog, Targets: verifyTargets(cfg), Logger: log.Named("verify")}
@@ -107,6 +116,26 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks serveHo
 		return nil, err
 	}
 	return k, nil
+}
+
+// modelSensor is the openai_compatible sensor bank. The key is read from
+// the named environment variable once, here, and never logged.
+func modelSensor(c config.Sensor) (*sensor.Client, error) {
+	cc := sensor.ClientConfig{Endpoint: c.Endpoint, Model: c.Model, AllowedModels: c.AllowedModels,
+		Timeout: time.Duration(c.TimeoutMS) * time.Millisecond, RequestLimit: c.MaxRequestBytes,
+		EvidenceLimit: max(1<<10, c.MaxRequestBytes*3/4), ResponseLimit: 64 << 10}
+	if c.APIKeyEnv != "" {
+		key := os.Getenv(c.APIKeyEnv)
+		if key == "" {
+			return nil, fmt.Errorf("sensor.api_key_env: the named variable is empty or unset")
+		}
+		cc.APIKey = sensor.Secret(key)
+	}
+	cl, err := sensor.NewClient(cc)
+	if err != nil {
+		return nil, fmt.Errorf("sensor: %w", err)
+	}
+	return cl, nil
 }
 
 // recoverAtStart is kernel start: settle every unsettled effect, then fence,
@@ -243,8 +272,6 @@ func verifyTargets(cfg *config.Config) map[string]verify.Target {
 // act on yet, each with why. Startup logs them: none is silently ignored.
 func unusedKeys(cfg *config.Config, k *kernel) []string {
 	out := []string{
-		"sensor (no semantic sensor bank is composed yet)",
-		"sensor_queue (no sensor array is composed yet)",
 		fmt.Sprintf("effect_concurrency=%d (per-episode broker servers are built by kernel/episode with their own default of 8)", cfg.EffectConcurrency),
 	}
 	if cfg.SpeculationMS != nil {
@@ -260,8 +287,10 @@ func unusedKeys(cfg *config.Config, k *kernel) []string {
 			}
 		}
 	}
-	if k.episodes == nil && cfg.MaxRepairs != nil {
-		out = append(out, "max_repairs (no episode controller)")
+	if k.episodes == nil {
+		out = append(out, "sensor, sensor_queue, max_repairs (no episode controller)")
+	} else if !cfg.AutomaticVerification {
+		out = append(out, "sensor (the sensor bank runs at evaluate, after automatic verification, which is off)")
 	}
 	return out
 }

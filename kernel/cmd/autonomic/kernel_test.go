@@ -145,7 +145,7 @@ func TestServeRunsEpisodes(t *testing.T) {
 	bootAt := time.Now()
 	stop := startServe(t, ctx, cfg, log, logs, &owner)
 	t.Logf("kernel composed, recovered and serving in %v", time.Since(bootAt).Round(time.Millisecond))
-	for _, want := range []string{`"@message":"recovery"`, "configuration keys accepted but not used", "effect_concurrency", `"episodes":true`} {
+	for _, want := range []string{`"@message":"recovery"`, "configuration keys accepted but not used", "effect_concurrency", `"episodes":true`, "regulator not composed"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("startup log lacks %q:\n%s", want, logs)
 		}

@@ -82,6 +82,11 @@ func serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks serv
 	if gaps := verificationGaps(cfg); len(gaps) > 0 {
 		log.Warn("automatic_verification: these git_commit targets have no verify_argv; their class 3+ effects cannot commit", "targets", gaps)
 	}
+	if k.episodes != nil {
+		// No regulator configuration exists yet: autonomy stays at act and
+		// only the homeostat's regime caps commits.
+		log.Warn("system regulator not composed: autonomy level fixed at act")
+	}
 	if err := k.recoverAtStart(ctx, log); err != nil {
 		return err
 	}
