@@ -51,11 +51,13 @@ func Table() []Gate {
 		}},
 		{Name: "sensor_poisoning", Proves: "hostile evidence cannot escalate authority", Tests: []Run{
 			{"./kernel/sensor", []string{"TestSensorPoisoning", "TestClientLiarIsRecorded"}},
+			{"./kernel/episode", []string{"TestSensorPoisoningInEpisode"}},
 		}},
 		{Name: "semantic_outage_degradation", Proves: "sensor loss degrades autonomy instead of failing open", Tests: []Run{
 			{"./kernel/sensor", []string{"TestClientDegrades", "TestClientStoppedServer", "TestDegradedReadingNarrows"}},
 			{"./kernel/regulator", []string{"TestRegulator", "TestClassCeilings"}},
-		}, Scope: "components: sensor degradation and the regulator's class ceiling; not yet end to end through a running episode"},
+			{"./kernel/episode", []string{"TestSemanticOutageDegradation"}},
+		}},
 		{Name: "backpressure_load", Proves: "saturation rejects rather than queues unboundedly", Tests: []Run{
 			{"./broker", []string{"TestBackpressureLoad"}},
 		}},
