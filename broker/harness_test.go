@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -243,14 +242,6 @@ func wantErr(t testing.TB, r *protocol.WorkerResponse, code protocol.Code) {
 		}
 		t.Fatalf("got %s, want %s", r.Error.Code, code)
 	}
-}
-
-func codeOf(err error) protocol.Code {
-	var pe *protocol.Error
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
 }
 
 // approve signs an approval of the effect as it stands in the store.

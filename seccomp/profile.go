@@ -63,10 +63,6 @@ type Filter struct {
 	MinKernel KernelVersion
 }
 
-func (f Filter) empty() bool {
-	return len(f.Arches) == 0 && len(f.Caps) == 0 && f.MinKernel.zero()
-}
-
 // Arg is one argument comparison. For SCMP_CMP_MASKED_EQ, Value is the mask
 // and ValueTwo the datum, as in runc: (arg & Value) == ValueTwo.
 type Arg struct {

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"errors"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -56,10 +55,6 @@ func connBroken(err error) bool {
 		return pe.Code == protocol.CodeAuthorityUnavailable
 	}
 	return true
-}
-
-func isCtxErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func notFound(what string) error {
