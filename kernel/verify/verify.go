@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -160,7 +158,7 @@ func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Bod
 	}
 	b.TreeOID = strings.TrimSpace(tree)
 	// git ran as the kernel; the domain's view maps the workspace owner.
-	if err := chownTree(dir, r.OwnerUID, r.OwnerGID); err != nil {
+	if err := workspace.ChownTree(dir, r.OwnerUID, r.OwnerGID); err != nil {
 		return "", err
 	}
 
@@ -273,15 +271,4 @@ func (r *Runner) git(ctx context.Context, dir string, stdin []byte, args ...stri
 		return "", fmt.Errorf("verify: git %s: %w", args[0], err)
 	}
 	return out.String(), nil
-}
-
-// chownTree hands what git wrote to the workspace owner without following
-// a symlink the patch created.
-func chownTree(root string, uid, gid int) error {
-	return filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, uid, gid)
-	})
 }

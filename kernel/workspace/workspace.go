@@ -78,7 +78,7 @@ func Prepare(ctx context.Context, c Clone) (string, error) {
 	if _, err := g.run(ctx, "remote", "remove", "origin"); err != nil {
 		return "", err
 	}
-	if err := chownTree(dst, c.UID, c.GID); err != nil {
+	if err := ChownTree(dst, c.UID, c.GID); err != nil {
 		return "", err
 	}
 	ok = true
@@ -132,9 +132,9 @@ func (r runner) run(ctx context.Context, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// chownTree hands the tree to the workspace owner without following a
-// symlink the repository contains.
-func chownTree(root string, uid, gid int) error {
+// ChownTree hands a tree to the workspace owner without following a
+// symlink in it (the repository, or a patch, may have created any).
+func ChownTree(root string, uid, gid int) error {
 	return filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
 		if err != nil {
 			return err
