@@ -1,7 +1,10 @@
 package episode_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -22,6 +25,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
@@ -112,12 +116,17 @@ type rig struct {
 type rigOptions struct {
 	verifyArgv []string
 	config     []func(*episode.Config)
+	hooks      *broker.Hooks // the broker's fault-injection points, every boot
 }
 
 type rigOpt func(*rigOptions)
 
 func withConfig(f func(*episode.Config)) rigOpt {
 	return func(o *rigOptions) { o.config = append(o.config, f) }
+}
+
+func withBrokerHooks(h *broker.Hooks) rigOpt {
+	return func(o *rigOptions) { o.hooks = h }
 }
 
 func withVerification(argv ...string) rigOpt {
@@ -262,7 +271,7 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
 		AllowedPaths: []string{"calc.sh"}, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
 	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{obs.Wrap(gitc)},
-		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass()}
+		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), Hooks: r.opts.hooks}
 	var runner *verify.Runner
 	if r.opts.verifyArgv != nil {
 		bc.Verifier = obs.Verify
@@ -279,7 +288,8 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 	}
 	cfg := episode.Config{Store: st, Broker: r.b, Domains: r.dom, WorkspacesRoot: shared.bed.Workspaces,
 		SocketsRoot: shared.bed.Sockets, CgroupParent: "/" + rel, OwnerUID: shared.bed.OwnerUID, OwnerGID: shared.bed.OwnerGID,
-		Seccomp: prog.Bytes(), Observer: obs, Verification: runner, AuthorityInterval: 200 * time.Millisecond}
+		Seccomp: prog.Bytes(), Observer: obs, Verification: runner, AuthorityInterval: 200 * time.Millisecond,
+		PolicyKeys: policy.Keys{policyKeyID: policyKey().Public().(ed25519.PublicKey)}}
 	for _, o := range r.opts.config {
 		o(&cfg)
 	}
@@ -325,15 +335,40 @@ c=$($E commit -effect "$id" -revision "$rev") || { echo "COMMIT-FAILED $c"; exit
 echo "STATE=$(pick "$c" state)"
 `
 
-func (r *rig) spec(env map[string]string) episode.Spec {
-	grant := authority.Spec{MaxClass: 3, Grants: []authority.Grant{{Target: "repo", Kind: "git_commit", MaxClass: 3}},
+// grantSpec is the rig's policy and envelope: git_commit to repo up to
+// class 3, anywhere.
+func grantSpec() authority.Spec {
+	return authority.Spec{MaxClass: 3, Grants: []authority.Grant{{Target: "repo", Kind: "git_commit", MaxClass: 3}},
 		Allow: []string{"**"}, Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 24, EffectsPerMinute: 60}}
+}
+
+func (r *rig) spec(env map[string]string) episode.Spec {
+	grant := grantSpec()
 	return episode.Spec{
 		OriginIntent: "Fix the failing test in test.sh without changing the test.",
-		Repo:         r.repo, BaseOID: r.base, Policy: grant, Envelope: grant,
+		Repo:         r.repo, BaseOID: r.base, Policy: signPolicy(grant), Envelope: grant,
 		Repair: &authority.Spec{MaxClass: 3, Grants: grant.Grants, Allow: []string{"**"}, Forbid: []string{"test.sh"}, Budget: grant.Budget},
 		Argv:   []string{"/bin/bash", "-c", worker}, Env: env, MaxRepairs: 1, LeaseTTL: time.Hour,
 	}
+}
+
+// policyKeyID names the rig's policy signing key in its PolicyKeys.
+const policyKeyID = "test-policy"
+
+// policyKey is the rig's policy signing key: fixed, so a rebooted rig
+// still verifies the policies its episodes were started with.
+func policyKey() ed25519.PrivateKey {
+	return ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+}
+
+// signPolicy signs c as policy "fixture" version 1 with the rig's key.
+func signPolicy(c authority.Spec) json.RawMessage {
+	signed, err := policy.Sign(policyKey(), policyKeyID, policy.Document{Schema: policy.Schema, ID: "fixture", Version: 1,
+		Capability: c, Semantic: policy.Semantic{MaxRisk: 0.5}})
+	if err != nil {
+		panic(err)
+	}
+	return signed
 }
 
 // nextExit waits for a worker exit of the episode.

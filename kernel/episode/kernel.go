@@ -17,6 +17,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
@@ -42,6 +43,10 @@ type Config struct {
 	OwnerUID, OwnerGID int
 	// Seccomp is the compiled worker profile; the launcher adds its floor.
 	Seccomp []byte
+	// PolicyKeys is policy_keys: a spec's signed policy must verify
+	// against one of them. Empty, every start is refused (and kernel start
+	// contains every recorded episode, whose policy no longer verifies).
+	PolicyKeys policy.Keys
 	// Ceiling is the regulator's current class ceiling (nil: no cap).
 	Ceiling func() authority.Class
 	// Observer, when set, is the commit observer wrapped around the
@@ -190,16 +195,16 @@ func (k *Kernel) socketPath(ep uuid.UUID) string {
 	return filepath.Join(k.cfg.SocketsRoot, ep.String()+".sock")
 }
 
-func (k *Kernel) mint(spec Spec) (authority.Capability, error) {
-	policy, envelope, _, err := spec.validate()
+func (k *Kernel) mint(spec Spec) (*policy.Policy, authority.Capability, error) {
+	pol, envelope, _, err := spec.validate(k.cfg.PolicyKeys)
 	if err != nil {
-		return authority.Capability{}, err
+		return nil, authority.Capability{}, err
 	}
 	ceiling := min(k.ceiling(), spec.RequestedCeiling)
 	if spec.RequestedCeiling == 0 {
 		ceiling = k.ceiling()
 	}
-	return authority.Mint(policy, envelope, ceiling), nil
+	return pol, authority.Mint(pol.Capability, envelope, ceiling), nil
 }
 
 // Start creates an episode at epoch 1 with a lease within its envelope,
@@ -207,7 +212,9 @@ func (k *Kernel) mint(spec Spec) (authority.Capability, error) {
 // its worker in a new domain. It returns once the domain runs and its
 // initial checkpoint is recorded.
 func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
-	cap, err := k.mint(spec)
+	// Refused specs (an unsigned or wrongly signed policy among them)
+	// return here, before the store or the launcher is touched.
+	pol, cap, err := k.mint(spec)
 	if err != nil {
 		return nil, fmt.Errorf("episode: spec: %w", err)
 	}
@@ -216,7 +223,7 @@ func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
 		return nil, err
 	}
 	st := k.cfg.Store
-	rec, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: raw, PolicyVersion: 1})
+	rec, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: raw, PolicyVersion: pol.Version})
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +273,11 @@ func (k *Kernel) newEpisode(id uuid.UUID, spec Spec) *Episode {
 	e := &Episode{k: k, id: id, spec: spec, state: Pending, commits: make(chan uuid.UUID, 64),
 		contain: make(chan string, 1), exits: make(chan WorkerExit, 16), digests: map[uuid.UUID]string{},
 		log: k.log.With("episode", id)}
+	// The semantic sensors read the policy's scope; a spec whose policy no
+	// longer verifies has none (and Recover contains it).
+	if pol, _, _, err := spec.validate(k.cfg.PolicyKeys); err == nil {
+		e.scope = pol.Document.Capability.Allow
+	}
 	// Both were validated by New.
 	e.frames, _ = sensor.NewQueue[frame](k.cfg.SensorQueue)
 	e.home, _ = homeostat.New(k.home)

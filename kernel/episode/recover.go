@@ -166,7 +166,7 @@ func (k *Kernel) resume(ctx context.Context, rec store.Episode, out *Recovery) (
 		e.log.Warn("contained at kernel start", "why", why)
 		return nil, why, nil
 	}
-	_, _, narrow, verr := spec.validate()
+	_, _, narrow, verr := spec.validate(k.cfg.PolicyKeys)
 	switch {
 	case specErr != nil || verr != nil:
 		return contain("kernel restart: the recorded spec does not validate")

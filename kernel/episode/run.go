@@ -33,7 +33,10 @@ type Episode struct {
 	k    *Kernel
 	id   uuid.UUID
 	spec Spec
-	log  hclog.Logger
+	// scope is the admitted policy's allow list, the sensors' view of
+	// what the episode is for.
+	scope []string
+	log   hclog.Logger
 
 	mu        sync.Mutex
 	state     State
@@ -456,7 +459,7 @@ func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string
 	if err != nil {
 		return old, err
 	}
-	_, _, narrow, _ := e.spec.validate()
+	_, _, narrow, _ := e.spec.validate(e.k.cfg.PolicyKeys)
 	lease := authority.Intersect(prev, narrow).Narrow(e.k.ceiling())
 	if err := e.grant(ctx, lease); err != nil {
 		return old, err

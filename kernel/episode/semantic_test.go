@@ -273,7 +273,9 @@ func TestSensorPoisoningInEpisode(t *testing.T) {
 		c.Store = rec
 	}))
 	spec := r.retrySpec(2)
-	spec.Policy.Forbid = []string{"calc.sh"}
+	forbid := grantSpec()
+	forbid.Forbid = []string{"calc.sh"}
+	spec.Policy = signPolicy(forbid)
 	e, err := r.k.Start(ctx, spec)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
@@ -18,10 +19,12 @@ type Spec struct {
 	// trusted configuration, never from a worker) and the exact commit.
 	Repo    string `json:"repo"`
 	BaseOID string `json:"base_oid"`
-	// Policy and the hard envelope; a lease is their intersection under
-	// the regulator's ceiling.
-	Policy   authority.Spec `json:"policy"`
-	Envelope authority.Spec `json:"hard_envelope"`
+	// Policy is a signed policy envelope (kernel/policy.Signed), admitted
+	// only if it verifies against Config.PolicyKeys. The hard envelope is
+	// the operator's own cap; a lease is the intersection of the policy's
+	// capability and the envelope under the regulator's ceiling.
+	Policy   json.RawMessage `json:"policy"`
+	Envelope authority.Spec  `json:"hard_envelope"`
 	// Repair is intersected into every repair lease, so a repaired episode
 	// holds at most what it held before and no more than this.
 	Repair *authority.Spec `json:"repair,omitempty"`
@@ -46,43 +49,53 @@ const (
 	envLease = "AUTONOMIC_LEASE_ID"
 )
 
-// validate checks a spec and compiles its capabilities.
-func (s *Spec) validate() (policy, envelope, repair authority.Capability, err error) {
+// validate checks a spec, verifies its signed policy against keys and
+// compiles its capabilities. A refused policy is a *policy.Error (its
+// catalogue code is forbidden for a signature problem, invalid_field or a
+// decode code for content); every other problem is invalid_field, so an
+// operator's mistake never reads as a kernel fault.
+func (s *Spec) validate(keys policy.Keys) (pol *policy.Policy, envelope, repair authority.Capability, err error) {
+	invalid := func(format string, args ...any) error {
+		return protocol.Errorf(protocol.CodeInvalidField, format, args...)
+	}
 	switch {
 	case s.OriginIntent == "":
-		err = fmt.Errorf("origin_intent is empty")
+		err = invalid("origin_intent is empty")
 	case !filepath.IsAbs(s.Repo):
-		err = fmt.Errorf("repo must be an absolute path")
+		err = invalid("repo must be an absolute path")
 	case !oidPattern.MatchString(s.BaseOID):
-		err = fmt.Errorf("base_oid must be a full lower-case object id")
+		err = invalid("base_oid must be a full lower-case object id")
 	case len(s.Argv) == 0:
-		err = fmt.Errorf("argv is empty")
+		err = invalid("argv is empty")
 	case s.MaxRepairs < 0:
-		err = fmt.Errorf("max_repairs is negative")
+		err = invalid("max_repairs is negative")
 	case s.LeaseTTL < 0:
-		err = fmt.Errorf("lease_ttl is negative")
+		err = invalid("lease_ttl is negative")
+	case s.RequestedCeiling > authority.MaxClass:
+		err = invalid("requested_ceiling is not a class")
 	}
 	for k := range s.Env {
 		if reservedEnv(k) {
-			err = fmt.Errorf("env %s is set by the kernel", k)
+			err = invalid("env %s is set by the kernel", k)
 		}
 	}
 	if err != nil {
 		return
 	}
-	if policy, err = authority.Compile(s.Policy); err != nil {
-		return policy, envelope, repair, fmt.Errorf("policy: %w", err)
+	// Signature first: nothing of an unauthenticated policy is used.
+	if pol, err = policy.Verify(keys, s.Policy); err != nil {
+		return nil, envelope, repair, fmt.Errorf("policy: %w", err)
 	}
 	if envelope, err = authority.Compile(s.Envelope); err != nil {
-		return policy, envelope, repair, fmt.Errorf("hard_envelope: %w", err)
+		return nil, envelope, repair, invalid("hard_envelope: %w", err)
 	}
 	repair = envelope
 	if s.Repair != nil {
 		if repair, err = authority.Compile(*s.Repair); err != nil {
-			return policy, envelope, repair, fmt.Errorf("repair: %w", err)
+			return nil, envelope, repair, invalid("repair: %w", err)
 		}
 	}
-	return policy, envelope, repair, nil
+	return pol, envelope, repair, nil
 }
 
 // leaseDoc is what a lease row stores: the capability in recordable form,

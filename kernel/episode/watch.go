@@ -231,7 +231,7 @@ func (e *Episode) semantic(ctx context.Context, eff store.Effect, payload []byte
 	history := append([]sensor.Event(nil), e.history...)
 	regime := e.home.State().Regime
 	e.hmu.Unlock()
-	f := &sensor.Frame{Intent: e.spec.OriginIntent, Scope: e.spec.Policy.Allow, Paths: paths, Diff: payload, History: history,
+	f := &sensor.Frame{Intent: e.spec.OriginIntent, Scope: e.scope, Paths: paths, Diff: payload, History: history,
 		Effect: &sensor.Effect{Kind: eff.Kind, Target: eff.TargetID, Class: class}}
 
 	readings := []sensor.Reading{k.rules.Observe(ctx, f)}

@@ -60,6 +60,10 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks serveHo
 	if err != nil {
 		return nil, fmt.Errorf("decision_keys: %w", err)
 	}
+	policyKeys, err := policy.ParseKeys(cfg.PolicyKeys)
+	if err != nil {
+		return nil, err
+	}
 	// The Observer exists before the broker: the broker takes the wrapped
 	// adapters and, with automatic verification, Observer.Verify.
 	obs := &episode.Observer{}
@@ -102,7 +106,10 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks serveHo
 	}
 	ec := episode.Config{Store: st, Broker: b, Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, SocketsRoot: d.SocketsRoot,
 		CgroupParent: d.CgroupParent, OwnerUID: uid, OwnerGID: gid, Seccomp: prog, Observer: obs, SensorQueue: cfg.SensorQueue,
-		Logger: log.Named("episode")}
+		PolicyKeys: policyKeys, Logger: log.Named("episode")}
+	if len(policyKeys) == 0 {
+		log.Warn("policy_keys is empty: no signed policy can verify, so every episode start is refused")
+	}
 	if cfg.Sensor.Kind == config.SensorOpenAICompatible {
 		if ec.Sensor, err = modelSensor(cfg.Sensor); err != nil {
 			return nil, err
@@ -277,9 +284,6 @@ func unusedKeys(cfg *config.Config, k *kernel) []string {
 	if cfg.SpeculationMS != nil {
 		out = append(out, "speculation_ms (no speculation window is implemented)")
 	}
-	if len(cfg.PolicyKeys) > 0 {
-		out = append(out, "policy_keys (episode specs carry unsigned policies; signatures are not checked yet)")
-	}
 	if !cfg.AutomaticVerification || k.episodes == nil {
 		for _, id := range sortedKeys(cfg.Targets.GitCommit) {
 			if len(cfg.Targets.GitCommit[id].VerifyArgv) > 0 {
@@ -288,7 +292,7 @@ func unusedKeys(cfg *config.Config, k *kernel) []string {
 		}
 	}
 	if k.episodes == nil {
-		out = append(out, "sensor, sensor_queue, max_repairs (no episode controller)")
+		out = append(out, "sensor, sensor_queue, max_repairs, policy_keys (no episode controller)")
 	} else if !cfg.AutomaticVerification {
 		out = append(out, "sensor (the sensor bank runs at evaluate, after automatic verification, which is off)")
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
 
@@ -115,10 +117,17 @@ func TestServeRunsEpisodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The operator's policy key, made and later used by the CLI.
+	keyFile := filepath.Join(tmp, "policy.pem")
+	var keyOut, keyErr bytes.Buffer
+	if code := effectCmd([]string{"keygen", "--out", keyFile}, &keyOut, &keyErr); code != 0 {
+		t.Fatalf("keygen: %s", keyErr.String())
+	}
 	state := filepath.Join(tmp, "state")
 	doc, _ := json.Marshal(map[string]any{
-		"state_dir": state,
-		"store":     map[string]any{"url": cluster.KernelConnString("kernel"), "admin_url": cluster.AdminConnString("kernel")},
+		"policy_keys": map[string]string{"ops-1": strings.TrimSpace(keyOut.String())},
+		"state_dir":   state,
+		"store":       map[string]any{"url": cluster.KernelConnString("kernel"), "admin_url": cluster.AdminConnString("kernel")},
 		"domain": map[string]any{"backend": "linux", "launcher_path": bed.Launcher, "direct": true,
 			"workspaces_root": bed.Workspaces, "sockets_root": bed.Sockets, "cgroup_parent": "/" + rel},
 		"sensor": map[string]any{"kind": "rules"},
@@ -161,7 +170,14 @@ func TestServeRunsEpisodes(t *testing.T) {
 	}
 	grant := authority.Spec{MaxClass: 3, Grants: []authority.Grant{{Target: "repo", Kind: "git_commit", MaxClass: 3}},
 		Allow: []string{"**"}, Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 24, EffectsPerMinute: 60}}
-	spec, _ := json.Marshal(episode.Spec{OriginIntent: "say hello and exit", Repo: repo, BaseOID: base, Policy: grant, Envelope: grant,
+	policyDoc, _ := json.Marshal(policy.Document{Schema: policy.Schema, ID: "hello", Version: 1, Capability: grant,
+		Semantic: policy.Semantic{MaxRisk: 0.5}})
+	var signed, signErr bytes.Buffer
+	if code := policyCmd([]string{"sign", "--key", keyFile, "--key-id", "ops-1"}, bytes.NewReader(policyDoc), &signed, &signErr); code != 0 {
+		t.Fatalf("policy sign: %s", signErr.String())
+	}
+	spec, _ := json.Marshal(episode.Spec{OriginIntent: "say hello and exit", Repo: repo, BaseOID: base,
+		Policy: json.RawMessage(bytes.TrimSpace(signed.Bytes())), Envelope: grant,
 		Argv: []string{"/bin/bash", "-c", "echo hello; exit 0"}, LeaseTTL: time.Hour})
 	// No max_repairs in the spec: the kernel's (1) applies.
 	var specDoc map[string]any
@@ -181,6 +197,36 @@ func TestServeRunsEpisodes(t *testing.T) {
 	widePath := filepath.Join(tmp, "wide.json")
 	os.WriteFile(widePath, wideDoc, 0o600)
 	run(1, "start", "--spec", widePath, "--config", cfgPath)
+
+	// An unsigned policy, one signed by a key policy_keys does not hold
+	// under a known key id, and a spec error are refused with their codes
+	// and change nothing.
+	_, stranger, _ := ed25519.GenerateKey(nil)
+	wrong, _ := policy.Sign(stranger, "ops-1", policy.Document{Schema: policy.Schema, ID: "hello", Version: 1, Capability: grant,
+		Semantic: policy.Semantic{MaxRisk: 0.5}})
+	unsigned, _ := json.Marshal(map[string]any{"policy": json.RawMessage(policyDoc)})
+	for name, c := range map[string]struct {
+		set  func(map[string]any)
+		want string
+	}{
+		"unsigned":  {func(m map[string]any) { m["policy"] = json.RawMessage(unsigned) }, "forbidden"},
+		"wrong key": {func(m map[string]any) { m["policy"] = json.RawMessage(wrong) }, "forbidden"},
+		"bad oid":   {func(m map[string]any) { m["base_oid"] = "main" }, "invalid_field"},
+	} {
+		var m map[string]any
+		json.Unmarshal(spec, &m)
+		c.set(m)
+		b, _ := json.Marshal(m)
+		p := filepath.Join(tmp, "refused.json")
+		os.WriteFile(p, b, 0o600)
+		var out, errb bytes.Buffer
+		if code := episodeCmd([]string{"start", "--spec", p, "--config", cfgPath}, &out, &errb); code != 1 || !strings.Contains(errb.String(), c.want) {
+			t.Fatalf("%s: exit %d: %s %s", name, code, out.String(), errb.String())
+		}
+	}
+	if out := run(0, "list", "--config", cfgPath, "--json"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("refused starts changed the store: %s", out)
+	}
 
 	startAt := time.Now()
 	var started api.EpisodeView

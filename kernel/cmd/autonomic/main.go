@@ -42,6 +42,9 @@ commands:
   effect keygen --out FILE              a new Ed25519 approval key; prints its public key for decision_keys
   effect approve --key FILE --key-id ID --effect ID --revision N --episode ID --epoch N --payload-digest D
                                         sign a class 4 approval bound to exactly that effect revision
+  policy sign --key FILE --key-id ID < policy.json
+                                        sign a policy document (an effect keygen key; its public key goes in
+                                        policy_keys); prints the envelope an episode spec's "policy" carries
   seccomp compile|explain|check ...     the profile compiler (see 'autonomic seccomp')
 `
 
@@ -73,6 +76,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return episodeCmd(args[1:], stdout, stderr)
 	case "events":
 		return eventsCmd(args[1:], stdout, stderr)
+	case "policy":
+		return policyCmd(args[1:], os.Stdin, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2
