@@ -4,6 +4,10 @@
 // kernel starts again.
 //
 // Invariants:
+//   - An episode starts only from a spec whose policy is a signed
+//     kernel/policy envelope that verifies against Config.PolicyKeys; any
+//     refused spec returns a catalogue error before the store, the
+//     workspace or the launcher is touched.
 //   - A worker never runs against dead authority. An episode's parts are
 //     supervised in the order authority → broker server → domain; when the
 //     authority (ownership and episode state in the store) or the broker

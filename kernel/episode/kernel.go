@@ -67,6 +67,10 @@ type Config struct {
 	Regulator *regulator.Config
 	// Homeostat configures each episode's homeostat (nil: the default).
 	Homeostat *homeostat.Config
+	// EffectConcurrency is effect_concurrency: requests each episode's
+	// broker server serves at once; beyond it a worker is answered
+	// effect_broker_saturated (default: the broker server's, 8).
+	EffectConcurrency int
 	// SensorQueue is sensor_queue, each episode's bounded frame queue
 	// (default 256).
 	SensorQueue int

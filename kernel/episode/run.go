@@ -167,7 +167,7 @@ func (e *Episode) run(ctx context.Context, checkpoint string) error {
 		return fmt.Errorf("episode: broker socket: %w", err)
 	}
 	e.ln = ln
-	srv := &broker.Server{Broker: e.k.cfg.Broker, Binding: broker.Binding{EpisodeID: e.id, Cgroup: func() (string, bool) {
+	srv := &broker.Server{Broker: e.k.cfg.Broker, Concurrency: e.k.cfg.EffectConcurrency, Binding: broker.Binding{EpisodeID: e.id, Cgroup: func() (string, bool) {
 		if p := e.cgroup.Load(); p != nil {
 			return *p, true
 		}

@@ -77,7 +77,11 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks serveHo
 	// Trajectory and its table come from the controller: an episode it
 	// does not drive reads as containment, so nothing commits for it.
 	bc := broker.Config{Store: st, Payloads: payloads, Adapters: adapters, DecisionKeys: map[string]ed25519.PublicKey(keys),
-		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), Logger: log.Named("broker")}
+		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), Logger: log.Named("broker"),
+		// speculation_ms is the window between prepare and the commit
+		// horizon: an effect not committed within it expires, so a worker
+		// cannot bank an old evaluation for later.
+		EffectTTL: time.Duration(cfg.SpeculationMSValue()) * time.Millisecond}
 	if cfg.AutomaticVerification {
 		bc.Verifier = obs.Verify
 	}
@@ -106,7 +110,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks serveHo
 	}
 	ec := episode.Config{Store: st, Broker: b, Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, SocketsRoot: d.SocketsRoot,
 		CgroupParent: d.CgroupParent, OwnerUID: uid, OwnerGID: gid, Seccomp: prog, Observer: obs, SensorQueue: cfg.SensorQueue,
-		PolicyKeys: policyKeys, Logger: log.Named("episode")}
+		PolicyKeys: policyKeys, EffectConcurrency: cfg.EffectConcurrency, Logger: log.Named("episode")}
 	if len(policyKeys) == 0 {
 		log.Warn("policy_keys is empty: no signed policy can verify, so every episode start is refused")
 	}
@@ -278,12 +282,7 @@ func verifyTargets(cfg *config.Config) map[string]verify.Target {
 // unusedKeys lists the configuration keys this kernel accepts but does not
 // act on yet, each with why. Startup logs them: none is silently ignored.
 func unusedKeys(cfg *config.Config, k *kernel) []string {
-	out := []string{
-		fmt.Sprintf("effect_concurrency=%d (per-episode broker servers are built by kernel/episode with their own default of 8)", cfg.EffectConcurrency),
-	}
-	if cfg.SpeculationMS != nil {
-		out = append(out, "speculation_ms (no speculation window is implemented)")
-	}
+	var out []string
 	if !cfg.AutomaticVerification || k.episodes == nil {
 		for _, id := range sortedKeys(cfg.Targets.GitCommit) {
 			if len(cfg.Targets.GitCommit[id].VerifyArgv) > 0 {
@@ -292,7 +291,7 @@ func unusedKeys(cfg *config.Config, k *kernel) []string {
 		}
 	}
 	if k.episodes == nil {
-		out = append(out, "sensor, sensor_queue, max_repairs, policy_keys (no episode controller)")
+		out = append(out, "sensor, sensor_queue, max_repairs, policy_keys, effect_concurrency (no episode controller)")
 	} else if !cfg.AutomaticVerification {
 		out = append(out, "sensor (the sensor bank runs at evaluate, after automatic verification, which is off)")
 	}
