@@ -25,6 +25,9 @@ const (
 	DefaultOwnerTTLMS        = 15000
 	DefaultSensorTimeoutMS   = 10000
 	DefaultSensorMaxRequest  = 64 << 10
+	DefaultRecoverAfter      = 5
+	DefaultRecoverForMS      = 5000
+	DefaultHealthIntervalMS  = 1000
 	APISocketName            = "api.sock"
 	ManagedClusterDirName    = "pg"
 )
@@ -48,7 +51,34 @@ type Config struct {
 	AutomaticVerification bool              `json:"automatic_verification"`
 	PolicyKeys            map[string]string `json:"policy_keys"`
 	DecisionKeys          map[string]string `json:"decision_keys"`
+	Regulator             Regulator         `json:"regulator"`
 	API                   API               `json:"api"`
+}
+
+// Regulator tunes the system regulator (kernel/regulator): the autonomy
+// level it starts at and may reach, how much sustained health one step
+// up needs, and how often serve observes the authority store's health.
+type Regulator struct {
+	StartLevel       string `json:"start_level"` // observe | advise | act
+	MaxLevel         string `json:"max_level"`
+	RecoverAfter     int    `json:"recover_after"`
+	RecoverForMS     *int   `json:"recover_for_ms"`
+	HealthIntervalMS int    `json:"health_interval_ms"`
+}
+
+// Regulator levels, as kernel/regulator names them.
+const (
+	LevelObserve = "observe"
+	LevelAdvise  = "advise"
+	LevelAct     = "act"
+)
+
+// RecoverForMSValue is regulator.recover_for_ms with its default.
+func (r Regulator) RecoverForMSValue() int {
+	if r.RecoverForMS == nil {
+		return DefaultRecoverForMS
+	}
+	return *r.RecoverForMS
 }
 
 // Store says where the authority lives: a PostgreSQL URL, or (url empty) a

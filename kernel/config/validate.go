@@ -177,6 +177,8 @@ func (cfg *Config) validate() []Problem {
 		c.add("owner_ttl_ms", "must be 1000..600000")
 	}
 
+	checkRegulator(c, &cfg.Regulator)
+
 	if _, err := policy.ParseKeys(cfg.PolicyKeys); err != nil {
 		c.add("policy_keys", "%s", strings.TrimPrefix(err.Error(), "policy_keys: "))
 	}
@@ -193,6 +195,44 @@ func (cfg *Config) validate() []Problem {
 
 	sort.SliceStable(c.ps, func(i, j int) bool { return c.ps[i].Key < c.ps[j].Key })
 	return c.ps
+}
+
+// checkRegulator fills the regulator's defaults: it starts at observe
+// (health is unknown until observed) and may reach act.
+func checkRegulator(c *checker, r *Regulator) {
+	rank := map[string]int{LevelObserve: 0, LevelAdvise: 1, LevelAct: 2}
+	if r.StartLevel == "" {
+		r.StartLevel = LevelObserve
+	}
+	if r.MaxLevel == "" {
+		r.MaxLevel = LevelAct
+	}
+	start, okStart := rank[r.StartLevel]
+	maxLevel, okMax := rank[r.MaxLevel]
+	if !okStart {
+		c.add("regulator.start_level", "must be observe, advise or act")
+	}
+	if !okMax {
+		c.add("regulator.max_level", "must be observe, advise or act")
+	}
+	if okStart && okMax && start > maxLevel {
+		c.add("regulator.start_level", "is above regulator.max_level")
+	}
+	switch {
+	case r.RecoverAfter == 0:
+		r.RecoverAfter = DefaultRecoverAfter
+	case r.RecoverAfter < 1 || r.RecoverAfter > 10000:
+		c.add("regulator.recover_after", "must be 1..10000")
+	}
+	if v := r.RecoverForMS; v != nil && (*v < 0 || *v > 3600000) {
+		c.add("regulator.recover_for_ms", "must be 0..3600000")
+	}
+	switch {
+	case r.HealthIntervalMS == 0:
+		r.HealthIntervalMS = DefaultHealthIntervalMS
+	case r.HealthIntervalMS < 50 || r.HealthIntervalMS > 600000:
+		c.add("regulator.health_interval_ms", "must be 50..600000")
+	}
 }
 
 // checkDBURL accepts postgres:// URLs and libpq keyword strings; it never

@@ -52,7 +52,10 @@
 //   - The regulator's level caps every lease minted (start, repair,
 //     resume) and, through Observer.Trajectory ("regime" or
 //     "regime@level", with RegimeMaxClass as the broker's table), the class
-//     the commit check lets through. An episode this controller does not
+//     the commit check lets through. Its observations come from the sensor
+//     bank at evaluate and from outside (ReportHealth: serve's store
+//     probe); each source's faults stand until that source reports again,
+//     and the regulator sees their union. An episode this controller does not
 //     drive reports containment; a broker left with the default table
 //     refuses every qualified regime.
 //   - Kernel start (Recover) reconciles unsettled effects before anything

@@ -90,6 +90,9 @@ type Kernel struct {
 	home  homeostat.Config
 	regMu sync.Mutex
 	reg   *regulator.Regulator // nil: no regulator, autonomy is act
+	// faults is the union of the faults last reported per source
+	// (ReportHealth); guarded by regMu.
+	faults regulator.Fault
 
 	mu       sync.Mutex
 	episodes map[uuid.UUID]*Episode

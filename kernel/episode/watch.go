@@ -98,16 +98,37 @@ func (k *Kernel) regulatorState() regulator.State {
 	return k.reg.State()
 }
 
-// health folds one observation into the regulator.
-func (k *Kernel) health(f regulator.Fault) {
+// ReportHealth folds one observation into the regulator. within names the
+// faults this report speaks for (the store's reachability, the broker's
+// saturation, the sensor bank's health); faults are those of them seen
+// now. Faults outside within keep their last reported state, so one
+// source's health never hides another's degradation. The regulator sees
+// the union.
+func (k *Kernel) ReportHealth(within, faults regulator.Fault) {
 	if k.reg == nil {
 		return
 	}
 	k.regMu.Lock()
 	defer k.regMu.Unlock()
-	if _, err := k.reg.Observe(regulator.Health{At: time.Now(), Faults: f}); err != nil {
+	k.faults = k.faults&^within | faults&within
+	before := k.reg.Level()
+	st, err := k.reg.Observe(regulator.Health{At: time.Now(), Faults: k.faults})
+	if err != nil {
 		k.log.Warn("regulator observation refused", "error", err)
+		return
 	}
+	if st.Level != before {
+		k.log.Warn("regulator: autonomy level changed", "from", before.String(), "to", st.Level.String(),
+			"faults", st.Faults.String(), "max_class", int(st.Level.MaxClass()))
+	}
+}
+
+// Regulator is the regulator's reading (act, version 0, without one).
+func (k *Kernel) Regulator() regulator.State { return k.regulatorState() }
+
+// health is the sensor bank's report.
+func (k *Kernel) health(f regulator.Fault) {
+	k.ReportHealth(regulator.SemanticOutage|regulator.UnpinnedModel, f)
 }
 
 // ceiling is the class ceiling for every lease minted now: the configured

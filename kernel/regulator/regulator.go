@@ -29,6 +29,16 @@ func (l Level) String() string {
 	return "invalid"
 }
 
+// ParseLevel reads a level's name (as String writes it).
+func ParseLevel(s string) (Level, bool) {
+	for l := Observe; l <= Act; l++ {
+		if l.String() == s {
+			return l, true
+		}
+	}
+	return 0, false
+}
+
 // MaxClass is the class ceiling the level puts on every lease minted or
 // checked under it (authority.Mint's ceiling).
 func (l Level) MaxClass() authority.Class {

@@ -19,6 +19,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -111,6 +112,9 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks serveHo
 	ec := episode.Config{Store: st, Broker: b, Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, SocketsRoot: d.SocketsRoot,
 		CgroupParent: d.CgroupParent, OwnerUID: uid, OwnerGID: gid, Seccomp: prog, Observer: obs, SensorQueue: cfg.SensorQueue,
 		PolicyKeys: policyKeys, EffectConcurrency: cfg.EffectConcurrency, Logger: log.Named("episode")}
+	if ec.Regulator, err = regulatorConfig(cfg.Regulator); err != nil {
+		return nil, err
+	}
 	if len(policyKeys) == 0 {
 		log.Warn("policy_keys is empty: no signed policy can verify, so every episode start is refused")
 	}
@@ -127,6 +131,56 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks serveHo
 		return nil, err
 	}
 	return k, nil
+}
+
+// regulatorConfig maps the validated regulator keys onto kernel/regulator.
+func regulatorConfig(r config.Regulator) (*regulator.Config, error) {
+	start, ok1 := regulator.ParseLevel(r.StartLevel)
+	maxLevel, ok2 := regulator.ParseLevel(r.MaxLevel)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("regulator: levels must be observe, advise or act")
+	}
+	rc := &regulator.Config{Start: start, Max: maxLevel, RecoverAfter: r.RecoverAfter,
+		RecoverFor: time.Duration(r.RecoverForMSValue()) * time.Millisecond}
+	if err := rc.Validate(); err != nil {
+		return nil, fmt.Errorf("regulator: %w", err)
+	}
+	return rc, nil
+}
+
+// storeProbe is what watchStore asks of the store: the operator API's
+// database check, one row.
+type storeProbe interface {
+	ListEpisodes(ctx context.Context, limit int) ([]store.Episode, error)
+}
+
+// watchStore is serve's feed of the regulator: every interval it queries
+// the authority store, and a failure (or a query slower than the interval)
+// is database loss, which caps autonomy at observe at once; success clears
+// that fault only, so the sensor bank's own reports stand. Broker
+// saturation is not fed: a saturated per-episode server answers the worker
+// and counts nothing serve can read.
+func watchStore(ctx context.Context, st storeProbe, k *episode.Kernel, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, every)
+		_, err := st.ListEpisodes(qctx, 1)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		var f regulator.Fault
+		if err != nil {
+			f = regulator.DatabaseLoss
+		}
+		k.ReportHealth(regulator.DatabaseLoss, f)
+	}
 }
 
 // modelSensor is the openai_compatible sensor bank. The key is read from
@@ -291,7 +345,7 @@ func unusedKeys(cfg *config.Config, k *kernel) []string {
 		}
 	}
 	if k.episodes == nil {
-		out = append(out, "sensor, sensor_queue, max_repairs, policy_keys, effect_concurrency (no episode controller)")
+		out = append(out, "sensor, sensor_queue, max_repairs, policy_keys, effect_concurrency, regulator (no episode controller)")
 	} else if !cfg.AutomaticVerification {
 		out = append(out, "sensor (the sensor bank runs at evaluate, after automatic verification, which is off)")
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/api"
@@ -107,6 +108,7 @@ func TestServeRunsEpisodes(t *testing.T) {
 	os.Mkdir(work, 0o755)
 	gitIn(t, work, "init", "-q", "-b", "main")
 	os.WriteFile(filepath.Join(work, "test.sh"), []byte("echo PASS\n"), 0o644)
+	os.WriteFile(filepath.Join(work, "greeting.txt"), []byte("hi\n"), 0o644)
 	gitIn(t, work, "add", ".")
 	gitIn(t, work, "commit", "-q", "-m", "base")
 	repo := filepath.Join(tmp, "authoritative.git")
@@ -138,6 +140,8 @@ func TestServeRunsEpisodes(t *testing.T) {
 		},
 		"automatic_verification": true,
 		"max_repairs":            1,
+		// Starts at observe; two healthy store probes reach act.
+		"regulator": map[string]any{"start_level": "observe", "recover_after": 1, "recover_for_ms": 0, "health_interval_ms": 50},
 	})
 	cfgPath := filepath.Join(tmp, "autonomic.json")
 	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
@@ -154,11 +158,15 @@ func TestServeRunsEpisodes(t *testing.T) {
 	bootAt := time.Now()
 	stop := startServe(t, ctx, cfg, log, logs, &owner)
 	t.Logf("kernel composed, recovered and serving in %v", time.Since(bootAt).Round(time.Millisecond))
-	for _, want := range []string{`"@message":"recovery"`, `"episodes":true`, "regulator not composed"} {
+	for _, want := range []string{`"@message":"recovery"`, `"episodes":true`, `"@message":"system regulator"`} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("startup log lacks %q:\n%s", want, logs)
 		}
 	}
+	// The store probe feeds the regulator: sustained health climbs to act,
+	// one level at a time.
+	waitLog(t, logs, `"to":"advise"`)
+	waitLog(t, logs, `"to":"act"`)
 	// Every key is acted on by a kernel that runs episodes with automatic
 	// verification.
 	if strings.Contains(logs.String(), "accepted but not used") {
@@ -281,6 +289,57 @@ func TestServeRunsEpisodes(t *testing.T) {
 		t.Fatalf("status after abort: %v %s live %+v", err, ended.State, ended.Live)
 	}
 
+	// A class 3 git_commit through the composed kernel: the worker
+	// proposes its diff, evaluation runs verification (verify_argv in a
+	// clean domain) and the sensor bank, and the commit lands with its
+	// trailer.
+	commitAt := time.Now()
+	var cs map[string]any
+	json.Unmarshal(spec, &cs)
+	cs["origin_intent"] = "greet in greeting.txt"
+	cs["argv"] = []string{"/bin/bash", "-c", commitWorker}
+	commitSpec, _ := json.Marshal(cs)
+	commitPath := filepath.Join(tmp, "commit.json")
+	os.WriteFile(commitPath, commitSpec, 0o600)
+	var committing api.EpisodeView
+	if err := json.Unmarshal([]byte(run(0, "start", "--spec", commitPath, "--config", cfgPath, "--json")), &committing); err != nil {
+		t.Fatal(err)
+	}
+	for gitIn(t, repo, "rev-parse", "refs/heads/main") == base {
+		if ctx.Err() != nil {
+			var effects bytes.Buffer
+			effectCmd([]string{"list", committing.ID, "--config", cfgPath}, &effects, &effects)
+			t.Fatalf("the class 3 commit never landed; effects:\n%s\n%s", effects.String(), logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	msg := gitIn(t, repo, "log", "-1", "--format=%B", "refs/heads/main")
+	if !strings.Contains(msg, broker.TrailerKey+":") || !strings.Contains(msg, "say hello") {
+		t.Fatalf("authoritative head message lacks the trailer:\n%s", msg)
+	}
+	if got := gitIn(t, repo, "show", "refs/heads/main:greeting.txt"); got != "hello" {
+		t.Fatalf("greeting.txt at the authoritative head: %q", got)
+	}
+	var effects []api.EffectView
+	var eb, ee bytes.Buffer
+	if code := effectCmd([]string{"list", committing.ID, "--config", cfgPath, "--json"}, &eb, &ee); code != 0 {
+		t.Fatalf("effect list: %s", ee.String())
+	}
+	if err := json.Unmarshal(eb.Bytes(), &effects); err != nil || len(effects) != 1 || effects[0].State != "committed" || effects[0].Class != 3 {
+		t.Fatalf("effects: %v %+v", err, effects)
+	}
+	var ev, evErr bytes.Buffer
+	if code := eventsCmd([]string{"tail", committing.ID, "-n", "200", "--config", cfgPath, "--json"}, &ev, &evErr); code != 0 {
+		t.Fatalf("events tail: %s", evErr.String())
+	}
+	for _, kind := range []string{"verification", "semantic"} {
+		if !strings.Contains(ev.String(), `"kind":"`+kind+`"`) {
+			t.Fatalf("no %s decision recorded before the commit:\n%s", kind, ev.String())
+		}
+	}
+	t.Logf("class 3 commit landed %v after start", time.Since(commitAt).Round(time.Millisecond))
+	run(0, "abort", committing.ID, "--reason", "test done", "--config", cfgPath)
+
 	// A restarted kernel on the same state recovers (nothing to resume)
 	// and serves again.
 	if err := stop(); err != nil {
@@ -291,6 +350,36 @@ func TestServeRunsEpisodes(t *testing.T) {
 		t.Fatalf("status after restart: %s", out)
 	}
 	t.Logf("whole test %v", time.Since(began).Round(time.Millisecond))
+}
+
+// commitWorker proposes a change to greeting.txt as a class 3 git_commit,
+// evaluates and commits it.
+const commitWorker = `
+set -u
+E=` + testbed.EffectClientPath + `
+G="git -c safe.directory=* -c core.hooksPath=/dev/null"
+pick() { [[ $1 =~ \"$2\":\"?([^\",}]+) ]] && echo "${BASH_REMATCH[1]}"; }
+cd /workspace
+echo hello > greeting.txt
+$G diff --binary > /tmp/p.patch || exit 1
+base=$($G rev-parse HEAD)
+p=$($E prepare -kind git_commit -target-id repo -target "{\"base_oid\":\"$base\",\"ref\":\"refs/heads/main\",\"message\":\"say hello\"}" -payload /tmp/p.patch) || { echo "PREPARE-FAILED $p"; exit 1; }
+id=$(pick "$p" id); rev=$(pick "$p" revision)
+$E evaluate -effect "$id" -revision "$rev" >/dev/null || { echo EVALUATE-FAILED; exit 1; }
+c=$($E commit -effect "$id" -revision "$rev") || { echo "COMMIT-FAILED $c"; exit 1; }
+echo "STATE=$(pick "$c" state)"
+`
+
+// waitLog waits for the kernel's log to contain want.
+func waitLog(t *testing.T, logs *lockedBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log never showed %q:\n%s", want, logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // startServe runs serve in-process until the returned stop (or the test's

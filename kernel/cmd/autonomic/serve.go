@@ -82,13 +82,14 @@ func serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks serv
 	if gaps := verificationGaps(cfg); len(gaps) > 0 {
 		log.Warn("automatic_verification: these git_commit targets have no verify_argv; their class 3+ effects cannot commit", "targets", gaps)
 	}
-	if k.episodes != nil {
-		// No regulator configuration exists yet: autonomy stays at act and
-		// only the homeostat's regime caps commits.
-		log.Warn("system regulator not composed: autonomy level fixed at act")
-	}
 	if err := k.recoverAtStart(ctx, log); err != nil {
 		return err
+	}
+	if k.episodes != nil {
+		r := cfg.Regulator
+		log.Info("system regulator", "level", k.episodes.Regulator().Level.String(), "max_level", r.MaxLevel,
+			"recover_after", r.RecoverAfter, "recover_for_ms", r.RecoverForMSValue(), "health_interval_ms", r.HealthIntervalMS)
+		go watchStore(ctx, st, k.episodes, time.Duration(r.HealthIntervalMS)*time.Millisecond)
 	}
 
 	gid := -1
