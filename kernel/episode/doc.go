@@ -5,9 +5,12 @@
 //
 // Invariants:
 //   - An episode starts only from a spec whose policy is a signed
-//     kernel/policy envelope that verifies against Config.PolicyKeys; any
-//     refused spec returns a catalogue error before the store, the
-//     workspace or the launcher is touched.
+//     kernel/policy envelope that verifies against Config.PolicyKeys. A
+//     policy refusal or an invalid spec returns a catalogue error
+//     (forbidden, invalid_field, ...) before the store, the workspace or
+//     the launcher is touched. The one spec error found later — a base OID
+//     its repository lacks, seen when the workspace is prepared — is also
+//     invalid_field, and the episode it created ends aborted.
 //   - A worker never runs against dead authority. An episode's parts are
 //     supervised in the order authority → broker server → domain; when the
 //     authority (ownership and episode state in the store) or the broker

@@ -22,6 +22,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/kernel/workspace"
+	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 )
 
@@ -254,6 +255,11 @@ func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
 	}
 	if _, err := workspace.Prepare(ctx, workspace.Clone{Repo: spec.Repo, BaseOID: spec.BaseOID, Root: k.cfg.WorkspacesRoot,
 		ID: e.id.String(), UID: k.cfg.OwnerUID, GID: k.cfg.OwnerGID, Git: k.cfg.Git}); err != nil {
+		if errors.Is(err, workspace.ErrInvalid) {
+			// The spec's base is not in its repository: the operator's
+			// mistake, not the kernel's.
+			err = protocol.Errorf(protocol.CodeInvalidField, "%w", err)
+		}
 		return fail(err)
 	}
 	e.workspace = true

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +69,13 @@ func TestStartRefusesUnsignedPolicies(t *testing.T) {
 	}
 	if eps, err := r.st.ListEpisodes(ctx, 10); err != nil || len(eps) != 0 {
 		t.Fatalf("refused starts changed the store: %d episodes, %v", len(eps), err)
+	}
+	// A well-formed base that is not a commit of the repository is found
+	// only when the workspace is prepared: still the operator's mistake.
+	missing := r.spec(nil)
+	missing.BaseOID = strings.Repeat("0", 40)
+	if _, err := r.k.Start(ctx, missing); protocol.AsWire(err).Code != protocol.CodeInvalidField {
+		t.Errorf("base_oid not in the repository: %v, want invalid_field", err)
 	}
 	e, err := r.k.Start(ctx, r.spec(nil))
 	if err != nil {
