@@ -17,6 +17,7 @@ import (
 type world struct {
 	bed     *testbed.Bed
 	cluster *pgcluster.Cluster
+	tmp     string // the cluster's directory
 	err     error
 }
 
@@ -43,6 +44,9 @@ func TestMain(m *testing.M) {
 			shared.bed.RemoveCgroups()
 		}
 	}
+	if shared.tmp != "" {
+		_ = os.RemoveAll(shared.tmp)
+	}
 	os.Exit(code)
 }
 
@@ -51,6 +55,7 @@ func setUp() error {
 	if err != nil {
 		return err
 	}
+	shared.tmp = tmp
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
@@ -208,16 +209,28 @@ func (b *Bed) Close() error {
 	return os.RemoveAll(b.Dir)
 }
 
-// RemoveCgroups removes the bed's empty cgroups, keeping its files (for a
-// failed run that leaves them for inspection).
+// RemoveCgroups kills whatever a test left running in the bed's domains
+// (cgroup.kill, then waits for populated 0), and removes the bed's cgroups,
+// keeping its files (for a failed run that leaves them for inspection).
 func (b *Bed) RemoveCgroups() {
-	if b.CgroupParent != "" {
-		entries, _ := os.ReadDir(b.CgroupParent)
-		for _, e := range entries {
-			if e.IsDir() {
-				_ = os.Remove(filepath.Join(b.CgroupParent, e.Name()))
-			}
-		}
-		_ = os.Remove(b.CgroupParent)
+	if b.CgroupParent == "" {
+		return
 	}
+	entries, _ := os.ReadDir(b.CgroupParent)
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		cg := filepath.Join(b.CgroupParent, e.Name())
+		_ = os.WriteFile(filepath.Join(cg, "cgroup.kill"), []byte("1"), 0)
+		for i := 0; i < 500; i++ {
+			ev, err := os.ReadFile(filepath.Join(cg, "cgroup.events"))
+			if err != nil || strings.Contains(string(ev), "populated 0") {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = os.Remove(cg)
+	}
+	_ = os.Remove(b.CgroupParent)
 }
