@@ -119,6 +119,10 @@ func (run *domainRun) release() {
 func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitSet, env []string, profile []byte, notify bool,
 	rootfs, lower, sock int, ckpt *os.File, digest string) error {
 	domfd, err := openDirBeneath(l.state.domains, r.DomainID)
+	if errors.Is(err, unix.ENOENT) {
+		// A destroy removed it between our mkdir and this open.
+		return protocol.Errorf(protocol.CodeDomainNotFound, "destroyed while being created")
+	}
 	if err != nil {
 		return err
 	}
