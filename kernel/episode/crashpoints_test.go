@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -393,12 +394,12 @@ func checkCrashInvariants(t *testing.T, ctx context.Context, r *rig, id uuid.UUI
 			t.Errorf("effect %s (epoch %d) ends %s", eff.ID, eff.Epoch, eff.State)
 		}
 	}
-	if n := git(t, r.repo, "rev-list", "--count", r.base+"..refs/heads/main"); n != "1" {
+	if n := testbed.Git(t, r.repo, "rev-list", "--count", r.base+"..refs/heads/main"); n != "1" {
 		t.Errorf("%s commits on the authoritative main, want the fix once", n)
 	}
 	trailers := map[uuid.UUID]int{}
-	for _, oid := range strings.Fields(git(t, r.repo, "rev-list", "--all")) {
-		for _, line := range strings.Split(git(t, r.repo, "log", "-1", "--format=%B", oid), "\n") {
+	for _, oid := range strings.Fields(testbed.Git(t, r.repo, "rev-list", "--all")) {
+		for _, line := range strings.Split(testbed.Git(t, r.repo, "log", "-1", "--format=%B", oid), "\n") {
 			if v, ok := strings.CutPrefix(line, broker.TrailerKey+":"); ok {
 				eid, err := uuid.Parse(strings.TrimSpace(v))
 				if err != nil {

@@ -189,19 +189,6 @@ func (c *crashable) Checkpoint(ctx context.Context, id string) (*protocol.Checkp
 	return c.ExecutionDomain.Checkpoint(ctx, id)
 }
 
-func git(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=fixture", "GIT_AUTHOR_EMAIL=f@example.invalid", "GIT_COMMITTER_NAME=fixture",
-		"GIT_COMMITTER_EMAIL=f@example.invalid", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 // fixture is a small repository with a failing test: calc.sh adds one too
 // many, test.sh expects 2.
 func fixture(t *testing.T) (bare, base string) {
@@ -209,14 +196,14 @@ func fixture(t *testing.T) (bare, base string) {
 	dir := t.TempDir()
 	work := filepath.Join(dir, "work")
 	os.Mkdir(work, 0o755)
-	git(t, work, "init", "-q", "-b", "main")
+	testbed.Git(t, work, "init", "-q", "-b", "main")
 	os.WriteFile(filepath.Join(work, "calc.sh"), []byte("echo $((1+1+1))\n"), 0o644)
 	os.WriteFile(filepath.Join(work, "test.sh"), []byte("[ \"$(sh calc.sh)\" = 2 ] && echo PASS || { echo FAIL; exit 1; }\n"), 0o644)
-	git(t, work, "add", ".")
-	git(t, work, "commit", "-q", "-m", "calc with a failing test")
+	testbed.Git(t, work, "add", ".")
+	testbed.Git(t, work, "commit", "-q", "-m", "calc with a failing test")
 	bare = filepath.Join(dir, "authoritative.git")
-	git(t, dir, "clone", "-q", "--bare", work, bare)
-	return bare, git(t, bare, "rev-parse", "refs/heads/main")
+	testbed.Git(t, dir, "clone", "-q", "--bare", work, bare)
+	return bare, testbed.Git(t, bare, "rev-parse", "refs/heads/main")
 }
 
 func newRig(t *testing.T, ctx context.Context, name string, opts ...rigOpt) *rig {
@@ -387,5 +374,5 @@ func nextExit(t *testing.T, ctx context.Context, e *episode.Episode) episode.Wor
 
 // trailerCommit returns the authoritative main's commit message.
 func headMessage(t *testing.T, repo string) string {
-	return git(t, repo, "log", "-1", "--format=%B", "refs/heads/main")
+	return testbed.Git(t, repo, "log", "-1", "--format=%B", "refs/heads/main")
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -55,10 +56,10 @@ func TestEpisodeLifecycle(t *testing.T) {
 	if !strings.Contains(msg, broker.TrailerKey+":") || !strings.Contains(msg, "fix calc") {
 		t.Fatalf("authoritative head message lacks the trailer:\n%s", msg)
 	}
-	if got := git(t, r.repo, "show", "refs/heads/main:calc.sh"); got != "echo $((1+1))" {
+	if got := testbed.Git(t, r.repo, "show", "refs/heads/main:calc.sh"); got != "echo $((1+1))" {
 		t.Fatalf("authoritative calc.sh = %q", got)
 	}
-	if git(t, r.repo, "rev-parse", "refs/heads/main^") != r.base {
+	if testbed.Git(t, r.repo, "rev-parse", "refs/heads/main^") != r.base {
 		t.Fatal("the commit is not on the exact base")
 	}
 	// The post-commit checkpoint arrives asynchronously.

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/store"
 )
@@ -110,7 +111,7 @@ func TestKernelRestartReconciles(t *testing.T) {
 		t.Fatalf("resumed worker did not commit: %+v\n%s", x.Exited, out)
 	}
 	// Exactly one commit, the epoch 2 effect's; nothing left unsettled.
-	if n := git(t, r.repo, "rev-list", "--count", r.base+"..refs/heads/main"); n != "1" {
+	if n := testbed.Git(t, r.repo, "rev-list", "--count", r.base+"..refs/heads/main"); n != "1" {
 		t.Fatalf("%s commits on the authoritative main", n)
 	}
 	msg := headMessage(t, r.repo)

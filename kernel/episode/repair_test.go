@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -81,7 +82,7 @@ func TestViolationRepairEpoch2(t *testing.T) {
 	}
 	// The commit landed once, under epoch 2, with its trailer.
 	msg := headMessage(t, r.repo)
-	if !strings.Contains(msg, broker.TrailerKey+":") || git(t, r.repo, "rev-parse", "refs/heads/main^") != r.base {
+	if !strings.Contains(msg, broker.TrailerKey+":") || testbed.Git(t, r.repo, "rev-parse", "refs/heads/main^") != r.base {
 		t.Fatalf("authoritative history:\n%s", msg)
 	}
 	id := strings.TrimSpace(msg[strings.Index(msg, broker.TrailerKey+":")+len(broker.TrailerKey)+1:])

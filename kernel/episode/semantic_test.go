@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
@@ -304,7 +305,7 @@ func TestSensorPoisoningInEpisode(t *testing.T) {
 			t.Fatalf("decision %d: poisoned evidence overrode the forbidden path: %+v", i, d)
 		}
 	}
-	if got := git(t, r.repo, "rev-parse", "refs/heads/main"); got != r.base {
+	if got := testbed.Git(t, r.repo, "rev-parse", "refs/heads/main"); got != r.base {
 		t.Fatalf("authoritative main moved to %s", got)
 	}
 	after := e.Status()

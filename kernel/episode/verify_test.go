@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/store"
 )
@@ -105,7 +106,7 @@ func TestVerificationAllowsAndCommits(t *testing.T) {
 		}
 	}
 	msg := headMessage(t, r.repo)
-	if !strings.Contains(msg, broker.TrailerKey+": "+eff.ID.String()) || git(t, r.repo, "rev-parse", "refs/heads/main^") != r.base {
+	if !strings.Contains(msg, broker.TrailerKey+": "+eff.ID.String()) || testbed.Git(t, r.repo, "rev-parse", "refs/heads/main^") != r.base {
 		t.Fatalf("authoritative head:\n%s", msg)
 	}
 	verificationsGone(t, ctx, r)
@@ -146,7 +147,7 @@ func TestVerificationDeniesBrokenPatch(t *testing.T) {
 	if len(ds) != 1 || ds[0].Verdict != store.VerdictDeny || ds[0].EffectID != eff.ID || ds[0].Revision != eff.Revision || ds[0].Epoch != eff.Epoch {
 		t.Fatalf("decisions %+v for effect %s", ds, eff.ID)
 	}
-	if got := git(t, r.repo, "rev-parse", "refs/heads/main"); got != r.base {
+	if got := testbed.Git(t, r.repo, "rev-parse", "refs/heads/main"); got != r.base {
 		t.Fatalf("authoritative main moved to %s", got)
 	}
 	// The broker refuses the effect at the commit horizon too, not just at
@@ -154,7 +155,7 @@ func TestVerificationDeniesBrokenPatch(t *testing.T) {
 	if _, err := r.b.Commit(ctx, eff, eff.Revision, eff.Epoch); err == nil {
 		t.Fatal("a denied effect committed")
 	}
-	if got := git(t, r.repo, "rev-parse", "refs/heads/main"); got != r.base {
+	if got := testbed.Git(t, r.repo, "rev-parse", "refs/heads/main"); got != r.base {
 		t.Fatalf("authoritative main moved to %s", got)
 	}
 	verificationsGone(t, ctx, r)

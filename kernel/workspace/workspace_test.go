@@ -4,37 +4,25 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-func git(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t",
-		"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
+)
 
 // TestPrepareChecksOutTheExactBaseAndRunsNoHook: the clone is at the base
 // OID even after the branch moved on, and a hook planted in the source
 // repository never runs.
 func TestPrepareChecksOutTheExactBaseAndRunsNoHook(t *testing.T) {
 	src := t.TempDir()
-	git(t, src, "init", "-q", "-b", "main")
+	testbed.Git(t, src, "init", "-q", "-b", "main")
 	os.WriteFile(filepath.Join(src, "a.txt"), []byte("one\n"), 0o644)
-	git(t, src, "add", "a.txt")
-	git(t, src, "commit", "-q", "-m", "one")
-	base := git(t, src, "rev-parse", "HEAD")
+	testbed.Git(t, src, "add", "a.txt")
+	testbed.Git(t, src, "commit", "-q", "-m", "one")
+	base := testbed.Git(t, src, "rev-parse", "HEAD")
 	os.WriteFile(filepath.Join(src, "a.txt"), []byte("two\n"), 0o644)
-	git(t, src, "commit", "-q", "-am", "two")
+	testbed.Git(t, src, "commit", "-q", "-am", "two")
 	marker := filepath.Join(t.TempDir(), "hook-ran")
 	hook := filepath.Join(src, ".git", "hooks", "post-checkout")
 	if err := os.WriteFile(hook, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755); err != nil {
@@ -43,7 +31,7 @@ func TestPrepareChecksOutTheExactBaseAndRunsNoHook(t *testing.T) {
 	// A filter the repository asks for: with no configuration to define
 	// it, it cannot run.
 	os.WriteFile(filepath.Join(src, ".gitattributes"), []byte("* filter=evil\n"), 0o644)
-	git(t, src, "config", "filter.evil.smudge", "touch "+marker)
+	testbed.Git(t, src, "config", "filter.evil.smudge", "touch "+marker)
 
 	root := t.TempDir()
 	p, err := Prepare(context.Background(), Clone{Repo: src, BaseOID: base, Root: root, ID: "ws-1", UID: os.Getuid(), GID: os.Getgid()})
@@ -57,7 +45,7 @@ func TestPrepareChecksOutTheExactBaseAndRunsNoHook(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("a repository hook or filter ran on the host")
 	}
-	if out := git(t, p, "remote"); out != "" {
+	if out := testbed.Git(t, p, "remote"); out != "" {
 		t.Errorf("the clone still names a remote: %q", out)
 	}
 	// The same id again is refused, not reused.

@@ -9,8 +9,10 @@ package storetest
 import (
 	"context"
 	"os"
+	"testing"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/store/pgcluster"
 )
 
@@ -29,4 +31,26 @@ func StartCluster(dir string) (*pgcluster.Cluster, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	return pgcluster.Start(ctx, cfg)
+}
+
+// Start starts a throwaway cluster for one test, in a temp dir, and stops
+// and removes it when the test ends. Without a cluster the test is skipped
+// through privileged.Skip (a failure when privileged tests are mandatory).
+func Start(t testing.TB) *pgcluster.Cluster {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "autonomic-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	c, err := StartCluster(dir)
+	if err != nil {
+		privileged.Skip(t, "no PostgreSQL cluster: "+err.Error())
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+	return c
 }

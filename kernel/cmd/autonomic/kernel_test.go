@@ -6,7 +6,6 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -42,19 +41,6 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
-}
-
-func gitIn(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=fixture", "GIT_AUTHOR_EMAIL=f@example.invalid", "GIT_COMMITTER_NAME=fixture",
-		"GIT_COMMITTER_EMAIL=f@example.invalid", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // TestServeRunsEpisodes composes the whole kernel from a configuration
@@ -106,14 +92,14 @@ func TestServeRunsEpisodes(t *testing.T) {
 	// The authoritative repository.
 	work := filepath.Join(tmp, "work")
 	os.Mkdir(work, 0o755)
-	gitIn(t, work, "init", "-q", "-b", "main")
+	testbed.Git(t, work, "init", "-q", "-b", "main")
 	os.WriteFile(filepath.Join(work, "test.sh"), []byte("echo PASS\n"), 0o644)
 	os.WriteFile(filepath.Join(work, "greeting.txt"), []byte("hi\n"), 0o644)
-	gitIn(t, work, "add", ".")
-	gitIn(t, work, "commit", "-q", "-m", "base")
+	testbed.Git(t, work, "add", ".")
+	testbed.Git(t, work, "commit", "-q", "-m", "base")
 	repo := filepath.Join(tmp, "authoritative.git")
-	gitIn(t, tmp, "clone", "-q", "--bare", work, repo)
-	base := gitIn(t, repo, "rev-parse", "refs/heads/main")
+	testbed.Git(t, tmp, "clone", "-q", "--bare", work, repo)
+	base := testbed.Git(t, repo, "rev-parse", "refs/heads/main")
 
 	rel, err := filepath.Rel(testbed.CgroupV2Mount(), bed.CgroupParent)
 	if err != nil {
@@ -305,7 +291,7 @@ func TestServeRunsEpisodes(t *testing.T) {
 	if err := json.Unmarshal([]byte(run(0, "start", "--spec", commitPath, "--config", cfgPath, "--json")), &committing); err != nil {
 		t.Fatal(err)
 	}
-	for gitIn(t, repo, "rev-parse", "refs/heads/main") == base {
+	for testbed.Git(t, repo, "rev-parse", "refs/heads/main") == base {
 		if ctx.Err() != nil {
 			var effects bytes.Buffer
 			effectCmd([]string{"list", committing.ID, "--config", cfgPath}, &effects, &effects)
@@ -313,11 +299,11 @@ func TestServeRunsEpisodes(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	msg := gitIn(t, repo, "log", "-1", "--format=%B", "refs/heads/main")
+	msg := testbed.Git(t, repo, "log", "-1", "--format=%B", "refs/heads/main")
 	if !strings.Contains(msg, broker.TrailerKey+":") || !strings.Contains(msg, "say hello") {
 		t.Fatalf("authoritative head message lacks the trailer:\n%s", msg)
 	}
-	if got := gitIn(t, repo, "show", "refs/heads/main:greeting.txt"); got != "hello" {
+	if got := testbed.Git(t, repo, "show", "refs/heads/main:greeting.txt"); got != "hello" {
 		t.Fatalf("greeting.txt at the authoritative head: %q", got)
 	}
 	var effects []api.EffectView

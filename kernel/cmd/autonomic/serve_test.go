@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -36,20 +35,7 @@ func TestServeRefusesABadConfigNamingTheKey(t *testing.T) {
 // TestServeAndOperatorCommands runs serve against a real cluster and the
 // operator commands against its socket.
 func TestServeAndOperatorCommands(t *testing.T) {
-	dir, err := os.MkdirTemp("", "autonomic-cmd-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	cluster, err := storetest.StartCluster(dir)
-	if err != nil {
-		privileged.Skip(t, "no PostgreSQL cluster: "+err.Error())
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = cluster.Stop(ctx)
-	}()
+	cluster := storetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := cluster.CreateDatabase(ctx, "cmd"); err != nil {
@@ -165,20 +151,7 @@ func TestServeAndOperatorCommands(t *testing.T) {
 // regime: no controller drives the episode), one committed after it is
 // refused as expired before any of them.
 func TestSpeculationWindowExpiresEffects(t *testing.T) {
-	dir, err := os.MkdirTemp("", "autonomic-spec-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	cluster, err := storetest.StartCluster(dir)
-	if err != nil {
-		privileged.Skip(t, "no PostgreSQL cluster: "+err.Error())
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = cluster.Stop(ctx)
-	}()
+	cluster := storetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := cluster.CreateDatabase(ctx, "spec"); err != nil {
