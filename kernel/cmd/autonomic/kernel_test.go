@@ -22,6 +22,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/kernel/server"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
 
@@ -375,7 +376,9 @@ func startServe(t *testing.T, ctx context.Context, cfg *config.Config, log hclog
 	sctx, cancel := context.WithCancel(ctx)
 	ready := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- serve(sctx, cfg, log, serveHooks{ready: func() { close(ready) }, owner: owner}) }()
+	go func() {
+		done <- server.Serve(sctx, cfg, log, server.Hooks{Ready: func() { close(ready) }, Owner: owner})
+	}()
 	select {
 	case <-ready:
 	case err := <-done:

@@ -21,6 +21,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/server"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/seccomp"
 )
@@ -238,7 +239,7 @@ func domainRun(args []string, stdout, stderr io.Writer) int {
 	}
 	spec := domain.Spec{ID: *id, Generation: 1, WorkspaceID: *ws, Argv: fs.Args(), OneShot: true}
 	if *profile != "none" {
-		prog, err := compileProfile(*profile)
+		prog, err := server.CompileProfile(*profile)
 		if err != nil {
 			fmt.Fprintf(stderr, "autonomic: profile: %v\n", err)
 			return 1
@@ -267,33 +268,6 @@ func domainRun(args []string, stdout, stderr io.Writer) int {
 		return *ex.ExitCode
 	}
 	return 128 + 9
-}
-
-func compileProfile(name string) ([]byte, error) {
-	var p seccomp.Profile
-	var err error
-	if strings.ContainsRune(name, '/') {
-		b, rerr := os.ReadFile(name)
-		if rerr != nil {
-			return nil, rerr
-		}
-		p, err = seccomp.Parse(b)
-	} else {
-		p, err = seccomp.Shipped(name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	prog, err := seccomp.Compile(p, seccomp.Options{NotifyUnsupported: !userNotifAvailable()})
-	if err != nil {
-		return nil, err
-	}
-	return prog.Bytes(), nil
-}
-
-func userNotifAvailable() bool {
-	b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
-	return err == nil && strings.Contains(string(b), "user_notif")
 }
 
 func isRoot() bool { return os.Geteuid() == 0 }

@@ -2,26 +2,21 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"os/user"
-	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/server"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
-	"github.com/autonomic-kernel/autonomic/store/pgcluster"
 )
 
 // serveCmd runs the kernel: the authority store (a managed cluster when no
@@ -44,7 +39,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: stderr, JSONFormat: !isTerminalWriter(stderr), Level: hclog.Info})
-	if err := serve(ctx, cfg, log, serveHooks{}); err != nil {
+	if err := server.Serve(ctx, cfg, log, server.Hooks{}); err != nil {
 		log.Error("kernel stopped", "error", err)
 		return 1
 	}
@@ -54,127 +49,6 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 func isTerminalWriter(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && isTerminal(f)
-}
-
-// serve runs until ctx ends. It composes the kernel in one visible order
-// — store, broker, verification, domain backend, episode controller — runs
-// recovery (reconcile, fence, destroy, resume or contain) and only then
-// opens the API, so no new work is admitted before recovery has finished.
-func serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks serveHooks) error {
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("state_dir: %w", err)
-	}
-	if cfg.Domain.Backend == config.BackendUnsafeLocal {
-		log.Warn("UNSAFE_LOCAL backend: workers run with NO isolation; development hosts only")
-	}
-	st, closeStore, err := openStore(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	k, err := compose(cfg, st, log, hooks)
-	if err != nil {
-		return err
-	}
-	if unused := unusedKeys(cfg, k); len(unused) > 0 {
-		log.Warn("configuration keys accepted but not used by this kernel", "keys", unused)
-	}
-	if gaps := verificationGaps(cfg); len(gaps) > 0 {
-		log.Warn("automatic_verification: these git_commit targets have no verify_argv; their class 3+ effects cannot commit", "targets", gaps)
-	}
-	if err := k.recoverAtStart(ctx, log); err != nil {
-		return err
-	}
-	if k.episodes != nil {
-		r := cfg.Regulator
-		log.Info("system regulator", "level", k.episodes.Regulator().Level.String(), "max_level", r.MaxLevel,
-			"recover_after", r.RecoverAfter, "recover_for_ms", r.RecoverForMSValue(), "health_interval_ms", r.HealthIntervalMS)
-		go watchStore(ctx, st, k.episodes, time.Duration(r.HealthIntervalMS)*time.Millisecond)
-	}
-
-	gid := -1
-	access := api.Access{KernelUID: uint32(os.Getuid()), OperatorGID: -1}
-	if g := cfg.API.OperatorGroup; g != "" {
-		grp, err := user.LookupGroup(g)
-		if err != nil {
-			return fmt.Errorf("api.operator_group: %w", err)
-		}
-		n, err := strconv.Atoi(grp.Gid)
-		if err != nil {
-			return fmt.Errorf("api.operator_group: gid %q", grp.Gid)
-		}
-		gid, access.OperatorGID = n, int64(n)
-	}
-	ac := api.Config{Store: st, Preflight: k.domains.Preflight, Access: access, Logger: log}
-	if k.episodes != nil {
-		ac.Controller = api.EpisodeKernel{Kernel: k.episodes, MaxRepairs: cfg.MaxRepairsValue()}
-	}
-	srv, err := api.New(ac)
-	if err != nil {
-		return err
-	}
-	ln, err := api.Listen(cfg.APISocket(), os.Getuid(), gid)
-	if err != nil {
-		return err
-	}
-	log.Info("kernel serving", "socket", cfg.APISocket(), "backend", cfg.Domain.Backend, "managed_store", cfg.Managed(),
-		"episodes", k.episodes != nil, "adapters", cfg.TargetKinds(), "automatic_verification", cfg.AutomaticVerification)
-	if hooks.ready != nil {
-		hooks.ready()
-	}
-	return srv.Serve(ctx, ln)
-}
-
-// openStore opens the configured store, starting the managed cluster when
-// no URL is set. The returned func releases in reverse order.
-func openStore(ctx context.Context, cfg *config.Config, log hclog.Logger) (*store.Postgres, func(), error) {
-	instance := cfg.Store.InstanceID
-	if instance == "" {
-		host, _ := os.Hostname()
-		instance = fmt.Sprintf("%s/%d", host, os.Getpid())
-	}
-	sc := store.Config{URL: cfg.Store.URL, AdminURL: cfg.Store.AdminURL, InstanceID: instance,
-		OwnerTTL: time.Duration(cfg.OwnerTTLMS) * time.Millisecond, Logger: log}
-	var cluster *pgcluster.Cluster
-	if cfg.Managed() {
-		if err := os.MkdirAll(cfg.ClusterDir(), 0o700); err != nil {
-			return nil, nil, fmt.Errorf("store.cluster_dir: %w", err)
-		}
-		var err error
-		cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: cfg.ClusterDir(), Logger: log})
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := cluster.CreateDatabase(ctx, cfg.Store.Database); err != nil && !duplicateDatabase(err) {
-			stopCluster(cluster)
-			return nil, nil, err
-		}
-		sc.URL, sc.AdminURL = cluster.KernelConnString(cfg.Store.Database), cluster.AdminConnString(cfg.Store.Database)
-	}
-	st, err := store.Open(ctx, sc)
-	if err != nil {
-		if cluster != nil {
-			stopCluster(cluster)
-		}
-		return nil, nil, err
-	}
-	return st, func() {
-		st.Close()
-		if cluster != nil {
-			stopCluster(cluster)
-		}
-	}, nil
-}
-
-func stopCluster(c *pgcluster.Cluster) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = c.Stop(ctx)
-}
-
-func duplicateDatabase(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42P04"
 }
 
 // hostPreflight asks the configured domain backend what the host enforces.

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -22,21 +22,22 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
+	"github.com/autonomic-kernel/autonomic/seccomp"
 	"github.com/autonomic-kernel/autonomic/store"
 )
 
 // PayloadsDirName is the broker's payload store under state_dir.
 const PayloadsDirName = "payloads"
 
-// serveHooks are test seams; production passes the zero value.
-type serveHooks struct {
-	// ready is called once the API answers.
-	ready func()
-	// owner overrides the workspace and socket owner. Production uses
+// Hooks are test seams; production passes the zero value.
+type Hooks struct {
+	// Ready is called once the API answers.
+	Ready func()
+	// Owner overrides the workspace and socket owner. Production uses
 	// this process's uid/gid: the kernel runs as the service account,
 	// which the launcher's workspace_owner_uid/gid must name, and only
 	// it can chown the broker sockets it binds to itself.
-	owner *[2]int
+	Owner *[2]int
 }
 
 // kernel is what compose built.
@@ -52,7 +53,7 @@ type kernel struct {
 // adapters from targets, decision_keys, automatic verification through the
 // episode Observer), the domain backend and the episode controller. It
 // admits no work: the caller runs recovery before serving.
-func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks serveHooks) (*kernel, error) {
+func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) (*kernel, error) {
 	payloads, err := broker.OpenPayloads(filepath.Join(cfg.StateDir, PayloadsDirName))
 	if err != nil {
 		return nil, fmt.Errorf("payload store: %w", err)
@@ -102,10 +103,10 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks serveHo
 		return k, nil
 	}
 	uid, gid := os.Getuid(), os.Getgid()
-	if hooks.owner != nil {
-		uid, gid = hooks.owner[0], hooks.owner[1]
+	if hooks.Owner != nil {
+		uid, gid = hooks.Owner[0], hooks.Owner[1]
 	}
-	prog, err := compileProfile("worker")
+	prog, err := CompileProfile("worker")
 	if err != nil {
 		return nil, fmt.Errorf("worker seccomp profile: %w", err)
 	}
@@ -374,4 +375,33 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// CompileProfile compiles a shipped profile by name, or a profile file
+// when name is a path, for this host (user_notif when it has it).
+func CompileProfile(name string) ([]byte, error) {
+	var p seccomp.Profile
+	var err error
+	if strings.ContainsRune(name, '/') {
+		b, rerr := os.ReadFile(name)
+		if rerr != nil {
+			return nil, rerr
+		}
+		p, err = seccomp.Parse(b)
+	} else {
+		p, err = seccomp.Shipped(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	prog, err := seccomp.Compile(p, seccomp.Options{NotifyUnsupported: !userNotifAvailable()})
+	if err != nil {
+		return nil, err
+	}
+	return prog.Bytes(), nil
+}
+
+func userNotifAvailable() bool {
+	b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
+	return err == nil && strings.Contains(string(b), "user_notif")
 }

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+	"github.com/autonomic-kernel/autonomic/store/storetest"
+)
+
+// TestSpeculationWindowExpiresEffects composes the broker from a
+// configuration with speculation_ms and shows the window is its EffectTTL:
+// an effect committed inside it meets the commit checks proper (here the
+// regime: no controller drives the episode), one committed after it is
+// refused as expired before any of them.
+func TestSpeculationWindowExpiresEffects(t *testing.T) {
+	cluster := storetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateDatabase(ctx, "spec"); err != nil {
+		t.Fatal(err)
+	}
+	const window = 400 * time.Millisecond
+	doc, _ := json.Marshal(map[string]any{
+		"state_dir":      t.TempDir(),
+		"store":          map[string]any{"url": cluster.KernelConnString("spec"), "admin_url": cluster.AdminConnString("spec")},
+		"domain":         map[string]any{"backend": "unsafe_local"},
+		"sensor":         map[string]any{"kind": "rules"},
+		"targets":        map[string]any{"artifact": map[string]any{"reports": map[string]any{"dir": t.TempDir(), "class": 2}}},
+		"speculation_ms": window.Milliseconds(),
+	})
+	cfgPath := filepath.Join(t.TempDir(), "autonomic.json")
+	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, store.Config{URL: cluster.KernelConnString("spec"), AdminURL: cluster.AdminConnString("spec"), InstanceID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	k, err := compose(cfg, st, hclog.NewNullLogger(), Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.broker.Reconcile(ctx, uuid.Nil); err != nil {
+		t.Fatal(err)
+	}
+	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1,
+		Capabilities: []byte(`{"effects":[{"kind":"artifact","target_id":"reports","max_class":4}]}`), TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := func(name string) store.Effect {
+		t.Helper()
+		target, _ := json.Marshal(map[string]string{"name": name})
+		e, err := k.broker.Prepare(ctx, ep.ID, &protocol.WorkerRequest{Action: protocol.WorkerPrepare, Epoch: 1, LeaseID: lease.ID.String(),
+			Kind: "artifact", TargetID: "reports", Target: target, PayloadB64: base64.StdEncoding.EncodeToString([]byte(name))})
+		if err != nil {
+			t.Fatalf("prepare: %v", err)
+		}
+		if e.ExpiresAt == nil || e.ExpiresAt.Sub(e.CreatedAt) != window {
+			t.Fatalf("effect expiry %v after %v, want the %v window", e.ExpiresAt, e.CreatedAt, window)
+		}
+		if e, err = k.broker.Evaluate(ctx, e, e.Revision, 1, nil); err != nil {
+			t.Fatalf("evaluate: %v", err)
+		}
+		return e
+	}
+	fresh := ready("fresh")
+	if _, err := k.broker.Commit(ctx, fresh, fresh.Revision, 1); err == nil || !strings.Contains(err.Error(), "regime") {
+		t.Fatalf("commit inside the window: %v, want the regime's refusal", err)
+	}
+	old := ready("old")
+	time.Sleep(window + 100*time.Millisecond)
+	_, err = k.broker.Commit(ctx, old, old.Revision, 1)
+	if protocol.AsWire(err).Code != protocol.CodeStaleAuthority || !strings.Contains(err.Error(), "effect expired") {
+		t.Fatalf("commit after the window: %v, want stale_authority: effect expired", err)
+	}
+}
