@@ -1,12 +1,14 @@
 package broker
 
 import (
+	"context"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
+	"github.com/google/uuid"
 	"github.com/gowebpki/jcs"
 )
 
@@ -65,4 +67,62 @@ func verifyApproval(keys map[string]ed25519.PublicKey, e store.Effect, a *protoc
 		return protocol.Errorf(protocol.CodeApprovalInvalid, "signature does not verify")
 	}
 	return nil
+}
+
+// recordApproval verifies a against e and records it as the human decision
+// on e's revision under epoch. The row holds the signed bytes (the
+// canonical document and the signature), so commit verifies them again
+// rather than trusting that this check ran; the store's decision_recorded
+// ledger entry names the key and the digests of both.
+func (b *Broker) recordApproval(ctx context.Context, e store.Effect, epoch int64, a *protocol.Approval) error {
+	if err := verifyApproval(b.cfg.DecisionKeys, e, a); err != nil {
+		return err
+	}
+	doc, _ := ApprovalMessage(a.Document)
+	sig, _ := base64.StdEncoding.DecodeString(a.Signature)
+	_, err := b.cfg.Store.RecordDecision(ctx, store.NewDecision{EffectID: e.ID, Revision: e.Revision, Epoch: epoch,
+		Kind: store.DecisionHuman, Verdict: a.Document.Decision, Body: doc[len(protocol.ApprovalContext):],
+		KeyID: a.KeyID, Signature: sig})
+	return err
+}
+
+// Approve records an operator's signed decision on a class 4 effect that
+// awaits one, so the worker's commit needs nothing from the operator: it
+// is Evaluate's class 4 step run by the kernel — the same verification
+// against decision_keys, the same decision row bound to the effect's
+// current revision and epoch, and for allow the same move to ready, after
+// which the worker's commit passes check 7 from the recorded bytes. A deny
+// is recorded and leaves the effect evaluating; it is final for the
+// revision, as at evaluate.
+//
+// Only an effect at evaluating takes one: its worker has asked for
+// evaluation, so any automatic verification has run under the worker's
+// request and not under the operator's. Anything else — another class,
+// another state, a document naming another revision, epoch or digest, an
+// unknown key, a bad signature — is refused with a catalogue code before
+// anything is written.
+func (b *Broker) Approve(ctx context.Context, effectID uuid.UUID, a *protocol.Approval) (store.Effect, error) {
+	if !b.reconciled.Load() {
+		return store.Effect{}, protocol.Errorf(protocol.CodeAuthorityUnavailable, "reconciliation has not completed")
+	}
+	if a == nil {
+		return store.Effect{}, protocol.Errorf(protocol.CodeMissingField, "approval")
+	}
+	e, err := b.cfg.Store.Effect(ctx, effectID)
+	if err != nil {
+		return store.Effect{}, err
+	}
+	if e.Class != 4 {
+		return store.Effect{}, protocol.Errorf(protocol.CodeApprovalInvalid, "class %d effects take no human approval", e.Class)
+	}
+	if e.State != store.Evaluating {
+		return store.Effect{}, protocol.Errorf(protocol.CodeIllegalTransition, "approval of an effect in state %s", e.State)
+	}
+	if err := b.recordApproval(ctx, e, e.Epoch, a); err != nil {
+		return store.Effect{}, err
+	}
+	if a.Document.Decision != store.VerdictAllow {
+		return b.cfg.Store.Effect(ctx, effectID)
+	}
+	return b.cfg.Store.Transition(ctx, store.Transition{EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, To: store.Ready})
 }

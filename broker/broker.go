@@ -333,14 +333,7 @@ func (b *Broker) Evaluate(ctx context.Context, e store.Effect, revision int, epo
 		if approval == nil {
 			return e, nil
 		}
-		if err := verifyApproval(b.cfg.DecisionKeys, e, approval); err != nil {
-			return store.Effect{}, err
-		}
-		doc, _ := ApprovalMessage(approval.Document)
-		sig, _ := base64.StdEncoding.DecodeString(approval.Signature)
-		if _, err := s.RecordDecision(ctx, store.NewDecision{EffectID: e.ID, Revision: revision, Epoch: epoch,
-			Kind: store.DecisionHuman, Verdict: approval.Document.Decision, Body: doc[len(protocol.ApprovalContext):],
-			KeyID: approval.KeyID, Signature: sig}); err != nil {
+		if err := b.recordApproval(ctx, e, epoch, approval); err != nil {
 			return store.Effect{}, err
 		}
 		if approval.Document.Decision != store.VerdictAllow {

@@ -75,6 +75,13 @@ type env struct {
 
 func newEnv(t *testing.T, access Access) *env {
 	t.Helper()
+	return newEnvWith(t, access, nil)
+}
+
+// newEnvWith is newEnv with a hook that completes the server's
+// configuration once the store is open (e.g. to wire a broker onto it).
+func newEnvWith(t *testing.T, access Access, adapt func(st *store.Postgres, cfg *Config)) *env {
+	t.Helper()
 	h := testHarness
 	if h.cluster == nil {
 		privileged.Skip(t, "no PostgreSQL cluster: "+h.err.Error())
@@ -95,7 +102,11 @@ func newEnv(t *testing.T, access Access) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: st, Access: access})
+	cfg := Config{Store: st, Access: access}
+	if adapt != nil {
+		adapt(st, &cfg)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,6 +113,13 @@ func (c *Client) Effect(ctx context.Context, id string) (EffectView, error) {
 	return out, c.do(ctx, http.MethodGet, "/v1/effects/"+url.PathEscape(id), nil, nil, &out)
 }
 
+// Approve submits a signed decision on a class 4 effect; the answer is the
+// effect afterwards.
+func (c *Client) Approve(ctx context.Context, effectID string, a *protocol.Approval) (EffectView, error) {
+	var out EffectView
+	return out, c.do(ctx, http.MethodPost, "/v1/effects/"+url.PathEscape(effectID)+"/approval", nil, a, &out)
+}
+
 // Events reads ledger entries: the last limit ones (after < 0) or the
 // first limit ones after seq after.
 func (c *Client) Events(ctx context.Context, episodeID string, after int64, limit int) ([]EventView, error) {

@@ -44,12 +44,22 @@ type Controller interface {
 	Abort(ctx context.Context, id uuid.UUID, reason string) (driven bool, err error)
 }
 
+// Approver records an operator's signed decision on a class 4 effect.
+// *broker.Broker implements it (Approve: the kernel runs evaluate's class 4
+// step — verification against decision_keys, the decision row, the move to
+// ready — so the worker commits without carrying the approval).
+type Approver interface {
+	Approve(ctx context.Context, effectID uuid.UUID, a *protocol.Approval) (store.Effect, error)
+}
+
 // Config configures a Server.
 type Config struct {
 	Store Store
 	// Controller may be nil: start then answers 501, abort goes to the
 	// store (which fences it by ownership).
 	Controller Controller
+	// Approver may be nil: approval then answers 501.
+	Approver Approver
 	// Preflight, when set, reports what the host enforces.
 	Preflight func(ctx context.Context) (*protocol.PreflightReport, error)
 	Access    Access
@@ -91,6 +101,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/episodes/{id}/events", s.events)
 	s.route("GET /v1/episodes/{id}/verify", s.verify)
 	s.route("GET /v1/effects/{id}", s.effect)
+	s.route("POST /v1/effects/{id}/approval", s.approve)
 	s.route("GET /v1/preflight", s.preflight)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "unrouted", protocol.E(protocol.CodeUnknownAction))
@@ -143,9 +154,9 @@ func statusOf(c protocol.Code) int {
 		protocol.CodeTrailingData, protocol.CodeUnknownField, protocol.CodeMissingField, protocol.CodeInvalidField,
 		protocol.CodeFrameTooLarge:
 		return http.StatusBadRequest
-	case protocol.CodePeerRefused, protocol.CodeForbidden:
+	case protocol.CodePeerRefused, protocol.CodeForbidden, protocol.CodeApprovalInvalid:
 		return http.StatusForbidden
-	case protocol.CodeIllegalTransition, protocol.CodeStaleAuthority, protocol.CodeStaleRequestEpoch:
+	case protocol.CodeIllegalTransition, protocol.CodeStaleAuthority, protocol.CodeStaleRequestEpoch, protocol.CodeApprovalRequired:
 		return http.StatusConflict
 	case protocol.CodeAuthorityUnavailable:
 		return http.StatusServiceUnavailable
@@ -343,6 +354,38 @@ func (s *Server) effect(ctx context.Context, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return effectView(e), nil
+}
+
+// approve takes a signed protocol.Approval for the effect named in the
+// path. The kernel is not trusted to have signed anything: the body is
+// verified against decision_keys exactly as a worker-carried approval is at
+// evaluate, and recorded the same way (a human decision row holding the
+// signed bytes, and its decision_recorded ledger entry). The answer is the
+// effect afterwards: ready for allow, still evaluating for deny.
+func (s *Server) approve(ctx context.Context, r *http.Request) (any, error) {
+	if s.cfg.Approver == nil {
+		return nil, protocol.Errorf(protocol.CodeUnknownAction, "effect approval: no broker is wired into this kernel")
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	var a protocol.Approval
+	if err := readBody(r, &a); err != nil {
+		return nil, err
+	}
+	e, err := s.cfg.Approver.Approve(ctx, id, &a)
+	if err != nil {
+		return nil, err
+	}
+	uid := int64(-1)
+	if p := peerOf(ctx); p != nil {
+		uid = int64(p.UID)
+	}
+	// Who submitted it goes to the log (the ledger names the key, which
+	// is who signed it); nothing from the body does.
+	s.log.Info("effect approval recorded", "effect", id, "uid", uid, "state", e.State)
 	return effectView(e), nil
 }
 

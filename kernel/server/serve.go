@@ -67,7 +67,7 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 		}
 		gid, access.OperatorGID = n, int64(n)
 	}
-	ac := api.Config{Store: st, Preflight: k.domains.Preflight, Access: access, Logger: log}
+	ac := api.Config{Store: st, Approver: k.broker, Preflight: k.domains.Preflight, Access: access, Logger: log}
 	if k.episodes != nil {
 		ac.Controller = api.EpisodeKernel{Kernel: k.episodes, MaxRepairs: cfg.MaxRepairsValue()}
 	}

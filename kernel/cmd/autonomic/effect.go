@@ -17,8 +17,9 @@ import (
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
-// effectCmd holds the operator's effect tools that need no running kernel:
-// key generation and signing a class 4 approval bound to one exact effect.
+// effectCmd holds the operator's effect tools: key generation, a class 4
+// approval bound to one exact effect revision (recorded through the running
+// kernel, or signed offline), and the list|show views.
 func effectCmd(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -90,29 +91,68 @@ func loadKey(path string) (ed25519.PrivateKey, error) {
 
 // effectApprove signs "autonomic.human-approval.v1\n" + the RFC 8785 JSON of
 // exactly one effect revision in one epoch with one payload digest; the
-// signature applies to nothing else. The result is the approval JSON the
-// worker passes to `autonomic-effect evaluate -approval FILE`.
+// signature applies to nothing else.
+//
+// With EFFECT_ID it reads the effect from the running kernel, signs the
+// revision the kernel holds now and submits the approval; the kernel
+// verifies it against decision_keys and records it, and the worker then
+// commits without carrying anything. If the worker re-proposes in between,
+// the kernel refuses the approval (approval_invalid): it names a revision
+// that no longer stands. With --effect and the other document flags
+// instead (offline), it signs that document and prints the approval JSON
+// the worker passes to `autonomic-effect evaluate -approval FILE`.
 func effectApprove(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("effect approve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	o := newOpFlags("effect approve", stderr)
+	fs := o.fs
 	keyFile := fs.String("key", "", "Ed25519 private key (PKCS#8 PEM)")
 	keyID := fs.String("key-id", "", "the key's id in decision_keys")
 	doc := protocol.ApprovalDocument{}
-	fs.StringVar(&doc.EffectID, "effect", "", "effect id")
-	fs.IntVar(&doc.EffectRevision, "revision", 0, "effect revision")
-	fs.StringVar(&doc.EpisodeID, "episode", "", "episode id")
-	fs.Int64Var(&doc.Epoch, "epoch", 0, "epoch the effect was prepared under")
-	fs.StringVar(&doc.PayloadDigest, "payload-digest", "", "the effect's payload digest (sha256:...)")
-	fs.StringVar(&doc.Decision, "decision", "allow", "allow or deny")
-	if fs.Parse(args) != nil || *keyFile == "" || *keyID == "" {
-		fmt.Fprintln(stderr, "usage: autonomic effect approve --key FILE --key-id ID --effect ID --revision N --episode ID --epoch N --payload-digest sha256:... [--decision allow|deny]")
+	fs.StringVar(&doc.EffectID, "effect", "", "offline: effect id")
+	fs.IntVar(&doc.EffectRevision, "revision", 0, "offline: effect revision")
+	fs.StringVar(&doc.EpisodeID, "episode", "", "offline: episode id")
+	fs.Int64Var(&doc.Epoch, "epoch", 0, "offline: epoch the effect was prepared under")
+	fs.StringVar(&doc.PayloadDigest, "payload-digest", "", "offline: the effect's payload digest (sha256:...)")
+	decision := fs.String("decision", "allow", "allow (or approve) or deny")
+	pos, err := o.parse(args)
+	online := len(pos) == 1 && doc.EffectID == ""
+	offline := len(pos) == 0 && doc.EffectID != ""
+	if err != nil || *keyFile == "" || *keyID == "" || !online && !offline {
+		fmt.Fprintln(stderr, "usage: autonomic effect approve EFFECT_ID --key FILE --key-id ID [--decision allow|deny] [--config F | --socket S] [--json]\n"+
+			"       autonomic effect approve --key FILE --key-id ID --effect ID --revision N --episode ID --epoch N --payload-digest sha256:... [--decision allow|deny]")
 		return 2
+	}
+	doc.Decision = *decision
+	if doc.Decision == "approve" {
+		doc.Decision = "allow"
 	}
 	key, err := loadKey(*keyFile)
 	if err != nil {
 		fmt.Fprintln(stderr, "autonomic: key:", err)
 		return 1
 	}
+	if offline {
+		a, err := broker.SignApproval(key, *keyID, doc)
+		if err == nil {
+			err = a.Validate()
+		}
+		if err != nil {
+			return fail(stderr, err)
+		}
+		b, _ := json.MarshalIndent(a, "", "  ")
+		fmt.Fprintln(stdout, string(b))
+		return 0
+	}
+	c, err := o.client()
+	if err != nil {
+		return opFail(stderr, err)
+	}
+	ctx, cancel := opCtx()
+	defer cancel()
+	e, err := c.Effect(ctx, pos[0])
+	if err != nil {
+		return opFail(stderr, err)
+	}
+	doc.EffectID, doc.EffectRevision, doc.EpisodeID, doc.Epoch, doc.PayloadDigest = e.ID, e.Revision, e.EpisodeID, e.Epoch, e.PayloadDigest
 	a, err := broker.SignApproval(key, *keyID, doc)
 	if err == nil {
 		err = a.Validate()
@@ -120,7 +160,15 @@ func effectApprove(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	b, _ := json.MarshalIndent(a, "", "  ")
-	fmt.Fprintln(stdout, string(b))
+	after, err := c.Approve(ctx, e.ID, a)
+	if err != nil {
+		return opFail(stderr, err)
+	}
+	if *o.json {
+		printJSON(stdout, after)
+		return 0
+	}
+	fmt.Fprintf(stdout, "%s recorded for effect %s revision %d (%s, class %d, target %s, payload %s): now %s\n",
+		doc.Decision, after.ID, doc.EffectRevision, after.Kind, after.Class, after.TargetID, doc.PayloadDigest, after.State)
 	return 0
 }

@@ -2,15 +2,24 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/server"
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
 
 // TestApproveSignsExactlyOneRevision: keygen, then approve; the signature
@@ -67,5 +76,110 @@ func TestRefusesRoot(t *testing.T) {
 	code := run([]string{"preflight"}, &out, &errb)
 	if isRoot() && (code != 2 || !strings.Contains(errb.String(), "refusing to run as root")) {
 		t.Fatalf("as root: %d %q", code, errb.String())
+	}
+}
+
+// TestApproveThroughTheKernel: `effect approve EFFECT` against a running
+// kernel reads the effect, signs its current revision and has the kernel
+// record the decision; the effect is then ready for the worker's commit.
+// A key the kernel does not know is refused with its catalogue code.
+func TestApproveThroughTheKernel(t *testing.T) {
+	cluster := storetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateDatabase(ctx, "approve"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keyFile, strangerFile := filepath.Join(dir, "operator.pem"), filepath.Join(dir, "stranger.pem")
+	var pub, errb bytes.Buffer
+	if code := effectCmd([]string{"keygen", "--out", keyFile}, &pub, &errb); code != 0 {
+		t.Fatal(errb.String())
+	}
+	if code := effectCmd([]string{"keygen", "--out", strangerFile}, &bytes.Buffer{}, &errb); code != 0 {
+		t.Fatal(errb.String())
+	}
+	// One instance id for the kernel and this test's store handle: the
+	// effect is made here under the ownership the kernel then holds.
+	const instance = "approve-test"
+	doc, _ := json.Marshal(map[string]any{
+		"state_dir":     t.TempDir(),
+		"store":         map[string]any{"url": cluster.KernelConnString("approve"), "admin_url": cluster.AdminConnString("approve"), "instance_id": instance},
+		"domain":        map[string]any{"backend": "unsafe_local"},
+		"sensor":        map[string]any{"kind": "rules"},
+		"targets":       map[string]any{"artifact": map[string]any{"releases": map[string]any{"dir": t.TempDir()}}},
+		"decision_keys": map[string]string{"operator": strings.TrimSpace(pub.String())},
+	})
+	cfgPath := filepath.Join(dir, "autonomic.json")
+	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- server.Serve(sctx, cfg, hclog.NewNullLogger(), server.Hooks{Ready: func() { close(ready) }})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	defer func() { stop(); <-done }()
+
+	st, err := store.Open(ctx, store.Config{URL: cluster.KernelConnString("approve"), InstanceID: instance})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1, TTL: time.Hour,
+		Capabilities: []byte(`{"effects":[{"kind":"artifact","target_id":"releases","max_class":4}]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff, err := st.ProposeEffect(ctx, store.Proposal{EpisodeID: ep.ID, Epoch: 1, LeaseID: lease.ID, Kind: "artifact", Class: 4,
+		TargetID: "releases", Target: []byte(`{"name":"v1.tar"}`), PayloadDigest: "sha256:" + strings.Repeat("ab", 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PrepareEffect(ctx, store.Prepare{EffectID: eff.ID, Revision: 1, Epoch: 1, TrajectoryVersion: 1, TrajectoryRegime: "stable"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Transition(ctx, store.Transition{EffectID: eff.ID, Revision: 1, Epoch: 1, To: store.Evaluating}); err != nil {
+		t.Fatal(err)
+	}
+
+	approve := func(want int, args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := effectCmd(append([]string{"approve", eff.ID.String(), "--config", cfgPath}, args...), &out, &errb); code != want {
+			t.Fatalf("approve %v: exit %d (want %d): %s %s", args, code, want, out.String(), errb.String())
+		}
+		return out.String() + errb.String()
+	}
+	if out := approve(1, "--key", strangerFile, "--key-id", "stranger"); !strings.Contains(out, "approval_invalid") {
+		t.Fatalf("unknown key: %s", out)
+	}
+	if out := approve(1, "--key", strangerFile, "--key-id", "operator"); !strings.Contains(out, "approval_invalid") {
+		t.Fatalf("wrong key: %s", out)
+	}
+	if e, _ := st.Effect(ctx, eff.ID); e.State != store.Evaluating {
+		t.Fatalf("a refused approval moved the effect to %s", e.State)
+	}
+	if out := approve(0, "--key", keyFile, "--key-id", "operator"); !strings.Contains(out, "allow recorded") || !strings.Contains(out, "now ready") {
+		t.Fatalf("approve: %s", out)
+	}
+	if e, _ := st.Effect(ctx, eff.ID); e.State != store.Ready {
+		t.Fatalf("after approval: %s", e.State)
+	}
+	if out := approve(1, "--key", keyFile, "--key-id", "operator"); !strings.Contains(out, "illegal_transition") {
+		t.Fatalf("second approval: %s", out)
 	}
 }

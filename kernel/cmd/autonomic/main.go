@@ -41,8 +41,11 @@ commands:
                                         run ARGV in a one-shot domain and print its output and exit report
   domain inspect|freeze|thaw|checkpoint|destroy ID [--json]
   effect keygen --out FILE              a new Ed25519 approval key; prints its public key for decision_keys
+  effect approve EFFECT --key FILE --key-id ID [--decision allow|deny] [--config FILE]
+                                        sign the class 4 effect's current revision and record the decision
+                                        in the running kernel (the worker then commits without carrying it)
   effect approve --key FILE --key-id ID --effect ID --revision N --episode ID --epoch N --payload-digest D
-                                        sign a class 4 approval bound to exactly that effect revision
+                                        offline: sign exactly that effect revision and print the approval
   policy sign --key FILE --key-id ID < policy.json
                                         sign a policy document (an effect keygen key; its public key goes in
                                         policy_keys); prints the envelope an episode spec's "policy" carries

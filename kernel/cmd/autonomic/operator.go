@@ -201,8 +201,8 @@ func short(h string) string {
 	return h
 }
 
-// effectOperator handles effect list|show (effect keygen|approve need no
-// kernel and stay in effect.go).
+// effectOperator handles effect list|show (effect keygen and approve are
+// in effect.go).
 func effectOperator(args []string, stdout, stderr io.Writer) int {
 	o := newOpFlags("effect "+args[0], stderr)
 	pos, err := o.parse(args[1:])
