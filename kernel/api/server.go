@@ -60,6 +60,8 @@ type Config struct {
 	Controller Controller
 	// Approver may be nil: approval then answers 501.
 	Approver Approver
+	// Kernel, when set, reports the kernel's autonomy (GET /v1/kernel).
+	Kernel func() KernelView
 	// Preflight, when set, reports what the host enforces.
 	Preflight func(ctx context.Context) (*protocol.PreflightReport, error)
 	Access    Access
@@ -103,6 +105,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/effects/{id}", s.effect)
 	s.route("POST /v1/effects/{id}/approval", s.approve)
 	s.route("GET /v1/preflight", s.preflight)
+	s.route("GET /v1/kernel", s.kernel)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "unrouted", protocol.E(protocol.CodeUnknownAction))
 	})
