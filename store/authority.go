@@ -82,14 +82,14 @@ func (p *Postgres) Lease(ctx context.Context, id uuid.UUID) (Lease, error) {
 }
 
 // CreateDomain records a new execution domain and its first generation.
-func (p *Postgres) CreateDomain(ctx context.Context, episodeID uuid.UUID, epoch int64) (Domain, Generation, error) {
+func (p *Postgres) CreateDomain(ctx context.Context, req NewDomain) (Domain, Generation, error) {
 	var d Domain
 	var g Generation
-	err := p.mutate(ctx, "create_domain", onEpisode(episodeID), func(m *mtx) error {
+	err := p.mutate(ctx, "create_domain", onEpisode(req.EpisodeID), func(m *mtx) error {
 		if err := m.requireActive(); err != nil {
 			return err
 		}
-		if err := m.requireEpoch(epoch); err != nil {
+		if err := m.requireEpoch(req.Epoch); err != nil {
 			return err
 		}
 		d = Domain{ID: newID(), EpisodeID: m.ep.ID, CreatedAt: m.now}
@@ -97,7 +97,11 @@ func (p *Postgres) CreateDomain(ctx context.Context, episodeID uuid.UUID, epoch 
 		m.write(`INSERT INTO domains (id, episode_id, created_at) VALUES ($1, $2, $3)`, d.ID, d.EpisodeID, m.now)
 		m.write(`INSERT INTO domain_generations (`+generationCols+`) VALUES ($1, 1, $2, NULL, 'live', $3, NULL)`,
 			d.ID, g.Epoch, m.now)
-		m.emit("domain_created", map[string]any{"domain_id": d.ID, "generation": 1})
+		body := map[string]any{"domain_id": d.ID, "generation": 1}
+		if req.UnsafeLocal {
+			body["unsafe_local"] = true
+		}
+		m.emit("domain_created", body)
 		return nil
 	})
 	return d, g, err

@@ -16,7 +16,7 @@ func TestSnapshotAncestryAndRepair(t *testing.T) {
 	e := newEnv(t)
 	s, ctx := e.store, ctxT(t)
 	f := e.episode(s)
-	dom, gen, err := s.CreateDomain(ctx, f.ep.ID, 1)
+	dom, gen, err := s.CreateDomain(ctx, NewDomain{EpisodeID: f.ep.ID, Epoch: 1})
 	if err != nil || gen.Generation != 1 {
 		t.Fatalf("domain: %+v %v", gen, err)
 	}

@@ -36,7 +36,7 @@ func TestActiveEpisodesAndGenerations(t *testing.T) {
 	if gens, err := s.Generations(ctx, live.ep.ID); err != nil || len(gens) != 0 {
 		t.Fatalf("generations before any domain: %v, %v", gens, err)
 	}
-	d, _, err := s.CreateDomain(ctx, live.ep.ID, 1)
+	d, _, err := s.CreateDomain(ctx, NewDomain{EpisodeID: live.ep.ID, Epoch: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ type Store interface {
 	RevokeLease(ctx context.Context, leaseID uuid.UUID, reason string) (Lease, error)
 	Lease(ctx context.Context, id uuid.UUID) (Lease, error)
 
-	CreateDomain(ctx context.Context, episodeID uuid.UUID, epoch int64) (Domain, Generation, error)
+	CreateDomain(ctx context.Context, req NewDomain) (Domain, Generation, error)
 	DestroyGeneration(ctx context.Context, domainID uuid.UUID, generation int) (Generation, error)
 	NewGeneration(ctx context.Context, req NewGeneration) (Generation, error)
 	Generations(ctx context.Context, episodeID uuid.UUID) ([]Generation, error)
@@ -161,6 +161,17 @@ type Domain struct {
 	ID        uuid.UUID
 	EpisodeID uuid.UUID
 	CreatedAt time.Time
+}
+
+// NewDomain records an episode's execution domain and its first
+// generation under the episode's current epoch.
+type NewDomain struct {
+	EpisodeID uuid.UUID
+	Epoch     int64
+	// UnsafeLocal marks a domain whose backend isolates nothing: the
+	// ledger's domain_created event says "unsafe_local": true, so no
+	// reader of the ledger can take its work for contained work.
+	UnsafeLocal bool
 }
 
 // Generation states.

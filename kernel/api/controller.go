@@ -57,7 +57,7 @@ func (c EpisodeKernel) Live(id uuid.UUID) (LiveView, bool) {
 	}
 	st := ep.Status()
 	return LiveView{State: string(st.State), Why: st.Why, Epoch: st.Epoch, LeaseID: st.LeaseID.String(),
-		DomainID: st.DomainID.String(), Generation: st.Generation, Repairs: st.Repairs}, true
+		DomainID: st.DomainID.String(), Generation: st.Generation, Repairs: st.Repairs, UnsafeLocal: st.UnsafeLocal}, true
 }
 
 // Abort ends a driven episode as aborted: its domain is destroyed first.

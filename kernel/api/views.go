@@ -41,6 +41,9 @@ type LiveView struct {
 	DomainID   string `json:"domain_id"`
 	Generation int    `json:"generation"`
 	Repairs    int    `json:"repairs"`
+	// UnsafeLocal: the worker runs with NO isolation (the unsafe_local
+	// development backend).
+	UnsafeLocal bool `json:"unsafe_local,omitempty"`
 }
 
 // EffectView is an effect's record at its current revision.

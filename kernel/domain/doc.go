@@ -11,5 +11,8 @@
 //   - The launcher is never given a terminal: worker output arrives on a
 //     pipe and is kept bounded, never logged.
 //   - UnsafeLocal isolates nothing, and says so in its name, in every log
-//     line and in every event it emits.
+//     line, in every event it emits and in its Features. It cannot
+//     checkpoint, and refuses a spec that asks it to restore one.
+//   - A backend's Features are its promises; a consumer reads them instead
+//     of calling what the backend cannot do.
 package domain

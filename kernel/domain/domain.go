@@ -29,9 +29,27 @@ type Event struct {
 	Isolation string
 }
 
+// Features are what a backend promises beyond running a worker. A consumer
+// reads them before it relies on a promise, never by trying it and
+// reading the failure.
+type Features struct {
+	// Backend names the backend as the configuration does: "linux" or
+	// "unsafe_local".
+	Backend string
+	// Checkpoints: Checkpoint snapshots a running domain and
+	// Spec.Checkpoint restores one into a new generation.
+	Checkpoints bool
+	// Isolated: the worker runs in its own namespaces, under seccomp, in
+	// the cgroup <cgroup_parent>/<domain id>. False means a plain host
+	// process with the kernel's user and access (Running.Cgroup names
+	// the cgroup it shares).
+	Isolated bool
+}
+
 // ExecutionDomain creates and manages domains. Implementations are safe for
 // concurrent use; each lifecycle call is independent of a running create.
 type ExecutionDomain interface {
+	Features() Features
 	Preflight(ctx context.Context) (*protocol.PreflightReport, error)
 	Create(ctx context.Context, spec Spec) (*Running, error)
 	Freeze(ctx context.Context, id string) (*protocol.DomainState, error)

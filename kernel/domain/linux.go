@@ -29,6 +29,12 @@ type Linux struct {
 
 var _ ExecutionDomain = (*Linux)(nil)
 
+// Features: the launcher isolates every domain and checkpoints its upper
+// layer.
+func (l *Linux) Features() Features {
+	return Features{Backend: "linux", Checkpoints: true, Isolated: true}
+}
+
 func (l *Linux) command(ctx context.Context) *exec.Cmd {
 	path := l.LauncherPath
 	if path == "" {

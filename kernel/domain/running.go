@@ -22,6 +22,7 @@ type Running struct {
 	close   func() error
 	out     *boundedBuffer
 	monitor int // pid of the launcher process (or sudo) that monitors the domain
+	cgroup  string
 
 	mu         sync.Mutex
 	violations []protocol.Violation
@@ -67,6 +68,11 @@ func (r *Running) Wait() (*protocol.Exited, error) {
 // MonitorPID is the pid of the process the kernel started for this domain:
 // the launcher itself when run directly, sudo otherwise.
 func (r *Running) MonitorPID() int { return r.monitor }
+
+// Cgroup is the cgroup v2 path (as /proc/<pid>/cgroup names it) the
+// worker of an unisolated backend runs in, shared with the kernel; empty
+// for an isolated one, whose cgroup is <cgroup_parent>/<domain id>.
+func (r *Running) Cgroup() string { return r.cgroup }
 
 // Output is the worker's captured stdout and stderr (bounded).
 func (r *Running) Output() []byte { return r.out.Bytes() }

@@ -28,6 +28,14 @@
 //     intersection of the previous lease and the spec's repair narrowing,
 //     so it is never wider. After max_repairs, containment is final and the
 //     store records why.
+//   - A backend that cannot checkpoint (domain.Features; UnsafeLocal) is
+//     never asked to: no checkpoint is taken or recorded, and what would
+//     need a repair — a violation, a containment, a kernel restart — ends
+//     the episode contained, its reason saying no checkpoint exists on
+//     that backend. It never pretends to repair.
+//   - An unisolated backend is labelled: its domain_created event carries
+//     "unsafe_local": true and Status.UnsafeLocal is set. Its worker shares
+//     the kernel's cgroup, which is all the broker socket can bind.
 //   - Lifecycle states change only through the one table in state.go.
 //   - With automatic verification (Config.Verification, the broker's
 //     Verifier set to Observer.Verify), a class 3+ git_commit is verified
@@ -67,8 +75,8 @@
 //     and only then resumes it as a repair — counted against max_repairs,
 //     so a crash loop ends contained — or contains it.
 //
-// Snapshot rule: a checkpoint is taken through the launcher right after an
-// episode's first generation starts (a restored one starts from a stable
+// Snapshot rule (on a backend that can checkpoint): a checkpoint is taken
+// through the launcher right after an episode's first generation starts (a restored one starts from a stable
 // checkpoint already) and after every effect of the episode commits. Both are
 // recorded stable at once. The initial one because an overlay never carries
 // authority — effects live in the store, not the upper layer — so any

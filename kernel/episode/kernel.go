@@ -38,6 +38,8 @@ type Config struct {
 	SocketsRoot    string
 	// CgroupParent is the launcher's cgroup_parent as /proc/<pid>/cgroup
 	// names it (relative to the cgroup v2 mount, with a leading "/").
+	// Unused with an unisolated backend, whose workers share the kernel's
+	// cgroup.
 	CgroupParent string
 	// OwnerUID/GID is workspace_owner_uid/gid: the kernel's account, which
 	// owns workspaces and sockets.
@@ -87,6 +89,9 @@ type Kernel struct {
 	cfg Config
 	log hclog.Logger
 
+	// feat is what Domains promises, read once: without checkpoints
+	// nothing is checkpointed and nothing is repaired.
+	feat  domain.Features
 	rules *sensor.Rules
 	home  homeostat.Config
 	regMu sync.Mutex
@@ -105,7 +110,8 @@ func New(cfg Config) (*Kernel, error) {
 	if cfg.Store == nil || cfg.Broker == nil || cfg.Domains == nil {
 		return nil, errors.New("episode: Store, Broker and Domains are required")
 	}
-	if !filepath.IsAbs(cfg.WorkspacesRoot) || !filepath.IsAbs(cfg.SocketsRoot) || cfg.CgroupParent == "" {
+	feat := cfg.Domains.Features()
+	if !filepath.IsAbs(cfg.WorkspacesRoot) || !filepath.IsAbs(cfg.SocketsRoot) || (feat.Isolated && cfg.CgroupParent == "") {
 		return nil, errors.New("episode: WorkspacesRoot, SocketsRoot and CgroupParent are required")
 	}
 	if cfg.AuthorityInterval <= 0 {
@@ -134,7 +140,15 @@ func New(cfg Config) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &Kernel{cfg: cfg, log: cfg.Logger, rules: rules, home: home, episodes: map[uuid.UUID]*Episode{}}
+	k := &Kernel{cfg: cfg, log: cfg.Logger, feat: feat, rules: rules, home: home, episodes: map[uuid.UUID]*Episode{}}
+	if !feat.Isolated {
+		k.log.Warn("UNSAFE_LOCAL: episode workers run with NO isolation; every domain is labelled unsafe_local in the ledger",
+			"backend", feat.Backend)
+	}
+	if !feat.Checkpoints {
+		k.log.Warn("the domain backend cannot checkpoint: episodes run without checkpoints, and a violation or failure contains them instead of repairing",
+			"backend", feat.Backend)
+	}
 	if cfg.Regulator != nil {
 		if k.reg, err = regulator.New(*cfg.Regulator); err != nil {
 			return nil, fmt.Errorf("episode: regulator: %w", err)
@@ -218,7 +232,7 @@ func (k *Kernel) mint(spec Spec) (*policy.Policy, authority.Capability, error) {
 // Start creates an episode at epoch 1 with a lease within its envelope,
 // prepares its workspace at the base OID, binds its broker socket and runs
 // its worker in a new domain. It returns once the domain runs and its
-// initial checkpoint is recorded.
+// initial checkpoint is recorded (when the backend can checkpoint).
 func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
 	// Refused specs (an unsigned or wrongly signed policy among them)
 	// return here, before the store or the launcher is touched.
@@ -263,7 +277,7 @@ func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
 		return fail(err)
 	}
 	e.workspace = true
-	dom, gen, err := st.CreateDomain(ctx, e.id, e.epoch)
+	dom, gen, err := st.CreateDomain(ctx, store.NewDomain{EpisodeID: e.id, Epoch: e.epoch, UnsafeLocal: !k.feat.Isolated})
 	if err != nil {
 		return fail(err)
 	}
@@ -284,7 +298,7 @@ func (k *Kernel) Episode(id uuid.UUID) (*Episode, bool) {
 
 func (k *Kernel) newEpisode(id uuid.UUID, spec Spec) *Episode {
 	e := &Episode{k: k, id: id, spec: spec, state: Pending, commits: make(chan uuid.UUID, 64),
-		contain: make(chan string, 1), exits: make(chan WorkerExit, 16), digests: map[uuid.UUID]string{},
+		contain: make(chan containment, 1), exits: make(chan WorkerExit, 16), digests: map[uuid.UUID]string{},
 		log: k.log.With("episode", id)}
 	// The semantic sensors read the policy's scope; a spec whose policy no
 	// longer verifies has none (and Recover contains it).

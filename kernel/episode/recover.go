@@ -174,6 +174,8 @@ func (k *Kernel) resume(ctx context.Context, rec store.Episode, out *Recovery) (
 		return contain("kernel restart: the episode had no domain (interrupted start)")
 	case len(lineage) >= spec.MaxRepairs:
 		return contain(fmt.Sprintf("kernel restart: max_repairs (%d) exhausted", spec.MaxRepairs))
+	case !k.feat.Checkpoints:
+		return contain("kernel restart: " + noCheckpoints(k.feat))
 	case ckptErr != nil:
 		return contain("kernel restart: no stable checkpoint to resume from")
 	}

@@ -62,7 +62,7 @@ type Episode struct {
 	cgroup atomic.Pointer[string]
 
 	commits chan uuid.UUID
-	contain chan string
+	contain chan containment
 	exits   chan WorkerExit
 
 	// frames is the bounded sensor queue the watch child drains into home.
@@ -95,6 +95,9 @@ type Status struct {
 	Generation int
 	LauncherID string
 	Repairs    int
+	// UnsafeLocal: the episode's domain isolates nothing (the backend is
+	// unsafe_local, or another unisolated one).
+	UnsafeLocal bool
 }
 
 // Status returns the current state.
@@ -102,7 +105,7 @@ func (e *Episode) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return Status{State: e.state, Why: e.why, Epoch: e.epoch, LeaseID: e.lease.ID, Lease: e.leaseCap, DomainID: e.domainID,
-		Generation: e.gen, LauncherID: e.k.launcherID(e.id, e.gen), Repairs: e.repairs}
+		Generation: e.gen, LauncherID: e.k.launcherID(e.id, e.gen), Repairs: e.repairs, UnsafeLocal: !e.k.feat.Isolated}
 }
 
 // WorkerExits delivers each generation's worker exit.
@@ -121,11 +124,41 @@ func (e *Episode) Exit() *supervisor.Exit {
 	}
 }
 
-// Contain asks for a repair now (a homeostat containment, an operator).
+// containment is a request to repair the generation of one epoch. It is
+// bound to that epoch: a hostile worker trips many frames before its
+// repair fences it, and those must not spend the next epoch's repairs.
+type containment struct {
+	epoch  int64
+	reason string
+}
+
+// Contain asks for a repair of the current epoch now (an operator).
 func (e *Episode) Contain(reason string) {
+	e.mu.Lock()
+	epoch := e.epoch
+	e.mu.Unlock()
+	e.containAt(epoch, reason)
+}
+
+// containAt asks for a repair of epoch. One request is pending at most:
+// of two, the newer epoch's stays (an older one would be ignored anyway).
+func (e *Episode) containAt(epoch int64, reason string) {
+	c := containment{epoch: epoch, reason: reason}
 	select {
-	case e.contain <- reason:
-	default: // one is already pending; it repairs the same generation
+	case e.contain <- c:
+		return
+	default:
+	}
+	select {
+	case old := <-e.contain:
+		if old.epoch >= c.epoch {
+			c = old
+		}
+	default:
+	}
+	select {
+	case e.contain <- c:
+	default: // another request arrived meanwhile; it is as recent
 	}
 }
 
@@ -278,6 +311,15 @@ func (e *Episode) create(ctx context.Context, checkpoint string) (*domain.Runnin
 		return nil, fmt.Errorf("episode: launcher restored %q, want the verified checkpoint", r.Started.Restored)
 	}
 	cg := e.k.cfg.CgroupParent + "/" + id
+	if !e.k.feat.Isolated {
+		// The worker shares the kernel's cgroup: the broker can tell it
+		// from nothing else there, which is what unisolated means.
+		if cg = r.Cgroup(); cg == "" {
+			r.Close()
+			e.destroy(ctx, id)
+			return nil, errors.New("episode: the unisolated backend did not say which cgroup its worker runs in")
+		}
+	}
 	e.cgroup.Store(&cg)
 	return r, nil
 }
@@ -324,7 +366,7 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 		}
 		r.Close()
 	}()
-	if checkpoint == "" {
+	if checkpoint == "" && e.k.feat.Checkpoints {
 		if err := e.checkpoint(ctx); err != nil {
 			started <- err
 			return err
@@ -372,12 +414,24 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 				default:
 				}
 			}
-		case reason := <-e.contain:
-			if r, err = e.repair(ctx, r, "containment: "+reason); err != nil {
+		case c := <-e.contain:
+			e.mu.Lock()
+			current := e.epoch
+			e.mu.Unlock()
+			if c.epoch != current {
+				// Raised before the last repair fenced its epoch: that
+				// generation is already gone.
+				e.log.Info("containment of a fenced epoch ignored", "epoch", c.epoch, "current", current, "reason", c.reason)
+				continue
+			}
+			if r, err = e.repair(ctx, r, "containment: "+c.reason); err != nil {
 				return err
 			}
 			events = r.Events()
 		case id := <-e.commits:
+			if !e.k.feat.Checkpoints {
+				continue
+			}
 			eff, err := e.k.cfg.Store.Effect(ctx, id)
 			if err != nil || eff.EpisodeID != e.id {
 				continue
@@ -416,6 +470,11 @@ func (e *Episode) destroy(ctx context.Context, id string) error {
 // prove it empty, verify the last stable checkpoint, restore it into a new
 // generation under a narrower lease. The lineage is the epoch advance's.
 func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string) (*domain.Running, error) {
+	if !e.k.feat.Checkpoints {
+		// Nothing to restore: containing is the only honest answer.
+		e.log.Warn("containing: the domain backend cannot checkpoint", "backend", e.k.feat.Backend, "reason", reason)
+		return old, e.containFinal(ctx, old, noCheckpoints(e.k.feat)+"; last: "+reason)
+	}
 	if err := e.move(Repairing); err != nil {
 		return old, err
 	}
@@ -476,6 +535,12 @@ func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string
 	}
 	e.log.Info("repaired", "epoch", adv.Lineage.ToEpoch, "generation", g.Generation, "staled", len(adv.StaledEffects))
 	return r, nil
+}
+
+// noCheckpoints is the containment reason on a backend that cannot
+// checkpoint.
+func noCheckpoints(f domain.Features) string {
+	return "no checkpoint exists on the " + f.Backend + " backend, which cannot checkpoint: the episode cannot be repaired"
 }
 
 // verify checks a checkpoint record against what the launcher returned
