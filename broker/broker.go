@@ -71,6 +71,9 @@ type Broker struct {
 	adapters   map[string]Adapter
 	log        hclog.Logger
 	reconciled atomic.Bool
+	// saturated counts connections refused as effect_broker_saturated by
+	// every Server on this broker (see Saturations).
+	saturated atomic.Uint64
 }
 
 // New returns a broker. It admits no work until Reconcile has settled every
@@ -574,6 +577,12 @@ func (b *Broker) Reconcile(ctx context.Context, episodeID uuid.UUID) ([]Settleme
 	}
 	return out, nil
 }
+
+// Saturations is how many worker connections the per-episode servers on
+// this broker have refused as effect_broker_saturated since it was built.
+// It only grows; a reader compares two readings. Lock- and allocation-free,
+// so a saturated server pays one atomic add per refusal.
+func (b *Broker) Saturations() uint64 { return b.saturated.Load() }
 
 // Ready reports whether the broker admits work.
 func (b *Broker) Ready() bool { return b.reconciled.Load() }

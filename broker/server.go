@@ -119,6 +119,7 @@ func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 		default:
 			// Refused at once: the answer fits the socket buffer, so this
 			// write does not wait on the peer.
+			s.Broker.saturated.Add(1)
 			s.refuse(c, protocol.E(protocol.CodeEffectBrokerSaturated))
 			continue
 		}

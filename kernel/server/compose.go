@@ -149,20 +149,42 @@ func regulatorConfig(r config.Regulator) (*regulator.Config, error) {
 	return rc, nil
 }
 
-// storeProbe is what watchStore asks of the store: the operator API's
-// database check, one row.
+// storeProbe is what the health loop asks of the store: the operator
+// API's database check, one row.
 type storeProbe interface {
 	ListEpisodes(ctx context.Context, limit int) ([]store.Episode, error)
 }
 
-// watchStore is serve's feed of the regulator: every interval it queries
-// the authority store, and a failure (or a query slower than the interval)
-// is database loss, which caps autonomy at observe at once; success clears
-// that fault only, so the sensor bank's own reports stand. Broker
-// saturation is not fed: a saturated per-episode server answers the worker
-// and counts nothing serve can read.
-func watchStore(ctx context.Context, st storeProbe, k *episode.Kernel, every time.Duration) {
-	t := time.NewTicker(every)
+// saturationCount is what the health loop asks of the broker: its count
+// of worker connections refused as saturated (broker.Saturations).
+type saturationCount interface {
+	Saturations() uint64
+}
+
+// healthSink is where the health loop reports (episode.Kernel.ReportHealth).
+type healthSink interface {
+	ReportHealth(within, faults regulator.Fault)
+}
+
+// health is serve's feed of the regulator for the faults no episode sees:
+// database loss and broker saturation. Both go in one report per interval,
+// so the regulator counts intervals, not sources, toward recovery.
+type health struct {
+	store  storeProbe
+	broker saturationCount
+	sink   healthSink
+	every  time.Duration
+	// seen is the broker's count at the previous interval.
+	seen uint64
+}
+
+func newHealth(st storeProbe, b saturationCount, sink healthSink, every time.Duration) *health {
+	return &health{store: st, broker: b, sink: sink, every: every, seen: b.Saturations()}
+}
+
+// watch observes every interval until ctx ends.
+func (h *health) watch(ctx context.Context) {
+	t := time.NewTicker(h.every)
 	defer t.Stop()
 	for {
 		select {
@@ -170,18 +192,35 @@ func watchStore(ctx context.Context, st storeProbe, k *episode.Kernel, every tim
 			return
 		case <-t.C:
 		}
-		qctx, cancel := context.WithTimeout(ctx, every)
-		_, err := st.ListEpisodes(qctx, 1)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		var f regulator.Fault
-		if err != nil {
-			f = regulator.DatabaseLoss
-		}
-		k.ReportHealth(regulator.DatabaseLoss, f)
+		h.observe(ctx)
 	}
+}
+
+// observe is one interval. A failed store query (or one slower than the
+// interval) is database loss, which caps autonomy at observe at once. Any
+// connection the broker refused as saturated since the previous interval
+// is broker saturation, which caps it at advise at once: workers are being
+// turned away, so the kernel is not keeping up with what it authorised. A
+// clean interval clears only these two faults (the sensor bank's stand),
+// and the regulator steps back up only after recover_after consecutive
+// clean intervals spanning recover_for_ms — one saturated interval
+// restarts that streak, so recovery needs a sustained clean stretch.
+func (h *health) observe(ctx context.Context) {
+	qctx, cancel := context.WithTimeout(ctx, h.every)
+	_, err := h.store.ListEpisodes(qctx, 1)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	var f regulator.Fault
+	if err != nil {
+		f |= regulator.DatabaseLoss
+	}
+	if n := h.broker.Saturations(); n != h.seen {
+		f |= regulator.BrokerSaturation
+		h.seen = n
+	}
+	h.sink.ReportHealth(regulator.DatabaseLoss|regulator.BrokerSaturation, f)
 }
 
 // modelSensor is the openai_compatible sensor bank. The key is read from

@@ -51,7 +51,7 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 		r := cfg.Regulator
 		log.Info("system regulator", "level", k.episodes.Regulator().Level.String(), "max_level", r.MaxLevel,
 			"recover_after", r.RecoverAfter, "recover_for_ms", r.RecoverForMSValue(), "health_interval_ms", r.HealthIntervalMS)
-		go watchStore(ctx, st, k.episodes, time.Duration(r.HealthIntervalMS)*time.Millisecond)
+		go newHealth(st, k.broker, k.episodes, time.Duration(r.HealthIntervalMS)*time.Millisecond).watch(ctx)
 	}
 
 	gid := -1
@@ -70,6 +70,10 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 	ac := api.Config{Store: st, Approver: k.broker, Preflight: k.domains.Preflight, Access: access, Logger: log}
 	if k.episodes != nil {
 		ac.Controller = api.EpisodeKernel{Kernel: k.episodes, MaxRepairs: cfg.MaxRepairsValue()}
+		ac.Kernel = func() api.KernelView {
+			r := k.episodes.Regulator()
+			return api.KernelView{Autonomy: r.Level.String(), MaxClass: int(r.Level.MaxClass()), Faults: r.Faults.String(), AutonomySince: r.Since}
+		}
 	}
 	srv, err := api.New(ac)
 	if err != nil {
