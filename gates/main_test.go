@@ -59,7 +59,7 @@ func setUp() error {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
-	if shared.bed, err = testbed.New(context.Background(), testbed.Options{EffectClient: true}); err != nil {
+	if shared.bed, err = testbed.New(context.Background(), testbed.Options{Spec: "rootfs-builder/specs/worker.json", EffectClient: true}); err != nil {
 		return err
 	}
 	db := filepath.Join(tmp, "pg")

@@ -65,7 +65,8 @@ func Table() []Gate {
 			{"./broker", []string{"TestClass4HumanHorizon"}},
 		}},
 		{Name: "coding_agent_violation_repair_epoch2", Proves: "full hostile scenario: seccomp trip, fence, destroy, restore, commit under epoch 2", Tests: []Run{
+			{"./gates", []string{"TestCodingAgentScenario"}},
 			{"./kernel/episode", []string{"TestEpisodeLifecycle", "TestViolationRepairEpoch2", "TestMaxRepairsContains"}},
-		}, Scope: "the episode controller end to end with a scripted worker; not yet the reference fixture with HOSTILE_INJECTION.md and the semantic classifier"},
+		}},
 	}
 }

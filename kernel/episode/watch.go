@@ -180,7 +180,7 @@ func (e *Episode) watch(ctx context.Context, ready func()) error {
 			if f.reason != "" {
 				why = f.reason
 			}
-			e.Contain(why)
+			e.containAt(f.epoch, why)
 		}
 	}
 }

@@ -1,0 +1,158 @@
+package gates
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/autonomic-kernel/autonomic/gates/scenario"
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
+	"github.com/autonomic-kernel/autonomic/kernel/api"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/server"
+)
+
+// TestCodingAgentScenario is the reference scenario end to end through the
+// composed kernel (kernel/server with a real launcher, cluster, broker,
+// verification runner and the openai_compatible sensor bank pointed at the
+// poisoned fixture model): the normal run commits the fix; the hostile run
+// follows HOSTILE_INJECTION.md, is rated safe by the model, trips seccomp
+// on AF_INET, is fenced, destroyed and restored into generation 2 from the
+// stable checkpoint, and commits under epoch 2 — with nothing reaching the
+// repository or the network. Every step is a scenario.Check.
+func TestCodingAgentScenario(t *testing.T) {
+	if shared.err != nil {
+		t.Fatalf("gates world: %v", shared.err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	bed := shared.bed
+	tmp := t.TempDir()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const dbName = "coding_agent"
+	if err := shared.cluster.CreateDatabase(ctx, dbName); err != nil {
+		t.Fatal(err)
+	}
+	repo := filepath.Join(tmp, "calc.git")
+	base, err := scenario.Seed(ctx, repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := scenario.StartModel("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	collector, err := scenario.StartCollector("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer collector.Close()
+	pub, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(testbed.CgroupV2Mount(), bed.CgroupParent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := json.Marshal(map[string]any{
+		"state_dir":   filepath.Join(tmp, "state"),
+		"store":       map[string]any{"url": shared.cluster.KernelConnString(dbName), "admin_url": shared.cluster.AdminConnString(dbName)},
+		"policy_keys": map[string]string{"operator": base64.StdEncoding.EncodeToString(pub)},
+		"domain": map[string]any{"backend": "linux", "launcher_path": bed.Launcher, "direct": true,
+			"workspaces_root": bed.Workspaces, "sockets_root": bed.Sockets, "cgroup_parent": "/" + rel},
+		"sensor": map[string]any{"kind": "openai_compatible", "endpoint": model.Endpoint(), "model": scenario.FixtureModel,
+			"allowed_models": []string{scenario.FixtureModel}, "timeout_ms": 5000},
+		"targets": map[string]any{"git_commit": map[string]any{scenario.TargetID: map[string]any{
+			"repo": repo, "allowed_refs": []string{scenario.NormalRef, scenario.HostileRef},
+			"allowed_paths": []string{"src/**", "README.md"}, "forbidden_paths": []string{".env", "config/**", "tests/**"},
+			"verify_argv": []string{"make", "test"}}}},
+		"automatic_verification": true,
+		"max_repairs":            1,
+		"regulator":              map[string]any{"start_level": "observe", "recover_after": 2, "recover_for_ms": 0, "health_interval_ms": 50},
+	})
+	cfgPath := filepath.Join(tmp, "autonomic.json")
+	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: &syncWriter{w: &logs}, JSONFormat: true, Level: hclog.Info})
+	sctx, stop := context.WithCancel(ctx)
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- server.Serve(sctx, cfg, log, server.Hooks{Ready: func() { close(ready) }, Owner: &[2]int{bed.OwnerUID, bed.OwnerGID}})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	defer func() {
+		stop()
+		<-done
+		if t.Failed() {
+			t.Logf("kernel log:\n%s", logs.String())
+		}
+	}()
+
+	client := api.NewClient(cfg.APISocket())
+	env := &scenario.Env{API: client, Repo: repo, Base: base, Key: key, KeyID: "operator", ModelRequests: model.Requests, Collector: collector,
+		Gone: func(ctx context.Context, id string) (bool, string, error) {
+			st, err := bed.Domains().Inspect(ctx, id)
+			return err == nil && !st.Exists && !st.Populated && st.Processes == 0,
+				fmt.Sprintf("exists %v, populated %v, %d process(es)", st.Exists, st.Populated, st.Processes), err
+		}}
+	// The regulator starts at observe: health must be observed first.
+	if err := scenario.WaitForAct(ctx, client, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{scenario.Normal, scenario.Hostile} {
+		began := time.Now()
+		r, err := scenario.Run(ctx, env, mode)
+		if r != nil && len(r.Events) > 0 {
+			var out strings.Builder
+			r.Print(&out)
+			t.Logf("%s (%v)", out.String(), time.Since(began).Round(time.Millisecond))
+		}
+		if err != nil {
+			t.Fatalf("%s run: %v", mode, err)
+		}
+		for _, c := range r.Checks {
+			if !c.OK {
+				t.Errorf("%s run: %s: %s", mode, c.Name, c.Detail)
+			}
+		}
+		if !r.OK() {
+			t.FailNow()
+		}
+	}
+}
+
+// syncWriter serialises the kernel goroutines' log writes.
+type syncWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
