@@ -211,11 +211,22 @@ func (s *Server) checkPeer(c *net.UnixConn) error {
 	if err != nil {
 		return protocol.Errorf(protocol.CodePeerRefused, "%w", err)
 	}
-	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
-		return protocol.Errorf(protocol.CodePeerRefused, "peer exited during identification")
+	if err := peerAlive(pidfd); err != nil {
+		return err
 	}
 	if got != want && !strings.HasPrefix(got, want+"/") {
 		return protocol.Errorf(protocol.CodePeerRefused, "peer pid %d in cgroup %q", cred.Pid, got)
+	}
+	return nil
+}
+
+// peerAlive sends signal 0 through the pidfd. EPERM means the process
+// exists but is not ours to signal — the kernel runs as its service account
+// and the worker under a uid of the domain's pool — so only ESRCH (or any
+// other failure) means it is gone.
+func peerAlive(pidfd int) error {
+	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil && !errors.Is(err, unix.EPERM) {
+		return protocol.Errorf(protocol.CodePeerRefused, "peer exited during identification")
 	}
 	return nil
 }
