@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,6 +28,11 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state_dir: %w", err)
 	}
+	unlock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if cfg.Domain.Backend == config.BackendUnsafeLocal {
 		log.Warn("UNSAFE_LOCAL backend: workers run with NO isolation; development hosts only")
 	}
@@ -89,6 +96,28 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 		hooks.Ready()
 	}
 	return srv.Serve(ctx, ln)
+}
+
+// ErrStateDirBusy: another kernel serves from the same state_dir.
+var ErrStateDirBusy = errors.New("another kernel is running on this state_dir")
+
+// lockStateDir takes the state_dir's kernel lock (flock, released by the
+// kernel's death): one kernel per state, so a second one never reaches the
+// managed cluster, whose orphan recovery would stop a live kernel's
+// postmaster.
+func lockStateDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "kernel.lock"), os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state_dir lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w (%s)", ErrStateDirBusy, dir)
+		}
+		return nil, fmt.Errorf("state_dir lock: %w", err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // openStore opens the configured store, starting the managed cluster when
