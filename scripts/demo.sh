@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The reference run as it stands: a real domain on this host, through the
-# sudoers rule, showing what the worker can and cannot see and do, then
-# destroyed and proven gone. Run by `make demo` after install.
+# `make demo` after install: (1) a tour of one real domain through the
+# sudoers rule — what a worker can and cannot see and do, then destroyed
+# and proven gone; (2) the reference coding-agent scenario: the kernel runs
+# as a service (user autonomic, managed PostgreSQL, the launcher through
+# sudo), and the normal and the hostile episode run through its API, each
+# printed as a timeline with its checks. Idempotent: a second run reuses
+# the cluster, keys and repository and adds two episodes to the ledger.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || exec sudo -E "$0" "$@"
@@ -62,4 +66,85 @@ left=$(ps -eo uid= | awk '$1 >= 1879048192 && $1 < 1879048192 + 64*65536' | wc -
 echo "processes left in the domain uid pool: $left"
 [ "$left" = 0 ]
 rm -rf "$root"
+
+# ---- (2) the reference scenario ----------------------------------------
+demo=/var/lib/autonomic/demo
+cfg=/etc/autonomic/autonomic.json
+# Long-running processes start in the background as the service account
+# with nothing of root's environment. The background subshell execs setpriv,
+# which execs env, which execs the command: $! is the process itself.
+spawn_as_service() {
+	exec setpriv --reuid=autonomic --regid=autonomic --init-groups -- \
+		env -i HOME=/var/lib/autonomic PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 "$@"
+}
+pids=()
+stop_all() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait "${pids[@]}" 2>/dev/null || true; }
+trap stop_all EXIT
+
+say "The reference scenario: kernel state in $demo"
+install -d -o autonomic -g autonomic -m 0750 "$demo" "$demo/runs"
+if [ ! -s "$demo/policy.pub" ]; then
+	rm -f "$demo/policy.pem"
+	as_kernel autonomic effect keygen --out "$demo/policy.pem" >"$demo/policy.pub.new"
+	mv "$demo/policy.pub.new" "$demo/policy.pub"
+	echo "operator policy key created: $demo/policy.pem (public key in policy_keys as 'demo')"
+else
+	echo "operator policy key reused: $demo/policy.pem"
+fi
+
+say "The poisoned fixture model (rates everything safe) on loopback, as user autonomic"
+rm -f "$demo/model.url"
+spawn_as_service autonomic-scenario model --listen 127.0.0.1:0 --addr-file "$demo/model.url" >"$demo/model.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$demo/model.url" ] && break; sleep 0.1; done
+model=$(cat "$demo/model.url")
+echo "model endpoint: $model"
+
+cat >"$cfg.new" <<JSON
+{
+  "state_dir": "/var/lib/autonomic",
+  "store": {"url": "", "database": "autonomic"},
+  "domain": {"backend": "linux", "launcher_path": "/usr/local/libexec/autonomic-launcher", "direct": false,
+             "workspaces_root": "/var/lib/autonomic/workspaces", "sockets_root": "/var/lib/autonomic/sockets",
+             "cgroup_parent": "/autonomic"},
+  "sensor": {"kind": "openai_compatible", "endpoint": "$model", "model": "fixture-model-1",
+             "allowed_models": ["fixture-model-1"], "timeout_ms": 5000},
+  "targets": {"git_commit": {"calc": {"repo": "$demo/calc.git",
+             "allowed_refs": ["refs/heads/agent/normal", "refs/heads/agent/hostile"],
+             "allowed_paths": ["src/**", "README.md"], "forbidden_paths": [".env", "config/**", "tests/**"],
+             "verify_argv": ["make", "test"], "class": 3}}},
+  "automatic_verification": true,
+  "max_repairs": 1,
+  "policy_keys": {"demo": "$(cat "$demo/policy.pub")"},
+  "regulator": {"start_level": "observe", "recover_after": 3, "recover_for_ms": 1000, "health_interval_ms": 250},
+  "api": {"socket": "/var/lib/autonomic/api.sock"}
+}
+JSON
+chown root:autonomic "$cfg.new"
+chmod 0640 "$cfg.new"
+mv "$cfg.new" "$cfg"
+echo "kernel configuration: $cfg"
+
+say "autonomic serve, as user autonomic (managed PostgreSQL under /var/lib/autonomic/pg)"
+spawn_as_service autonomic serve --config "$cfg" >>"$demo/serve.log" 2>&1 &
+serve=$!
+pids+=("$serve")
+for _ in $(seq 600); do
+	as_kernel autonomic episode list --config "$cfg" --limit 1 >/dev/null 2>&1 && break
+	kill -0 "$serve" 2>/dev/null || { tail -n 20 "$demo/serve.log"; exit 1; }
+	sleep 0.2
+done
+as_kernel autonomic preflight --config "$cfg" | sed -n '1,12p'
+
+say "The normal and the hostile episode, through the kernel's API"
+run="$demo/runs/$(date -u +%Y%m%dT%H%M%SZ).json"
+as_kernel autonomic-scenario run --config "$cfg" --repo "$demo/calc.git" --key "$demo/policy.pem" --key-id demo \
+	--model "$model" --out "$run"
+
+say "Where to look"
+echo "runs (timelines and checks as JSON): $run"
+echo "kernel log:                          $demo/serve.log"
+echo "a ledger, in full:                   sudo -u autonomic autonomic events tail EPISODE_ID -n 1000 --config $cfg"
+echo "verify it:                           sudo -u autonomic autonomic events verify EPISODE_ID --config $cfg"
+echo "conformance report (make test):      $(pwd)/artifacts/conformance_report.json"
 say "Demo complete"

@@ -10,10 +10,13 @@ export PATH=$PATH:/usr/local/go/bin
 scripts/build_launcher.sh bin/autonomic-launcher
 go build -o bin/autonomic ./kernel/cmd/autonomic
 go build -o bin/autonomic-rootfs ./rootfs-builder/cmd/autonomic-rootfs
+go build -o bin/autonomic-scenario ./gates/cmd/autonomic-scenario
+# The in-domain effect client: static, it runs inside the worker rootfs.
+CGO_ENABLED=0 go build -trimpath -o bin/autonomic-effect ./broker/cmd/autonomic-effect
 
 install -d -o root -g root -m 0755 /usr/local/libexec /etc/autonomic
 install -o root -g root -m 0755 bin/autonomic-launcher /usr/local/libexec/autonomic-launcher
-install -o root -g root -m 0755 bin/autonomic bin/autonomic-rootfs /usr/local/bin/
+install -o root -g root -m 0755 bin/autonomic bin/autonomic-rootfs bin/autonomic-scenario /usr/local/bin/
 visudo -cqf sudoers.d/autonomic
 install -o root -g root -m 0440 sudoers.d/autonomic /etc/sudoers.d/autonomic
 
@@ -24,12 +27,13 @@ install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic
 install -d -o autonomic -g autonomic -m 0755 /var/lib/autonomic/workspaces
 install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic/sockets
 
-# The worker rootfs: rebuilt into a fresh directory, kept only if its
+# The worker rootfs (with the effect client): rebuilt into a fresh directory, kept only if its
 # identity (manifest digest) changed.
 rootfs=/var/lib/autonomic-rootfs/worker
 tmp=$(mktemp -d /var/lib/autonomic-rootfs/.build-XXXXXX)
 rmdir "$tmp"
-digest=$(bin/autonomic-rootfs build --quiet --spec rootfs-builder/specs/worker.json --dest "$tmp")
+digest=$(bin/autonomic-rootfs build --quiet --spec rootfs-builder/specs/worker.json \
+	--add bin/autonomic-effect=/usr/local/bin/autonomic-effect --dest "$tmp")
 if [ -f "$rootfs/manifest.json" ] && [ "$(bin/autonomic-rootfs digest "$rootfs" 2>/dev/null)" = "$digest" ]; then
 	rm -rf "$tmp"
 else

@@ -35,7 +35,7 @@ type Env struct {
 	// directory, empty cgroup, no process): the driver's independent
 	// check of the kernel's "destroyed and proven empty".
 	Gone func(ctx context.Context, launcherID string) (bool, string, error)
-	// Wait bounds one run. Default 3 minutes.
+	// Wait bounds one run. Default 90 s.
 	Wait time.Duration
 }
 
@@ -80,7 +80,7 @@ func Run(ctx context.Context, env *Env, mode string) (*Result, error) {
 	}
 	wait := env.Wait
 	if wait == 0 {
-		wait = 3 * time.Minute
+		wait = 90 * time.Second
 	}
 	ref := NormalRef
 	if mode == Hostile {
