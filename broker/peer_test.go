@@ -21,10 +21,6 @@ import (
 // a helper process under uid 65534, without CAP_KILL, against a process of
 // uid 65533; after that process is killed the same check says exited.
 func TestPeerAliveAcrossUIDs(t *testing.T) {
-	if pid := os.Getenv("AUTONOMIC_PEER_ALIVE_PID"); pid != "" {
-		peerAliveHelper(pid)
-		return
-	}
 	privileged.Require(t)
 	peer := exec.Command("sleep", "60")
 	peer.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65533, Gid: 65533}}
@@ -48,8 +44,8 @@ func TestPeerAliveAcrossUIDs(t *testing.T) {
 		t.Fatalf("helper copy: %v", err)
 	}
 	check := func() string {
-		cmd := exec.Command(helper, "-test.run=^TestPeerAliveAcrossUIDs$")
-		cmd.Env = append(os.Environ(), "AUTONOMIC_PEER_ALIVE_PID="+strconv.Itoa(peer.Process.Pid))
+		cmd := exec.Command(helper)
+		cmd.Env = append(os.Environ(), peerAliveEnv+"="+strconv.Itoa(peer.Process.Pid))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, _ := cmd.CombinedOutput()
 		return string(out)
@@ -70,7 +66,9 @@ func TestPeerAliveAcrossUIDs(t *testing.T) {
 	}
 }
 
-// peerAliveHelper opens a pidfd for pid and prints what peerAlive says.
+const peerAliveEnv = "AUTONOMIC_PEER_ALIVE_PID"
+
+// peerAliveHelper (from TestMain, in the re-executed binary) opens a pidfd for pid and prints what peerAlive says.
 func peerAliveHelper(pid string) {
 	n, _ := strconv.Atoi(pid)
 	fd, err := unix.PidfdOpen(n, 0)
