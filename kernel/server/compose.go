@@ -95,10 +95,10 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 
 	d := cfg.Domain
 	switch {
-	case d.Backend != config.BackendLinux:
-		log.Warn("episode controller not composed: the unsafe_local backend has no checkpoints, so episodes cannot start; episode start answers not available")
+	case d.Backend == config.BackendUnsafeLocal && (d.WorkspacesRoot == "" || d.SocketsRoot == ""):
+		log.Warn("episode controller not composed: unsafe_local needs domain.workspaces_root and domain.sockets_root; episode start answers not available")
 		return k, nil
-	case d.WorkspacesRoot == "" || d.SocketsRoot == "" || d.CgroupParent == "":
+	case d.Backend == config.BackendLinux && (d.WorkspacesRoot == "" || d.SocketsRoot == "" || d.CgroupParent == ""):
 		log.Warn("episode controller not composed: domain.workspaces_root, domain.sockets_root and domain.cgroup_parent must mirror the launcher's configuration; episode start answers not available")
 		return k, nil
 	}
@@ -279,7 +279,7 @@ func (k *kernel) recoverAtStart(ctx context.Context, log hclog.Logger) error {
 // the launcher directly, as domain.direct does.
 func backendFor(cfg *config.Config, log hclog.Logger) domain.ExecutionDomain {
 	if cfg.Domain.Backend == config.BackendUnsafeLocal {
-		return &domain.UnsafeLocal{WorkspacesRoot: cfg.Domain.WorkspacesRoot, Log: log.Named("UNSAFE_LOCAL")}
+		return &domain.UnsafeLocal{WorkspacesRoot: cfg.Domain.WorkspacesRoot, SocketsRoot: cfg.Domain.SocketsRoot, Log: log.Named("UNSAFE_LOCAL")}
 	}
 	return &domain.Linux{LauncherPath: cfg.Domain.LauncherPath, Direct: cfg.Domain.Direct || os.Getenv("AUTONOMIC_NO_SUDO") == "1",
 		Log: log.Named("domain")}

@@ -48,7 +48,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	envEpoch, _ := strconv.ParseInt(os.Getenv("AUTONOMIC_EPOCH"), 10, 64)
-	socket := fs.String("socket", client.DefaultSocket, "broker socket")
+	// Inside a domain the socket is at client.DefaultSocket; an unsafe_local
+	// worker (no mount namespace) is told where it is.
+	defSocket := client.DefaultSocket
+	if p := os.Getenv("AUTONOMIC_BROKER_SOCKET"); p != "" {
+		defSocket = p
+	}
+	socket := fs.String("socket", defSocket, "broker socket")
 	epoch := fs.Int64("epoch", envEpoch, "epoch the worker believes current")
 	lease := fs.String("lease", os.Getenv("AUTONOMIC_LEASE_ID"), "lease id (prepare)")
 	kind := fs.String("kind", "", "effect kind (prepare)")

@@ -1,0 +1,160 @@
+package server
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
+	"github.com/autonomic-kernel/autonomic/kernel/api"
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/store/storetest"
+)
+
+// TestServeRunsUnsafeLocalEpisode: `autonomic serve` with the unsafe_local
+// backend runs the same lifecycle — the worker (a plain host process) fixes
+// a failing test, proposes a git_commit through the effect client (which
+// finds the broker socket in its environment), verification and the sensor
+// bank decide, the commit lands with its trailer — and says so everywhere:
+// the live view and the ledger's domain_created carry unsafe_local.
+func TestServeRunsUnsafeLocalEpisode(t *testing.T) {
+	cluster := storetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cluster.CreateDatabase(ctx, "unsafe"); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	mod, err := testbed.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := filepath.Join(tmp, "autonomic-effect")
+	build := exec.Command("go", "build", "-o", client, "./broker/cmd/autonomic-effect")
+	build.Dir = mod
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the effect client: %v\n%s", err, out)
+	}
+	work := filepath.Join(tmp, "work")
+	os.Mkdir(work, 0o755)
+	testbed.Git(t, work, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(work, "calc.sh"), []byte("echo $((1+1+1))\n"), 0o644)
+	os.WriteFile(filepath.Join(work, "test.sh"), []byte("[ \"$(sh calc.sh)\" = 2 ]\n"), 0o644)
+	testbed.Git(t, work, "add", ".")
+	testbed.Git(t, work, "commit", "-q", "-m", "base")
+	repo := filepath.Join(tmp, "repo.git")
+	testbed.Git(t, tmp, "clone", "-q", "--bare", work, repo)
+	base := testbed.Git(t, repo, "rev-parse", "refs/heads/main")
+
+	pub, key, _ := ed25519.GenerateKey(nil)
+	doc, _ := json.Marshal(map[string]any{
+		"state_dir":   filepath.Join(tmp, "state"),
+		"store":       map[string]any{"url": cluster.KernelConnString("unsafe"), "admin_url": cluster.AdminConnString("unsafe")},
+		"policy_keys": map[string]string{"ops": base64.StdEncoding.EncodeToString(pub)},
+		"domain": map[string]any{"backend": "unsafe_local", "workspaces_root": filepath.Join(tmp, "ws"),
+			"sockets_root": filepath.Join(tmp, "sock")},
+		"sensor": map[string]any{"kind": "rules"},
+		"targets": map[string]any{"git_commit": map[string]any{"repo": map[string]any{"repo": repo,
+			"allowed_refs": []string{"refs/heads/main"}, "allowed_paths": []string{"**"}, "verify_argv": []string{"sh", "test.sh"}}}},
+		"automatic_verification": true,
+		"regulator":              map[string]any{"start_level": "act"},
+	})
+	for _, d := range []string{"ws", "sock"} {
+		os.Mkdir(filepath.Join(tmp, d), 0o755)
+	}
+	cfgPath := filepath.Join(tmp, "autonomic.json")
+	os.WriteFile(cfgPath, doc, 0o600)
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- Serve(sctx, cfg, hclog.NewNullLogger(), Hooks{Ready: func() { close(ready) }}) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	defer func() { stop(); <-done }()
+
+	grant := authority.Spec{MaxClass: 3, Grants: []authority.Grant{{Target: "repo", Kind: "git_commit", MaxClass: 3}},
+		Allow: []string{"**"}, Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 24, EffectsPerMinute: 60}}
+	signed, err := policy.Sign(key, "ops", policy.Document{Schema: policy.Schema, ID: "fix", Version: 1, Capability: grant,
+		Semantic: policy.Semantic{MaxRisk: 0.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := json.Marshal(episode.Spec{OriginIntent: "fix calc", Repo: repo, BaseOID: base, Policy: signed, Envelope: grant,
+		RequestedCeiling: 3, LeaseTTL: time.Hour, Argv: []string{"/bin/bash", "-c", unsafeWorker}, Env: map[string]string{"EFFECT": client}})
+	c := api.NewClient(cfg.APISocket())
+	started, err := c.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Episode(ctx, started.ID); err != nil || v.Live == nil || !v.Live.UnsafeLocal {
+		t.Fatalf("the live view does not say unsafe_local: %+v %v", v.Live, err)
+	}
+	for testbed.Git(t, repo, "rev-parse", "refs/heads/main") == base {
+		if ctx.Err() != nil {
+			effects, _ := c.Effects(context.Background(), started.ID)
+			t.Fatalf("no commit landed; effects %+v", effects)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	msg := testbed.Git(t, repo, "log", "-1", "--format=%B", "refs/heads/main")
+	if !strings.Contains(msg, broker.TrailerKey+":") {
+		t.Fatalf("no trailer:\n%s", msg)
+	}
+	events, err := c.Events(ctx, started.ID, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled, checkpoints := false, 0
+	for _, e := range events {
+		var b struct {
+			UnsafeLocal bool `json:"unsafe_local"`
+		}
+		if e.Kind == "domain_created" && json.Unmarshal(e.Body, &b) == nil && b.UnsafeLocal {
+			labelled = true
+		}
+		if e.Kind == "checkpoint_recorded" {
+			checkpoints++
+		}
+	}
+	if !labelled || checkpoints != 0 {
+		t.Fatalf("ledger: unsafe_local label %v, %d checkpoints (want labelled, none)", labelled, checkpoints)
+	}
+	if _, err := c.Abort(ctx, started.ID, "test done"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unsafeWorker runs on the host: its workspace and broker socket come from
+// the environment UnsafeLocal sets; the effect client reads the socket's.
+const unsafeWorker = `
+set -u
+pick() { [[ $1 =~ \"$2\":\"?([^\",}]+) ]] && echo "${BASH_REMATCH[1]}"; }
+cd "$AUTONOMIC_WORKSPACE"
+sed -i 's/1+1+1/1+1/' calc.sh
+sh test.sh || exit 1
+git -c safe.directory=* diff --binary > "$AUTONOMIC_WORKSPACE/../fix-$AUTONOMIC_LEASE_ID.patch"
+base=$(git -c safe.directory=* rev-parse HEAD)
+p=$($EFFECT prepare -kind git_commit -target-id repo -target "{\"base_oid\":\"$base\",\"ref\":\"refs/heads/main\",\"message\":\"fix calc\"}" -payload "$AUTONOMIC_WORKSPACE/../fix-$AUTONOMIC_LEASE_ID.patch") || exit 1
+id=$(pick "$p" id); rev=$(pick "$p" revision)
+$EFFECT evaluate -effect "$id" -revision "$rev" >/dev/null || exit 1
+$EFFECT commit -effect "$id" -revision "$rev"
+`
