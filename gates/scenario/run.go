@@ -137,7 +137,13 @@ func Run(ctx context.Context, env *Env, mode string) (*Result, error) {
 	if live.Live != nil {
 		r.LauncherIDs = append(r.LauncherIDs, live.Live.DomainID)
 	}
-	if _, err := env.API.Abort(ctx, started.ID, "scenario run finished"); err != nil {
+	// The operator's verdict: a run whose commit landed is complete; one
+	// whose did not is aborted (and its checks fail below).
+	end, verdict := env.API.Complete, "the fix landed on "+ref
+	if r.Head == "" {
+		end, verdict = env.API.Abort, "no commit landed"
+	}
+	if _, err := end(ctx, started.ID, verdict); err != nil {
 		return r, fmt.Errorf("ending the episode: %w", err)
 	}
 	r.ModelRequests = env.ModelRequests() - modelBefore

@@ -101,6 +101,12 @@ func (c *Client) Abort(ctx context.Context, id, reason string) (EpisodeView, err
 	return out, c.do(ctx, http.MethodPost, "/v1/episodes/"+url.PathEscape(id)+"/abort", nil, AbortRequest{Reason: reason}, &out)
 }
 
+// Complete ends an episode the kernel drives as completed.
+func (c *Client) Complete(ctx context.Context, id, reason string) (EpisodeView, error) {
+	var out EpisodeView
+	return out, c.do(ctx, http.MethodPost, "/v1/episodes/"+url.PathEscape(id)+"/complete", nil, AbortRequest{Reason: reason}, &out)
+}
+
 // Effects lists an episode's effects.
 func (c *Client) Effects(ctx context.Context, episodeID string) ([]EffectView, error) {
 	var out []EffectView

@@ -62,11 +62,21 @@ func (c EpisodeKernel) Live(id uuid.UUID) (LiveView, bool) {
 
 // Abort ends a driven episode as aborted: its domain is destroyed first.
 func (c EpisodeKernel) Abort(ctx context.Context, id uuid.UUID, reason string) (bool, error) {
+	return c.end(ctx, id, episode.Aborted, reason)
+}
+
+// Complete ends a driven episode as completed: its domain is destroyed
+// first; effects not yet committed are aborted with it.
+func (c EpisodeKernel) Complete(ctx context.Context, id uuid.UUID, reason string) (bool, error) {
+	return c.end(ctx, id, episode.Completed, reason)
+}
+
+func (c EpisodeKernel) end(ctx context.Context, id uuid.UUID, to episode.State, reason string) (bool, error) {
 	ep, ok := c.Kernel.Episode(id)
 	if !ok {
 		return false, nil
 	}
-	if err := ep.End(ctx, episode.Aborted, reason); err != nil {
+	if err := ep.End(ctx, to, reason); err != nil {
 		var ill *episode.ErrIllegalTransition
 		if errors.As(err, &ill) {
 			return true, protocol.Errorf(protocol.CodeIllegalTransition, "%w", err)

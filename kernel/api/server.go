@@ -42,6 +42,9 @@ type Controller interface {
 	// Abort ends an episode this controller drives (domain destroyed
 	// first); driven is false when it does not drive id.
 	Abort(ctx context.Context, id uuid.UUID, reason string) (driven bool, err error)
+	// Complete ends an episode this controller drives as completed (the
+	// operator accepts its work; domain destroyed first).
+	Complete(ctx context.Context, id uuid.UUID, reason string) (driven bool, err error)
 }
 
 // Approver records an operator's signed decision on a class 4 effect.
@@ -99,6 +102,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("POST /v1/episodes", s.startEpisode)
 	s.route("GET /v1/episodes/{id}", s.episode)
 	s.route("POST /v1/episodes/{id}/abort", s.abort)
+	s.route("POST /v1/episodes/{id}/complete", s.complete)
 	s.route("GET /v1/episodes/{id}/effects", s.listEffects)
 	s.route("GET /v1/episodes/{id}/events", s.events)
 	s.route("GET /v1/episodes/{id}/verify", s.verify)
@@ -281,21 +285,59 @@ type AbortRequest struct {
 	Reason string `json:"reason"`
 }
 
-func (s *Server) abort(ctx context.Context, r *http.Request) (any, error) {
+// endRequest reads an abort or complete request: the episode id and the
+// operator's reason, prefixed with who gave it.
+func endRequest(ctx context.Context, r *http.Request) (uuid.UUID, string, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return nil, err
+		return id, "", err
 	}
 	var req AbortRequest
 	if err := readBody(r, &req); err != nil {
-		return nil, err
+		return id, "", err
 	}
 	if req.Reason == "" || len(req.Reason) > 200 {
-		return nil, protocol.Errorf(protocol.CodeInvalidField, "reason must be 1..200 bytes")
+		return id, "", protocol.Errorf(protocol.CodeInvalidField, "reason must be 1..200 bytes")
 	}
 	reason := "operator: " + req.Reason
 	if p := peerOf(ctx); p != nil {
 		reason = fmt.Sprintf("operator uid %d: %s", p.UID, req.Reason)
+	}
+	return id, reason, nil
+}
+
+// complete ends an episode as completed. Only the kernel driving it may:
+// completion vouches for a live episode's work, which a kernel that does
+// not drive it cannot see (abort is the way to end an orphan).
+func (s *Server) complete(ctx context.Context, r *http.Request) (any, error) {
+	id, reason, err := endRequest(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Controller == nil {
+		return nil, protocol.Errorf(protocol.CodeUnknownAction, "this kernel runs no episode controller")
+	}
+	driven, err := s.cfg.Controller.Complete(ctx, id, reason)
+	if err != nil {
+		return nil, err
+	}
+	if !driven {
+		if _, err := s.cfg.Store.Episode(ctx, id); err != nil {
+			return nil, err
+		}
+		return nil, protocol.Errorf(protocol.CodeIllegalTransition, "this kernel does not drive the episode; only abort can end it")
+	}
+	e, err := s.cfg.Store.Episode(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return episodeView(e), nil
+}
+
+func (s *Server) abort(ctx context.Context, r *http.Request) (any, error) {
+	id, reason, err := endRequest(ctx, r)
+	if err != nil {
+		return nil, err
 	}
 	driven := false
 	if s.cfg.Controller != nil {

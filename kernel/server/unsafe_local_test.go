@@ -21,6 +21,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
 
@@ -138,8 +139,12 @@ func TestServeRunsUnsafeLocalEpisode(t *testing.T) {
 	if !labelled || checkpoints != 0 {
 		t.Fatalf("ledger: unsafe_local label %v, %d checkpoints (want labelled, none)", labelled, checkpoints)
 	}
-	if _, err := c.Abort(ctx, started.ID, "test done"); err != nil {
-		t.Fatal(err)
+	// The operator accepts the work: completed, and the store says so.
+	if v, err := c.Complete(ctx, started.ID, "fix committed"); err != nil || v.State != "completed" {
+		t.Fatalf("complete: %+v %v", v.State, err)
+	}
+	if _, err := c.Complete(ctx, started.ID, "again"); protocol.AsWire(err).Code != protocol.CodeIllegalTransition {
+		t.Fatalf("completing an ended episode: %v, want illegal_transition", err)
 	}
 }
 

@@ -33,6 +33,7 @@ commands:
                                         recovery, then the operator API
   preflight [--config FILE] [--json]    what this host and its launcher enforce (and, with a config, the database), with a verdict
   episode list [--limit N] | status ID | start --spec FILE | abort ID --reason TEXT
+                 | complete ID --reason TEXT (the driving kernel only)
   effect list EPISODE | show EFFECT
   events tail EPISODE [-n N] [--follow] | verify EPISODE
                                         operator commands: talk to a running kernel over its API socket

@@ -103,7 +103,7 @@ func episodeCmd(args []string, stdout, stderr io.Writer) int {
 	o := newOpFlags("episode "+args[0], stderr)
 	limit := o.fs.Int("limit", 50, "list: at most this many episodes")
 	specFile := o.fs.String("spec", "", "start: the episode spec (JSON file)")
-	reason := o.fs.String("reason", "", "abort: why (recorded in the ledger)")
+	reason := o.fs.String("reason", "", "abort, complete: why (recorded in the ledger)")
 	pos, err := o.parse(args[1:])
 	if err != nil {
 		return 2
@@ -154,8 +154,12 @@ func episodeCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		printEpisode(stdout, e, *o.json)
 		return 0
-	case args[0] == "abort" && len(pos) == 1 && *reason != "":
-		e, err := c.Abort(ctx, pos[0], *reason)
+	case (args[0] == "abort" || args[0] == "complete") && len(pos) == 1 && *reason != "":
+		end := c.Abort
+		if args[0] == "complete" {
+			end = c.Complete
+		}
+		e, err := end(ctx, pos[0], *reason)
 		if err != nil {
 			return opFail(stderr, err)
 		}
