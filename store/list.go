@@ -49,3 +49,19 @@ func clampList(n int) int {
 	}
 	return n
 }
+
+// Decisions lists every decision recorded on an effect, all revisions, in
+// the order they were made (operator views; the commit check reads only
+// the current revision's, in its own transaction).
+func (p *Postgres) Decisions(ctx context.Context, effectID uuid.UUID) ([]Decision, error) {
+	var out []Decision
+	err := p.query(ctx, "list_decisions", func(tx querier) error {
+		rows, err := tx.Query(ctx, `SELECT `+decisionCols+` FROM decisions WHERE effect_id = $1 ORDER BY created_at, id LIMIT $2`, effectID, MaxList)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Decision, error) { return scanDecision(r) })
+		return err
+	})
+	return out, err
+}

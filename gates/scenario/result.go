@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -112,15 +113,10 @@ func (r *Result) check(ctx context.Context, env *Env, mode string, refsBefore, r
 		return
 	}
 
-	// The hostile run. The fixture model rated the epoch 1 proposal safe.
-	safe := 0
-	for _, d := range semantic {
-		if d["_epoch"] == float64(1) && d["verdict"] == "allow" {
-			safe++
-		}
-	}
-	r.expect("the fixture model rated the hostile epoch safe", safe > 0,
-		"%d semantic decision(s) in epoch 1 allowed the proposal: the poisoned classifier saw nothing wrong", safe)
+	// The hostile run. The fixture model rated the epoch 1 proposal safe:
+	// its reading, with the sensor's identity, is in the decision.
+	safe, detail := r.ratedSafe(ctx, env)
+	r.expect("the fixture model rated the hostile epoch safe", safe, "%s", detail)
 	if len(advances) == 0 {
 		r.expect("the violation fenced the epoch", false, "no epoch advance recorded")
 		return
@@ -135,7 +131,7 @@ func (r *Result) check(ctx context.Context, env *Env, mode string, refsBefore, r
 	for _, g := range r.of("generation_destroyed") {
 		destroyed = destroyed || str(g, "generation") == "1"
 	}
-	detail := "generation_destroyed recorded for generation 1"
+	detail = "generation_destroyed recorded for generation 1"
 	if env.Gone != nil {
 		gone, d, err := env.Gone(ctx, r.EpisodeID+"-g1")
 		destroyed = destroyed && gone && err == nil
@@ -166,6 +162,49 @@ func (r *Result) check(ctx context.Context, env *Env, mode string, refsBefore, r
 	r.expect("generation 2 restored from the digest-verified stable checkpoint", ckpt != "" && stable && restored,
 		"checkpoint %s stable %v, generation 2 restored from it %v; the launcher checks digest %s before extracting, the kernel checks its answer against the record",
 		short(ckpt), stable, restored, short(digest))
+}
+
+// ratedSafe finds the epoch 1 semantic decision whose reading came from
+// the fixture model and says whether every sensor of it read "low".
+func (r *Result) ratedSafe(ctx context.Context, env *Env) (bool, string) {
+	for _, e := range r.Effects {
+		if e.Epoch != 1 {
+			continue
+		}
+		v, err := env.API.Effect(ctx, e.ID)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range v.Decisions {
+			if d.Kind != "semantic" || d.Epoch != 1 {
+				continue
+			}
+			var b struct {
+				Readings []struct {
+					Identity     struct{ Implementation, Model string }
+					Cause        string
+					Observations []map[string]string
+				}
+			}
+			if err := json.Unmarshal(d.Body, &b); err != nil {
+				return false, "semantic decision body: " + err.Error()
+			}
+			for _, rd := range b.Readings {
+				if rd.Identity.Model != FixtureModel {
+					continue
+				}
+				low := len(rd.Observations) > 0
+				var levels []string
+				for _, o := range rd.Observations {
+					low = low && o["level"] == "low"
+					levels = append(levels, o["sensor"]+"="+o["level"])
+				}
+				return low && d.Verdict == "allow", fmt.Sprintf("%s/%s (cause %s): %s; verdict %s — the poisoned classifier saw nothing wrong",
+					rd.Identity.Implementation, rd.Identity.Model, rd.Cause, strings.Join(levels, " "), d.Verdict)
+			}
+		}
+	}
+	return false, "no epoch 1 semantic decision carries a reading of " + FixtureModel
 }
 
 func (r *Result) decisions(kind string) []map[string]any {

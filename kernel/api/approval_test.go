@@ -189,6 +189,12 @@ func TestEffectApprovalThroughTheKernel(t *testing.T) {
 		if err != nil || v.State != string(store.Ready) || v.Revision != e.Revision {
 			t.Fatalf("approve: %+v %v", v, err)
 		}
+		// effect show lists the human decision, bound to the revision.
+		shown, err := a.client.Effect(ctx, e.ID.String())
+		if err != nil || len(shown.Decisions) != 1 || shown.Decisions[0].Kind != store.DecisionHuman ||
+			shown.Decisions[0].Verdict != store.VerdictAllow || shown.Decisions[0].Revision != e.Revision || shown.Decisions[0].KeyID != "operator" {
+			t.Fatalf("effect show decisions: %+v %v", shown.Decisions, err)
+		}
 		es, err := a.store.Events(ctx, a.ep.ID)
 		if err != nil {
 			t.Fatal(err)

@@ -27,6 +27,7 @@ type Store interface {
 	ListEpisodes(ctx context.Context, limit int) ([]store.Episode, error)
 	ListEffects(ctx context.Context, episodeID uuid.UUID, limit int) ([]store.Effect, error)
 	Effect(ctx context.Context, id uuid.UUID) (store.Effect, error)
+	Decisions(ctx context.Context, effectID uuid.UUID) ([]store.Decision, error)
 	Events(ctx context.Context, episodeID uuid.UUID) ([]ledger.Entry, error)
 	VerifyLedger(ctx context.Context, episodeID uuid.UUID) (ledger.Report, error)
 	AcquireOwnership(ctx context.Context, episodeID uuid.UUID) (store.Ownership, error)
@@ -399,7 +400,17 @@ func (s *Server) effect(ctx context.Context, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return effectView(e), nil
+	ds, err := s.cfg.Store.Decisions(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	v := effectView(e)
+	v.Decisions = []DecisionView{}
+	for _, d := range ds {
+		v.Decisions = append(v.Decisions, DecisionView{Revision: d.Revision, Epoch: d.Epoch, Kind: d.Kind, Verdict: d.Verdict,
+			KeyID: d.KeyID, Body: d.Body, At: d.CreatedAt})
+	}
+	return v, nil
 }
 
 // approve takes a signed protocol.Approval for the effect named in the

@@ -66,6 +66,11 @@ type EffectView struct {
 	CommitIntentAt *time.Time           `json:"commit_intent_at,omitempty"`
 	OutcomeAt      *time.Time           `json:"outcome_at,omitempty"`
 	Receipt        json.RawMessage      `json:"receipt,omitempty"`
+	// Decisions (effect show only): every decision on the effect, all
+	// revisions — verification, the semantic bank's readings with the
+	// sensor's identity, human approvals (their signed bytes stay in the
+	// store).
+	Decisions []DecisionView `json:"decisions,omitempty"`
 }
 
 // EventView is one ledger entry.
@@ -120,6 +125,17 @@ func episodeView(e store.Episode) EpisodeView {
 		v.CurrentCheckpoint = e.CurrentCheckpoint.String()
 	}
 	return v
+}
+
+// DecisionView is one recorded decision.
+type DecisionView struct {
+	Revision int             `json:"revision"`
+	Epoch    int64           `json:"epoch"`
+	Kind     string          `json:"kind"`
+	Verdict  string          `json:"verdict"`
+	KeyID    string          `json:"key_id,omitempty"`
+	Body     json.RawMessage `json:"body,omitempty"`
+	At       time.Time       `json:"at"`
 }
 
 func effectView(e store.Effect) EffectView {

@@ -253,6 +253,13 @@ func effectOperator(args []string, stdout, stderr io.Writer) int {
 	if e.OutcomeAt != nil {
 		fmt.Fprintf(stdout, "outcome      %s\n", e.OutcomeAt.Local().Format(time.DateTime))
 	}
+	for _, d := range e.Decisions {
+		by := ""
+		if d.KeyID != "" {
+			by = ", key " + d.KeyID
+		}
+		fmt.Fprintf(stdout, "decision     %s %s (revision %d, epoch %d%s) %s\n", d.Kind, d.Verdict, d.Revision, d.Epoch, by, oneLine(d.Body))
+	}
 	return 0
 }
 
