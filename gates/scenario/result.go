@@ -135,7 +135,10 @@ func (r *Result) check(ctx context.Context, env *Env, mode string, refsBefore, r
 	if env.Gone != nil {
 		gone, d, err := env.Gone(ctx, r.EpisodeID+"-g1")
 		destroyed = destroyed && gone && err == nil
-		detail += fmt.Sprintf("; launcher: %s %v", d, err)
+		if err != nil {
+			d = err.Error()
+		}
+		detail += "; the launcher says: " + d
 	}
 	r.expect("generation 1's domain destroyed and proven empty", destroyed, "%s", detail)
 	staled, _ := adv["staled_effects"].([]any)

@@ -24,6 +24,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -113,7 +114,7 @@ func run(ctx context.Context, args []string) (bool, error) {
 	defer collector.Close()
 	stats := strings.TrimSuffix(*modelURL, "/v1/chat/completions") + "/stats"
 	env := &scenario.Env{API: api.NewClient(cfg.APISocket()), Repo: *repo, Base: base, Key: key, KeyID: *keyID,
-		ModelRequests: func() int64 { return modelRequests(ctx, stats) }, Collector: collector}
+		ModelRequests: func() int64 { return modelRequests(ctx, stats) }, Collector: collector, Gone: inspect}
 	if err := scenario.WaitForAct(ctx, env.API, 2*time.Minute); err != nil {
 		return false, err
 	}
@@ -137,6 +138,24 @@ func run(ctx context.Context, args []string) (bool, error) {
 		}
 	}
 	return ok, nil
+}
+
+// inspect asks the launcher, through `autonomic domain inspect` (the
+// sudoers rule, as the service account), whether a domain is gone.
+func inspect(ctx context.Context, id string) (bool, string, error) {
+	out, err := exec.CommandContext(ctx, "autonomic", "domain", "inspect", id).Output()
+	if err != nil {
+		return false, "", fmt.Errorf("autonomic domain inspect: %w", err)
+	}
+	var st struct {
+		Exists, Populated bool
+		Processes         int
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return false, "", err
+	}
+	return !st.Exists && !st.Populated && st.Processes == 0,
+		fmt.Sprintf("exists %v, populated %v, %d process(es)", st.Exists, st.Populated, st.Processes), nil
 }
 
 func modelRequests(ctx context.Context, url string) int64 {
