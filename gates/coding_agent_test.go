@@ -84,29 +84,18 @@ func TestCodingAgentScenario(t *testing.T) {
 		"max_repairs":            1,
 		"regulator":              map[string]any{"start_level": "observe", "recover_after": 2, "recover_for_ms": 0, "health_interval_ms": 50},
 	})
-	cfgPath := filepath.Join(tmp, "autonomic.json")
-	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath)
+	cfg, err := config.Parse(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logs strings.Builder
 	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: &syncWriter{w: &logs}, JSONFormat: true, Level: hclog.Info})
-	sctx, stop := context.WithCancel(ctx)
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- server.Serve(sctx, cfg, log, server.Hooks{Ready: func() { close(ready) }, Owner: &[2]int{bed.OwnerUID, bed.OwnerGID}})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
+	stop, err := server.Start(ctx, cfg, log, server.Hooks{Owner: &[2]int{bed.OwnerUID, bed.OwnerGID}})
+	if err != nil {
+		t.Fatalf("serve: %v\n%s", err, logs.String())
 	}
 	defer func() {
-		stop()
-		<-done
+		_ = stop()
 		if t.Failed() {
 			t.Logf("kernel log:\n%s", logs.String())
 		}

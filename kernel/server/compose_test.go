@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,11 +38,7 @@ func TestSpeculationWindowExpiresEffects(t *testing.T) {
 		"targets":        map[string]any{"artifact": map[string]any{"reports": map[string]any{"dir": t.TempDir(), "class": 2}}},
 		"speculation_ms": window.Milliseconds(),
 	})
-	cfgPath := filepath.Join(t.TempDir(), "autonomic.json")
-	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath)
+	cfg, err := config.Parse(doc)
 	if err != nil {
 		t.Fatal(err)
 	}

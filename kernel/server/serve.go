@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -170,4 +171,33 @@ func stopCluster(c *pgcluster.Cluster) {
 func duplicateDatabase(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "42P04"
+}
+
+// Start runs Serve in the background and returns once the API answers, or
+// Serve's error if it stopped before. stop ends it and returns Serve's
+// result; it may be called more than once. (For embedding and tests; the
+// command runs Serve in the foreground.)
+func Start(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hooks) (stop func() error, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	ready, done := make(chan struct{}), make(chan error, 1)
+	then := hooks.Ready
+	hooks.Ready = func() {
+		if then != nil {
+			then()
+		}
+		close(ready)
+	}
+	go func() { done <- Serve(sctx, cfg, log, hooks) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		return nil, err
+	}
+	var once sync.Once
+	var result error
+	return func() error {
+		once.Do(func() { cancel(); result = <-done })
+		return result
+	}, nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -34,35 +32,19 @@ func TestOneKernelPerStateDir(t *testing.T) {
 		"domain":    map[string]any{"backend": "unsafe_local"},
 		"sensor":    map[string]any{"kind": "rules"},
 	})
-	p := filepath.Join(t.TempDir(), "autonomic.json")
-	if err := os.WriteFile(p, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(p)
+	cfg, err := config.Parse(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := func() (func() error, chan error) {
-		sctx, stop := context.WithCancel(ctx)
-		ready, done := make(chan struct{}), make(chan error, 1)
-		go func() { done <- Serve(sctx, cfg, hclog.NewNullLogger(), Hooks{Ready: func() { close(ready) }}) }()
-		select {
-		case <-ready:
-		case err := <-done:
-			stop()
-			done <- err
-			return nil, done
-		}
-		return func() error { stop(); return <-done }, done
+	start := func() (func() error, error) { return Start(ctx, cfg, hclog.NewNullLogger(), Hooks{}) }
+	stop, err := start()
+	if err != nil {
+		t.Fatalf("the first kernel did not start: %v", err)
 	}
-	stop, _ := start()
-	if stop == nil {
-		t.Fatal("the first kernel did not start")
-	}
-	if second, done := start(); second != nil {
-		second()
+	if second, err := start(); err == nil {
+		_ = second()
 		t.Fatal("a second kernel started on the same state_dir")
-	} else if err := <-done; !errors.Is(err, ErrStateDirBusy) {
+	} else if !errors.Is(err, ErrStateDirBusy) {
 		t.Fatalf("second kernel: %v, want ErrStateDirBusy", err)
 	}
 	if _, err := api.NewClient(cfg.APISocket()).Episodes(ctx, 1); err != nil {
@@ -71,9 +53,9 @@ func TestOneKernelPerStateDir(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatalf("first kernel: %v", err)
 	}
-	again, _ := start()
-	if again == nil {
-		t.Fatal("the state_dir stayed locked after the kernel stopped")
+	again, err := start()
+	if err != nil {
+		t.Fatalf("the state_dir stayed locked after the kernel stopped: %v", err)
 	}
 	if err := again(); err != nil {
 		t.Fatal(err)

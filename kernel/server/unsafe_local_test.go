@@ -76,21 +76,15 @@ func TestServeRunsUnsafeLocalEpisode(t *testing.T) {
 	for _, d := range []string{"ws", "sock"} {
 		os.Mkdir(filepath.Join(tmp, d), 0o755)
 	}
-	cfgPath := filepath.Join(tmp, "autonomic.json")
-	os.WriteFile(cfgPath, doc, 0o600)
-	cfg, err := config.Load(cfgPath)
+	cfg, err := config.Parse(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, stop := context.WithCancel(ctx)
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- Serve(sctx, cfg, hclog.NewNullLogger(), Hooks{Ready: func() { close(ready) }}) }()
-	select {
-	case <-ready:
-	case err := <-done:
+	stop, err := Start(ctx, cfg, hclog.NewNullLogger(), Hooks{})
+	if err != nil {
 		t.Fatalf("serve: %v", err)
 	}
-	defer func() { stop(); <-done }()
+	defer stop()
 
 	grant := authority.Spec{MaxClass: 3, Grants: []authority.Grant{{Target: "repo", Kind: "git_commit", MaxClass: 3}},
 		Allow: []string{"**"}, Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 24, EffectsPerMinute: 60}}

@@ -118,17 +118,11 @@ func TestApproveThroughTheKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, stop := context.WithCancel(ctx)
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- server.Serve(sctx, cfg, hclog.NewNullLogger(), server.Hooks{Ready: func() { close(ready) }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
+	stop, err := server.Start(ctx, cfg, hclog.NewNullLogger(), server.Hooks{})
+	if err != nil {
 		t.Fatalf("serve: %v", err)
 	}
-	defer func() { stop(); <-done }()
+	defer stop()
 
 	st, err := store.Open(ctx, store.Config{URL: cluster.KernelConnString("approve"), InstanceID: instance})
 	if err != nil {

@@ -373,23 +373,9 @@ func waitLog(t *testing.T, logs *lockedBuffer, want string) {
 // end) and returns once the API answers.
 func startServe(t *testing.T, ctx context.Context, cfg *config.Config, log hclog.Logger, logs *lockedBuffer, owner *[2]int) func() error {
 	t.Helper()
-	sctx, cancel := context.WithCancel(ctx)
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- server.Serve(sctx, cfg, log, server.Hooks{Ready: func() { close(ready) }, Owner: owner})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
+	stop, err := server.Start(ctx, cfg, log, server.Hooks{Owner: owner})
+	if err != nil {
 		t.Fatalf("serve: %v\n%s", err, logs)
-	}
-	var once sync.Once
-	var err error
-	stop := func() error {
-		once.Do(func() { cancel(); err = <-done })
-		return err
 	}
 	t.Cleanup(func() { _ = stop() })
 	return stop

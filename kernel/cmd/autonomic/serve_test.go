@@ -54,18 +54,11 @@ func TestServeAndOperatorCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, stop := context.WithCancel(ctx)
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- server.Serve(sctx, cfg, hclog.NewNullLogger(), server.Hooks{Ready: func() { close(ready) }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
+	stop, err := server.Start(ctx, cfg, hclog.NewNullLogger(), server.Hooks{})
+	if err != nil {
 		t.Fatalf("serve: %v", err)
 	}
-	defer func() { stop(); <-done }()
+	defer stop()
 
 	// An episode with an effect, made directly in the store.
 	st, err := store.Open(ctx, store.Config{URL: cluster.KernelConnString("cmd"), InstanceID: "test"})
