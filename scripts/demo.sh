@@ -142,9 +142,15 @@ as_kernel autonomic-scenario run --config "$cfg" --repo "$demo/calc.git" --key "
 	--model "$model" --out "$run"
 
 say "Where to look"
-echo "runs (timelines and checks as JSON): $run"
-echo "kernel log:                          $demo/serve.log"
-echo "a ledger, in full:                   sudo -u autonomic autonomic events tail EPISODE_ID -n 1000 --config $cfg"
-echo "verify it:                           sudo -u autonomic autonomic events verify EPISODE_ID --config $cfg"
-echo "conformance report (make test):      $(pwd)/artifacts/conformance_report.json"
+echo "this run, each episode's timeline, checks and full ledger (JSON): $run"
+echo "kernel log:        $demo/serve.log"
+echo "a ledger, live:    sudo -u autonomic autonomic events tail EPISODE_ID -n 1000 --config $cfg"
+echo "verify it:         sudo -u autonomic autonomic events verify EPISODE_ID --config $cfg"
+echo "an effect:         sudo -u autonomic autonomic effect show EFFECT_ID --config $cfg"
+report=artifacts/conformance_report.json
+if [ -f "$report" ]; then
+	echo "conformance report: $(pwd)/$report (written by make test / scripts/qc)"
+else
+	echo "conformance report: not yet written here; 'make test' (or scripts/qc --handoff) writes $(pwd)/$report"
+fi
 say "Demo complete"
