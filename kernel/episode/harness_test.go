@@ -288,7 +288,8 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 // worker fixes calc.sh in /workspace (or finds it fixed in a restored
 // overlay), proves the test passes, proposes the
 // exact diff as a git_commit and commits it. With PROBE=violate it opens an
-// AF_INET socket after preparing, in epoch 1 only, and then waits.
+// AF_INET socket after preparing, in epoch 1 only, and then waits; with
+// PROBE=storm it tries fifty from one process, microseconds apart.
 const worker = `
 set -u
 E=` + effectClient + `
@@ -312,6 +313,10 @@ id=$(pick "$p" id); rev=$(pick "$p" revision)
 echo "EPOCH=$AUTONOMIC_EPOCH EFFECT=$id"
 if [ "${PROBE:-}" = violate ] && [ "$AUTONOMIC_EPOCH" = 1 ]; then
   ` + testbed.ProbePath + ` socket-inet
+  sleep 120
+fi
+if [ "${PROBE:-}" = storm ] && [ "$AUTONOMIC_EPOCH" = 1 ]; then
+  for i in $(seq 50); do { : 3<>/dev/tcp/127.0.0.1/9; } 2>/dev/null; done
   sleep 120
 fi
 if [ "${PROBE:-}" = hold ] && [ "$AUTONOMIC_EPOCH" = 1 ]; then

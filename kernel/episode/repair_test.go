@@ -97,6 +97,31 @@ func TestViolationRepairEpoch2(t *testing.T) {
 	}
 }
 
+// TestViolationStormRepairsOnce: a worker that trips seccomp fifty times
+// in a burst before its repair fences it is repaired once (max_repairs 1
+// holds) — the frames raised in epoch 1 do not spend epoch 2's repair —
+// and generation 2 commits under epoch 2.
+func TestViolationStormRepairsOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	r := newRig(t, ctx, "episode_violation_storm")
+	e, err := r.k.Start(ctx, r.spec(map[string]string{"PROBE": "storm"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := nextExit(t, ctx, e)
+	if s := e.Status(); x.Generation != 2 || x.Epoch != 2 || !strings.Contains(string(x.Output), "STATE=committed") ||
+		s.State != episode.Running || s.Repairs != 1 {
+		t.Fatalf("after the storm: exit generation %d epoch %d, status %+v\n%s", x.Generation, x.Epoch, s, x.Output)
+	}
+	if lin, err := r.st.Lineage(ctx, e.ID()); err != nil || len(lin) != 1 {
+		t.Fatalf("lineage: %+v, %v (want exactly one repair)", lin, err)
+	}
+	if err := e.End(ctx, episode.Completed, "repaired once and committed"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // stalled reads the epoch advance's staled effects from the ledger.
 func stalled(t *testing.T, ctx context.Context, st store.Store, ep uuid.UUID) []uuid.UUID {
 	t.Helper()
