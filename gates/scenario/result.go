@@ -285,6 +285,10 @@ func describe(e api.EventView, r *Result) string {
 		return "generation " + str(b, "generation") + " destroyed; its cgroup proven empty"
 	case "checkpoint_recorded":
 		s := "checkpoint " + short(str(b, "checkpoint_id")) + " of generation " + str(b, "generation") + " recorded, digest " + short(str(b, "digest"))
+		if b["parent_id"] == nil {
+			// The episode's first: the pristine base generation 1 starts from.
+			s = "checkpoint " + short(str(b, "checkpoint_id")) + " recorded: the pristine base (no worker code ran in it), digest " + short(str(b, "digest"))
+		}
 		if b["stable"] == true {
 			s += ", stable"
 		}

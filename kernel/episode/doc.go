@@ -75,18 +75,17 @@
 //     and only then resumes it as a repair — counted against max_repairs,
 //     so a crash loop ends contained — or contains it.
 //
-// Snapshot rule (on a backend that can checkpoint): a checkpoint is taken
-// through the launcher right after an episode's first generation starts (a restored one starts from a stable
-// checkpoint already) and after every effect of the episode commits. Both are
-// recorded stable at once. The initial one because an overlay never carries
-// authority — effects live in the store, not the upper layer — so any
-// overlay state is a safe point to restore to; a post-commit one because
-// its effect has already passed the commit horizon's evaluation
+// Snapshot rule (on a backend that can checkpoint): an episode's first
+// stable checkpoint is its pristine base — a domain of its workspace whose
+// only process is a no-op shell (no worker code, no broker socket) is
+// checkpointed after that process exits and destroyed — and generation 1
+// starts restored from it. (The launcher starts a worker as it creates its
+// domain, so a checkpoint of the worker's own domain would hold whatever it
+// had written by then.) After every effect of the episode commits, the
+// current generation is checkpointed again. Both are recorded stable at
+// once: the base because it is the base OID's tree, a post-commit one
+// because its effect has already passed the commit horizon's evaluation
 // (verification, when configured, is a prerequisite of commit).
-// The launcher starts the worker as it creates the domain, so the initial
-// checkpoint holds the base plus whatever class 0/1 work the worker had done
-// by then: a restored worker must resume from any such point, never assume
-// a pristine base.
 //
 // The controller names host paths only from its trusted configuration and
 // the spec; a worker never names one.

@@ -231,8 +231,8 @@ func (k *Kernel) mint(spec Spec) (*policy.Policy, authority.Capability, error) {
 
 // Start creates an episode at epoch 1 with a lease within its envelope,
 // prepares its workspace at the base OID, binds its broker socket and runs
-// its worker in a new domain. It returns once the domain runs and its
-// initial checkpoint is recorded (when the backend can checkpoint).
+// its worker in a new domain, restored from the pristine base checkpoint
+// when the backend can checkpoint. It returns once the domain runs.
 func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
 	// Refused specs (an unsigned or wrongly signed policy among them)
 	// return here, before the store or the launcher is touched.

@@ -137,6 +137,13 @@ func (k *Kernel) resume(ctx context.Context, rec store.Episode, out *Recovery) (
 		k.forget(rec.ID)
 		return nil, "", err
 	}
+	// A kernel that died while making generation 1's base checkpoint left
+	// that domain behind (destroying an absent one touches nothing).
+	if err := e.destroy(ctx, k.baseLauncherID(rec.ID)); err != nil {
+		k.forget(rec.ID)
+		return nil, "", err
+	}
+	out.Destroyed = append(out.Destroyed, k.baseLauncherID(rec.ID))
 	var live *store.Generation
 	for i, g := range gens {
 		id := k.launcherID(rec.ID, g.Generation)

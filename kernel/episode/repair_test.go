@@ -162,3 +162,41 @@ func restoredFrom(t *testing.T, ctx context.Context, st store.Store, ep, ckpt uu
 	}
 	return false
 }
+
+// TestRepairRestoresThePristineBase: what a worker writes in its first
+// milliseconds is not in the stable checkpoint a repair restores. The
+// worker plants a file at once and trips seccomp; generation 2 must start
+// from the base OID's tree (generation 1 itself started restored from a
+// checkpoint of a domain in which no worker code ran).
+func TestRepairRestoresThePristineBase(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	r := newRig(t, ctx, "episode_pristine_base")
+	spec := r.spec(nil)
+	spec.Argv = []string{"/bin/bash", "-c", `
+if [ "$AUTONOMIC_EPOCH" = 1 ]; then
+  echo planted > /workspace/PLANTED
+  ` + testbed.ProbePath + ` socket-inet
+  sleep 120
+fi
+if [ -e /workspace/PLANTED ]; then echo SAW-PLANTED; else echo CLEAN; fi`}
+	e, err := r.k.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := nextExit(t, ctx, e)
+	if x.Generation != 2 || !strings.Contains(string(x.Output), "CLEAN") {
+		t.Fatalf("generation %d after repair:\n%s", x.Generation, x.Output)
+	}
+	ck, err := r.st.LatestStableCheckpoint(ctx, e.ID())
+	if err != nil || ck.Generation != 1 {
+		t.Fatalf("stable checkpoint %+v, %v", ck, err)
+	}
+	// The base domain is gone too.
+	if st, err := shared.bed.Domains().Inspect(ctx, e.ID().String()+"-g1-base"); err != nil || st.Exists {
+		t.Fatalf("base domain after start: %+v, %v", st, err)
+	}
+	if err := e.End(ctx, episode.Completed, "repaired from the base"); err != nil {
+		t.Fatal(err)
+	}
+}

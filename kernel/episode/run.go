@@ -345,10 +345,82 @@ func (e *Episode) checkpoint(ctx context.Context) error {
 	return nil
 }
 
+// baseLauncherID names the pristine domain baseCheckpoint makes.
+func (k *Kernel) baseLauncherID(ep uuid.UUID) string { return k.launcherID(ep, 1) + "-base" }
+
+// baseCheckpoint takes and records generation 1's stable starting point: a
+// domain of the episode's workspace whose only process is a no-op shell
+// (no worker code, no broker socket) is checkpointed once that process has
+// exited, then destroyed. The launcher starts a worker as it creates its
+// domain, so a checkpoint of the worker's own domain would hold whatever it
+// had written by then; this one holds the base OID's tree and nothing else.
+func (e *Episode) baseCheckpoint(ctx context.Context) (digest string, err error) {
+	id := e.k.baseLauncherID(e.id)
+	r, err := e.k.cfg.Domains.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: e.id.String(),
+		Argv: []string{"/bin/sh", "-c", ":"}, Limits: e.spec.Limits, Seccomp: e.k.cfg.Seccomp})
+	if err != nil {
+		return "", fmt.Errorf("episode: base domain: %w", err)
+	}
+	defer func() {
+		r.Close()
+		if derr := e.destroy(context.WithoutCancel(ctx), id); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	if err := waitExit(ctx, r, 30*time.Second); err != nil {
+		return "", fmt.Errorf("episode: base domain: %w", err)
+	}
+	res, err := e.k.cfg.Domains.Checkpoint(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	e.mu.Lock()
+	epoch, dom := e.epoch, e.domainID
+	e.mu.Unlock()
+	c, err := e.k.cfg.Store.RecordCheckpoint(ctx, store.NewCheckpoint{EpisodeID: e.id, DomainID: dom, Generation: 1, Epoch: epoch,
+		Digest: "sha256:" + res.SHA256, Stable: true})
+	if err != nil {
+		return "", err
+	}
+	e.mu.Lock()
+	e.digests[c.ID] = res.SHA256
+	e.mu.Unlock()
+	return res.SHA256, nil
+}
+
+// waitExit waits for a domain's worker to exit; a violation is an error.
+func waitExit(ctx context.Context, r *domain.Running, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		select {
+		case <-ctx.Done():
+			return errors.New("its process did not exit")
+		case ev, ok := <-r.Events():
+			switch {
+			case !ok:
+				return errors.New("its monitor ended before its process exited")
+			case ev.Violation != nil:
+				return fmt.Errorf("violation: %s", ev.Violation.Syscall)
+			case ev.Exited != nil:
+				return nil
+			}
+		}
+	}
+}
+
 // domain is the supervisor's last child: it runs the generations, one at a
 // time, and repairs between them. Whatever ends it, its domain is destroyed
 // before it returns.
 func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), started chan<- error) (err error) {
+	if checkpoint == "" && e.k.feat.Checkpoints {
+		// Generation 1 starts restored from the pristine base, so its
+		// first stable checkpoint holds nothing the worker wrote.
+		if checkpoint, err = e.baseCheckpoint(ctx); err != nil {
+			started <- err
+			return err
+		}
+	}
 	r, err := e.create(ctx, checkpoint)
 	if err != nil {
 		started <- err
@@ -366,12 +438,6 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 		}
 		r.Close()
 	}()
-	if checkpoint == "" && e.k.feat.Checkpoints {
-		if err := e.checkpoint(ctx); err != nil {
-			started <- err
-			return err
-		}
-	}
 	if err := e.move(Running); err != nil {
 		started <- err
 		return err
