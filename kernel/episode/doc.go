@@ -64,9 +64,10 @@
 //     resume) and, through Observer.Trajectory ("regime" or
 //     "regime@level", with RegimeMaxClass as the broker's table), the class
 //     the commit check lets through. Its observations come from the sensor
-//     bank at evaluate and from outside (ReportHealth: serve's health loop —
-//     store probe and broker saturation count); each source's faults stand until that source reports again,
-//     and the regulator sees their union. An episode this controller does not
+//     bank at evaluate and from outside (ReportHealth: serve's health
+//     loop — the store probe and the broker's saturation count); each
+//     source's faults stand until that source reports again, and the
+//     regulator sees their union. An episode this controller does not
 //     drive reports containment; a broker left with the default table
 //     refuses every qualified regime.
 //   - Kernel start (Recover) reconciles unsettled effects before anything
