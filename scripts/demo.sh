@@ -69,7 +69,8 @@ rm -rf "$root"
 
 # ---- (2) the reference scenario ----------------------------------------
 demo=/var/lib/autonomic/demo
-cfg=/etc/autonomic/autonomic.json
+# Its own configuration: an operator's /etc/autonomic/autonomic.json is never touched.
+cfg=/etc/autonomic/demo.json
 # Long-running processes start in the background as the service account
 # with nothing of root's environment. The background subshell execs setpriv,
 # which execs env, which execs the command: $! is the process itself.
