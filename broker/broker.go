@@ -197,19 +197,12 @@ func (b *Broker) handle(ctx context.Context, episodeID uuid.UUID, req *protocol.
 // request's epoch is current: a worker can neither see nor steer another
 // episode's effects, and a fenced worker learns only that it is fenced.
 func (b *Broker) own(ctx context.Context, episodeID, id uuid.UUID, epoch int64) (store.Effect, error) {
-	ep, err := b.cfg.Store.Episode(ctx, episodeID)
+	e, current, err := b.cfg.Store.EffectInEpisode(ctx, episodeID, id)
+	if current != 0 && epoch != current {
+		return store.Effect{}, protocol.Errorf(protocol.CodeStaleRequestEpoch, "request epoch %d, current %d", epoch, current)
+	}
 	if err != nil {
 		return store.Effect{}, err
-	}
-	if epoch != ep.Epoch {
-		return store.Effect{}, protocol.Errorf(protocol.CodeStaleRequestEpoch, "request epoch %d, current %d", epoch, ep.Epoch)
-	}
-	e, err := b.cfg.Store.Effect(ctx, id)
-	if err != nil {
-		return store.Effect{}, err
-	}
-	if e.EpisodeID != episodeID {
-		return store.Effect{}, protocol.Errorf(protocol.CodeNotFound, "effect")
 	}
 	return e, nil
 }

@@ -42,6 +42,7 @@ type Store interface {
 	ReviseEffect(ctx context.Context, req Revision) (Effect, error)
 	Transition(ctx context.Context, req Transition) (Effect, error)
 	Effect(ctx context.Context, id uuid.UUID) (Effect, error)
+	EffectInEpisode(ctx context.Context, episodeID, effectID uuid.UUID) (Effect, int64, error)
 	RecordDecision(ctx context.Context, req NewDecision) (Decision, error)
 
 	BeginCommit(ctx context.Context, req CommitRequest, check CommitCheck) (CommitView, error)
