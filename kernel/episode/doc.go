@@ -56,7 +56,10 @@
 //     commit. Semantic input only narrows: the effect may commit only if
 //     authority.Effective(lease, verdict) — never wider than the lease —
 //     allows its class and every path; a patch path the controller cannot
-//     read is a denial.
+//     read is a denial. A patch that writes a path the lease forbids (a
+//     forbid glob) is a kernel denial too: once the evaluation's decisions
+//     are recorded it is a critical frame, and the episode is contained at
+//     once whatever the evidence said.
 //   - A degraded reading is never safe: it narrows below class 3 in
 //     Decide and is a regulator fault; it is not trajectory evidence, so an
 //     outage lowers autonomy without containing episodes.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -258,8 +257,10 @@ func TestSemanticOutageDegradation(t *testing.T) {
 // TestSensorPoisoningInEpisode is issue 6 §7 sensor_poisoning at the
 // episode level: a pinned model rating everything as benign as the schema
 // allows is consulted on a patch the lease forbids (calc.sh; the adapter
-// itself would take it). The deterministic denial stands, nothing commits,
-// and the lease is exactly what it was.
+// itself would take it). The deterministic denial stands: the decision is
+// deny by the forbidden path, nothing commits, and the forbidden write is
+// the kernel denial that contains the episode at once (max_repairs 0: for
+// good) — no lease is ever minted beyond the first.
 func TestSensorPoisoningInEpisode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -274,6 +275,7 @@ func TestSensorPoisoningInEpisode(t *testing.T) {
 		c.Store = rec
 	}))
 	spec := r.retrySpec(2)
+	spec.MaxRepairs = 0
 	forbid := grantSpec()
 	forbid.Forbid = []string{"calc.sh"}
 	spec.Policy = signPolicy(forbid)
@@ -281,15 +283,13 @@ func TestSensorPoisoningInEpisode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := e.Status()
-	x := nextExit(t, ctx, e)
-	out := string(x.Output)
-	if !strings.Contains(out, "COMMIT-REFUSED 2") || !strings.Contains(out, "GAVE-UP") || strings.Contains(out, "STATE=") {
-		t.Fatalf("worker:\n%s", out)
+	waitDone(t, ctx, e)
+	if s := e.Status(); s.State != episode.Contained || !strings.Contains(s.Why, "forbidden path write: calc.sh") {
+		t.Fatalf("after a forbidden write: %+v", s)
 	}
 	ds := rec.semanticDecisions(t, ctx, r.st, e.ID())
-	if len(ds) != 2 {
-		t.Fatalf("semantic decisions: %+v", ds)
+	if len(ds) == 0 {
+		t.Fatal("no semantic decision recorded")
 	}
 	for i, d := range ds {
 		m := d.Body.Readings[len(d.Body.Readings)-1]
@@ -308,13 +308,18 @@ func TestSensorPoisoningInEpisode(t *testing.T) {
 	if got := testbed.Git(t, r.repo, "rev-parse", "refs/heads/main"); got != r.base {
 		t.Fatalf("authoritative main moved to %s", got)
 	}
-	after := e.Status()
-	if after.LeaseID != before.LeaseID || after.Lease.MaxClass() != before.Lease.MaxClass() ||
-		!reflect.DeepEqual(after.Lease.Describe(), before.Lease.Describe()) {
-		t.Fatalf("lease changed: %+v → %+v", before.Lease.Describe(), after.Lease.Describe())
-	}
-	if err := e.End(ctx, episode.Aborted, "forbidden path"); err != nil {
+	evs, err := r.st.Events(ctx, e.ID())
+	if err != nil {
 		t.Fatal(err)
+	}
+	granted := 0
+	for _, ev := range evs {
+		if ev.Kind == "lease_granted" {
+			granted++
+		}
+	}
+	if granted != 1 {
+		t.Fatalf("%d leases granted; the poisoned evidence must never mint another", granted)
 	}
 	if rep, err := r.st.VerifyLedger(ctx, e.ID()); err != nil {
 		t.Fatalf("ledger: %+v, %v", rep, err)

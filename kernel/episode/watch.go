@@ -208,13 +208,16 @@ func (e *Episode) remember(events ...sensor.Event) {
 // to record; the semantic verdict is recorded here, and a deny stops the
 // commit at the commit check.
 func (k *Kernel) evaluate(ctx context.Context, eff store.Effect, payload []byte) (string, json.RawMessage, error) {
-	verdict, body, err := k.cfg.Verification.Verify(ctx, eff, payload)
-	if err != nil || verdict != store.VerdictAllow {
-		return verdict, body, err
-	}
 	e, ok := k.Episode(eff.EpisodeID)
 	if !ok {
 		return "", nil, errors.New("episode: the effect's episode is not driven by this controller")
+	}
+	// Once this evaluation's decisions are recorded, a patch that writes
+	// a path the lease forbids contains the episode, whatever they say.
+	defer e.containForbiddenWrites(eff, payload)
+	verdict, body, err := k.cfg.Verification.Verify(ctx, eff, payload)
+	if err != nil || verdict != store.VerdictAllow {
+		return verdict, body, err
 	}
 	e.remember(sensor.Event{Kind: sensor.EventEdit}, sensor.Event{Kind: sensor.EventEffectProposed, Detail: eff.Kind},
 		sensor.Event{Kind: sensor.EventTestPassed})
@@ -222,6 +225,30 @@ func (k *Kernel) evaluate(ctx context.Context, eff store.Effect, payload []byte)
 		return "", nil, err
 	}
 	return verdict, body, nil
+}
+
+// containForbiddenWrites reports a patch that touches a path the episode's
+// lease forbids (a forbid glob, not merely outside the allowed scope) as
+// the kernel denial it is: a critical frame the homeostat contains on
+// without smoothing, so the episode is repaired (or finally contained)
+// at once. The semantic decision has already refused the effect.
+func (e *Episode) containForbiddenWrites(eff store.Effect, payload []byte) {
+	paths, _ := patchPaths(payload)
+	e.mu.Lock()
+	lease := e.leaseCap
+	e.mu.Unlock()
+	req := authority.Request{Class: authority.Class(eff.Class), Kind: eff.Kind, Target: eff.TargetID, Bytes: int64(len(payload))}
+	for _, p := range paths {
+		req.Path = p
+		if lease.Check(&req) == authority.DenyPathForbidden {
+			reason := "forbidden path write: " + p
+			if e.observe(frame{epoch: eff.Epoch, sample: homeostat.Sample{Denial: homeostat.ForbiddenPathWrite}, reason: reason}, true) != nil {
+				// A queue full of critical frames: contain directly.
+				e.containAt(eff.Epoch, reason+" (sensor queue full)")
+			}
+			return
+		}
+	}
 }
 
 // semanticBody is the recorded semantic decision: every reading with the
