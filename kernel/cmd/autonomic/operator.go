@@ -195,6 +195,9 @@ func printEpisode(w io.Writer, e api.EpisodeView, asJSON bool) {
 			fmt.Fprintf(w, ": %s", l.Why)
 		}
 		fmt.Fprintln(w)
+		if l.UnsafeLocal {
+			fmt.Fprintln(w, "isolation    NONE: unsafe_local backend (development hosts only)")
+		}
 	}
 }
 
