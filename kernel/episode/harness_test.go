@@ -381,3 +381,31 @@ func nextExit(t *testing.T, ctx context.Context, e *episode.Episode) episode.Wor
 func headMessage(t *testing.T, repo string) string {
 	return testbed.Git(t, repo, "log", "-1", "--format=%B", "refs/heads/main")
 }
+
+// landedFix checks a worker that fixed calc.sh and committed it: its exit
+// and output, and the authoritative head — the trailer, the fixed file, the
+// exact base — and returns the committed effect the trailer names.
+func landedFix(t *testing.T, ctx context.Context, st store.Store, repo, base string, e *episode.Episode, x episode.WorkerExit) store.Effect {
+	t.Helper()
+	out := string(x.Output)
+	t.Logf("worker:\n%s", out)
+	if x.Exited.ExitCode == nil || *x.Exited.ExitCode != 0 || !strings.Contains(out, "FIXED") || !strings.Contains(out, "STATE=committed") {
+		t.Fatalf("worker did not commit: %+v\n%s", x.Exited, out)
+	}
+	msg := headMessage(t, repo)
+	if !strings.Contains(msg, broker.TrailerKey+":") || !strings.Contains(msg, "fix calc") {
+		t.Fatalf("authoritative head message lacks the trailer:\n%s", msg)
+	}
+	if got := testbed.Git(t, repo, "show", "refs/heads/main:calc.sh"); got != "echo $((1+1))" {
+		t.Fatalf("authoritative calc.sh = %q", got)
+	}
+	if testbed.Git(t, repo, "rev-parse", "refs/heads/main^") != base {
+		t.Fatal("the commit is not on the exact base")
+	}
+	id := strings.TrimSpace(msg[strings.Index(msg, broker.TrailerKey+":")+len(broker.TrailerKey)+1:])
+	eff, err := st.Effect(ctx, uuid.MustParse(id))
+	if err != nil || eff.State != store.Committed || eff.EpisodeID != e.ID() {
+		t.Fatalf("the trailer's effect: %+v, %v", eff, err)
+	}
+	return eff
+}

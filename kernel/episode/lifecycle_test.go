@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/autonomic-kernel/autonomic/broker"
-	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -45,23 +42,8 @@ func TestEpisodeLifecycle(t *testing.T) {
 	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != shared.bed.OwnerUID {
 		t.Errorf("workspace file owned by %d, want the kernel's account %d", st.Uid, shared.bed.OwnerUID)
 	}
-	x := nextExit(t, ctx, e)
-	out := string(x.Output)
-	t.Logf("worker:\n%s", out)
 	// Generation 1 starts from the base, where the test fails.
-	if x.Exited.ExitCode == nil || *x.Exited.ExitCode != 0 || !strings.Contains(out, "FIXED") || !strings.Contains(out, "STATE=committed") {
-		t.Fatalf("worker did not commit: %+v\n%s", x.Exited, out)
-	}
-	msg := headMessage(t, r.repo)
-	if !strings.Contains(msg, broker.TrailerKey+":") || !strings.Contains(msg, "fix calc") {
-		t.Fatalf("authoritative head message lacks the trailer:\n%s", msg)
-	}
-	if got := testbed.Git(t, r.repo, "show", "refs/heads/main:calc.sh"); got != "echo $((1+1))" {
-		t.Fatalf("authoritative calc.sh = %q", got)
-	}
-	if testbed.Git(t, r.repo, "rev-parse", "refs/heads/main^") != r.base {
-		t.Fatal("the commit is not on the exact base")
-	}
+	landedFix(t, ctx, r.st, r.repo, r.base, e, nextExit(t, ctx, e))
 	// The post-commit checkpoint arrives asynchronously.
 	deadline := time.Now().Add(20 * time.Second)
 	for {

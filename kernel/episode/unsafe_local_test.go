@@ -216,26 +216,7 @@ func TestUnsafeLocalLifecycle(t *testing.T) {
 	if s.State != episode.Running || s.Epoch != 1 || s.Generation != 1 || !s.UnsafeLocal {
 		t.Fatalf("after start: %+v", s)
 	}
-	x := nextExit(t, ctx, e)
-	out := string(x.Output)
-	t.Logf("worker:\n%s", out)
-	if x.Exited.ExitCode == nil || *x.Exited.ExitCode != 0 || !strings.Contains(out, "FIXED") || !strings.Contains(out, "STATE=committed") {
-		t.Fatalf("worker did not commit: %+v\n%s", x.Exited, out)
-	}
-	msg := headMessage(t, r.repo)
-	if !strings.Contains(msg, broker.TrailerKey+":") || !strings.Contains(msg, "fix calc") {
-		t.Fatalf("authoritative head message lacks the trailer:\n%s", msg)
-	}
-	if got := testbed.Git(t, r.repo, "show", "refs/heads/main:calc.sh"); got != "echo $((1+1))" {
-		t.Fatalf("authoritative calc.sh = %q", got)
-	}
-	if testbed.Git(t, r.repo, "rev-parse", "refs/heads/main^") != r.base {
-		t.Fatal("the commit is not on the exact base")
-	}
-	id := strings.TrimSpace(msg[strings.Index(msg, broker.TrailerKey+":")+len(broker.TrailerKey)+1:])
-	if eff, err := r.st.Effect(ctx, uuid.MustParse(id)); err != nil || eff.State != store.Committed || eff.EpisodeID != e.ID() {
-		t.Fatalf("the trailer's effect: %+v, %v", eff, err)
-	}
+	landedFix(t, ctx, r.st, r.repo, r.base, e, nextExit(t, ctx, e))
 	// A post-commit checkpoint would follow the commit asynchronously;
 	// give it the time it would take before ending.
 	time.Sleep(500 * time.Millisecond)
