@@ -11,10 +11,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/server/servertest"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
-	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
 
 // TestSpeculationWindowExpiresEffects composes the broker from a
@@ -23,25 +22,14 @@ import (
 // regime: no controller drives the episode), one committed after it is
 // refused as expired before any of them.
 func TestSpeculationWindowExpiresEffects(t *testing.T) {
-	cluster := storetest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := cluster.CreateDatabase(ctx, "spec"); err != nil {
-		t.Fatal(err)
-	}
 	const window = 400 * time.Millisecond
-	doc, _ := json.Marshal(map[string]any{
-		"state_dir":      t.TempDir(),
-		"store":          map[string]any{"url": cluster.KernelConnString("spec"), "admin_url": cluster.AdminConnString("spec")},
-		"domain":         map[string]any{"backend": "unsafe_local"},
-		"sensor":         map[string]any{"kind": "rules"},
+	tk := servertest.New(t, "spec", map[string]any{
 		"targets":        map[string]any{"artifact": map[string]any{"reports": map[string]any{"dir": t.TempDir(), "class": 2}}},
 		"speculation_ms": window.Milliseconds(),
 	})
-	cfg, err := config.Parse(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cluster, cfg := tk.Cluster, tk.Config
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	st, err := store.Open(ctx, store.Config{URL: cluster.KernelConnString("spec"), AdminURL: cluster.AdminConnString("spec"), InstanceID: "test"})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -10,8 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/autonomic-kernel/autonomic/kernel/api"
-	"github.com/autonomic-kernel/autonomic/kernel/config"
-	"github.com/autonomic-kernel/autonomic/store/storetest"
+	"github.com/autonomic-kernel/autonomic/kernel/server/servertest"
 )
 
 // TestOneKernelPerStateDir: a second kernel on a running kernel's
@@ -20,22 +18,9 @@ import (
 // postmaster — make demo run twice did exactly that), and the first kernel
 // keeps serving. After the first stops, the state_dir is free again.
 func TestOneKernelPerStateDir(t *testing.T) {
-	cluster := storetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := cluster.CreateDatabase(ctx, "lock"); err != nil {
-		t.Fatal(err)
-	}
-	doc, _ := json.Marshal(map[string]any{
-		"state_dir": t.TempDir(),
-		"store":     map[string]any{"url": cluster.KernelConnString("lock"), "admin_url": cluster.AdminConnString("lock")},
-		"domain":    map[string]any{"backend": "unsafe_local"},
-		"sensor":    map[string]any{"kind": "rules"},
-	})
-	cfg, err := config.Parse(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := servertest.New(t, "lock", nil).Config
 	start := func() (func() error, error) { return Start(ctx, cfg, hclog.NewNullLogger(), Hooks{}) }
 	stop, err := start()
 	if err != nil {

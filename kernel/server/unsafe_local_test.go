@@ -18,11 +18,10 @@ import (
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
-	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/kernel/server/servertest"
 	"github.com/autonomic-kernel/autonomic/protocol"
-	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
 
 // TestServeRunsUnsafeLocalEpisode: `autonomic serve` with the unsafe_local
@@ -32,12 +31,8 @@ import (
 // bank decide, the commit lands with its trailer — and says so everywhere:
 // the live view and the ledger's domain_created carry unsafe_local.
 func TestServeRunsUnsafeLocalEpisode(t *testing.T) {
-	cluster := storetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := cluster.CreateDatabase(ctx, "unsafe"); err != nil {
-		t.Fatal(err)
-	}
 	tmp := t.TempDir()
 	mod, err := testbed.ModuleRoot()
 	if err != nil {
@@ -61,25 +56,18 @@ func TestServeRunsUnsafeLocalEpisode(t *testing.T) {
 	base := testbed.Git(t, repo, "rev-parse", "refs/heads/main")
 
 	pub, key, _ := ed25519.GenerateKey(nil)
-	doc, _ := json.Marshal(map[string]any{
-		"state_dir":   filepath.Join(tmp, "state"),
-		"store":       map[string]any{"url": cluster.KernelConnString("unsafe"), "admin_url": cluster.AdminConnString("unsafe")},
+	for _, d := range []string{"ws", "sock"} {
+		os.Mkdir(filepath.Join(tmp, d), 0o755)
+	}
+	cfg := servertest.New(t, "unsafe", map[string]any{
 		"policy_keys": map[string]string{"ops": base64.StdEncoding.EncodeToString(pub)},
 		"domain": map[string]any{"backend": "unsafe_local", "workspaces_root": filepath.Join(tmp, "ws"),
 			"sockets_root": filepath.Join(tmp, "sock")},
-		"sensor": map[string]any{"kind": "rules"},
 		"targets": map[string]any{"git_commit": map[string]any{"repo": map[string]any{"repo": repo,
 			"allowed_refs": []string{"refs/heads/main"}, "allowed_paths": []string{"**"}, "verify_argv": []string{"sh", "test.sh"}}}},
 		"automatic_verification": true,
 		"regulator":              map[string]any{"start_level": "act"},
-	})
-	for _, d := range []string{"ws", "sock"} {
-		os.Mkdir(filepath.Join(tmp, d), 0o755)
-	}
-	cfg, err := config.Parse(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}).Config
 	stop, err := Start(ctx, cfg, hclog.NewNullLogger(), Hooks{})
 	if err != nil {
 		t.Fatalf("serve: %v", err)

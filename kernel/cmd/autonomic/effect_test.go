@@ -6,7 +6,6 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,11 +14,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/autonomic-kernel/autonomic/broker"
-	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/server"
+	"github.com/autonomic-kernel/autonomic/kernel/server/servertest"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
-	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
 
 // TestApproveSignsExactlyOneRevision: keygen, then approve; the signature
@@ -84,12 +82,8 @@ func TestRefusesRoot(t *testing.T) {
 // record the decision; the effect is then ready for the worker's commit.
 // A key the kernel does not know is refused with its catalogue code.
 func TestApproveThroughTheKernel(t *testing.T) {
-	cluster := storetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := cluster.CreateDatabase(ctx, "approve"); err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	keyFile, strangerFile := filepath.Join(dir, "operator.pem"), filepath.Join(dir, "stranger.pem")
 	var pub, errb bytes.Buffer
@@ -102,22 +96,12 @@ func TestApproveThroughTheKernel(t *testing.T) {
 	// One instance id for the kernel and this test's store handle: the
 	// effect is made here under the ownership the kernel then holds.
 	const instance = "approve-test"
-	doc, _ := json.Marshal(map[string]any{
-		"state_dir":     t.TempDir(),
-		"store":         map[string]any{"url": cluster.KernelConnString("approve"), "admin_url": cluster.AdminConnString("approve"), "instance_id": instance},
-		"domain":        map[string]any{"backend": "unsafe_local"},
-		"sensor":        map[string]any{"kind": "rules"},
+	k := servertest.New(t, "approve", map[string]any{
+		"store":         map[string]any{"instance_id": instance},
 		"targets":       map[string]any{"artifact": map[string]any{"releases": map[string]any{"dir": t.TempDir()}}},
 		"decision_keys": map[string]string{"operator": strings.TrimSpace(pub.String())},
 	})
-	cfgPath := filepath.Join(dir, "autonomic.json")
-	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cluster, cfg, cfgPath := k.Cluster, k.Config, k.Path
 	stop, err := server.Start(ctx, cfg, hclog.NewNullLogger(), server.Hooks{})
 	if err != nil {
 		t.Fatalf("serve: %v", err)

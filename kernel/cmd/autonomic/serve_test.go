@@ -13,10 +13,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/autonomic-kernel/autonomic/kernel/api"
-	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/server"
+	"github.com/autonomic-kernel/autonomic/kernel/server/servertest"
 	"github.com/autonomic-kernel/autonomic/store"
-	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
 
 func TestServeRefusesABadConfigNamingTheKey(t *testing.T) {
@@ -33,27 +32,10 @@ func TestServeRefusesABadConfigNamingTheKey(t *testing.T) {
 // TestServeAndOperatorCommands runs serve against a real cluster and the
 // operator commands against its socket.
 func TestServeAndOperatorCommands(t *testing.T) {
-	cluster := storetest.Start(t)
+	k := servertest.New(t, "cmd", nil)
+	cluster, cfg, cfgPath := k.Cluster, k.Config, k.Path
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := cluster.CreateDatabase(ctx, "cmd"); err != nil {
-		t.Fatal(err)
-	}
-	state := t.TempDir()
-	doc, _ := json.Marshal(map[string]any{
-		"state_dir": state,
-		"store":     map[string]any{"url": cluster.KernelConnString("cmd"), "admin_url": cluster.AdminConnString("cmd")},
-		"domain":    map[string]any{"backend": "unsafe_local"},
-		"sensor":    map[string]any{"kind": "rules"},
-	})
-	cfgPath := filepath.Join(t.TempDir(), "autonomic.json")
-	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	stop, err := server.Start(ctx, cfg, hclog.NewNullLogger(), server.Hooks{})
 	if err != nil {
 		t.Fatalf("serve: %v", err)
@@ -133,7 +115,7 @@ func TestServeAndOperatorCommands(t *testing.T) {
 	if out := run(0, "episode", "abort", id, "--reason", "test", "--config", cfgPath); !strings.Contains(out, "aborted") {
 		t.Fatalf("episode abort: %s", out)
 	}
-	if out := run(1, "episode", "status", "nope", "--socket", filepath.Join(state, "missing.sock")); !strings.Contains(out, "no kernel answers") {
+	if out := run(1, "episode", "status", "nope", "--socket", filepath.Join(cfg.StateDir, "missing.sock")); !strings.Contains(out, "no kernel answers") {
 		t.Fatalf("unreachable kernel: %s", out)
 	}
 }

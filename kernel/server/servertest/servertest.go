@@ -1,0 +1,68 @@
+// Package servertest makes test kernels' configurations: a database of its
+// own on a throwaway cluster (store/storetest), the unsafe_local backend and
+// the rules sensor, with whatever top-level keys a test sets instead. It
+// writes the file too (0600), for tests that drive the command's --config.
+package servertest
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/store/pgcluster"
+	"github.com/autonomic-kernel/autonomic/store/storetest"
+)
+
+// Kernel is one test kernel's configuration and where its database is.
+type Kernel struct {
+	Cluster *pgcluster.Cluster
+	DB      string
+	Config  *config.Config
+	Path    string // the file Config was loaded from
+}
+
+// New starts a cluster, creates database db on it and loads a configuration
+// naming it. keys replace the defaults' top-level keys, except "store",
+// whose keys are added to the URLs (an instance_id, say).
+func New(t testing.TB, db string, keys map[string]any) *Kernel {
+	t.Helper()
+	cluster := storetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateDatabase(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	st := map[string]any{"url": cluster.KernelConnString(db), "admin_url": cluster.AdminConnString(db)}
+	doc := map[string]any{
+		"state_dir": t.TempDir(),
+		"store":     st,
+		"domain":    map[string]any{"backend": "unsafe_local"},
+		"sensor":    map[string]any{"kind": "rules"},
+	}
+	for k, v := range keys {
+		if extra, ok := v.(map[string]any); ok && k == "store" {
+			for sk, sv := range extra {
+				st[sk] = sv
+			}
+			continue
+		}
+		doc[k] = v
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "autonomic.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Kernel{Cluster: cluster, DB: db, Config: cfg, Path: path}
+}
