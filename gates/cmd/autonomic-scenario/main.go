@@ -14,10 +14,7 @@ package main
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,6 +30,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/gates/scenario"
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
 )
 
 func main() {
@@ -99,7 +97,7 @@ func run(ctx context.Context, args []string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	key, err := loadKey(*keyPath)
+	key, err := policy.LoadPrivateKey(*keyPath)
 	if err != nil {
 		return false, err
 	}
@@ -172,24 +170,4 @@ func modelRequests(ctx context.Context, url string) int64 {
 		return -1
 	}
 	return s.Requests
-}
-
-func loadKey(path string) (ed25519.PrivateKey, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	block, _ := pem.Decode(b)
-	if block == nil {
-		return nil, fmt.Errorf("%s: not PEM", path)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	ed, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("%s: not an Ed25519 key", path)
-	}
-	return ed, nil
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
@@ -69,26 +70,6 @@ func effectKeygen(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func loadKey(path string) (ed25519.PrivateKey, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	block, _ := pem.Decode(b)
-	if block == nil || block.Type != "PRIVATE KEY" {
-		return nil, errors.New("not a PKCS#8 PEM private key")
-	}
-	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	priv, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, errors.New("not an Ed25519 key")
-	}
-	return priv, nil
-}
-
 // effectApprove signs "autonomic.human-approval.v1\n" + the RFC 8785 JSON of
 // exactly one effect revision in one epoch with one payload digest; the
 // signature applies to nothing else.
@@ -125,7 +106,7 @@ func effectApprove(args []string, stdout, stderr io.Writer) int {
 	if doc.Decision == "approve" {
 		doc.Decision = "allow"
 	}
-	key, err := loadKey(*keyFile)
+	key, err := policy.LoadPrivateKey(*keyFile)
 	if err != nil {
 		fmt.Fprintln(stderr, "autonomic: key:", err)
 		return 1

@@ -34,7 +34,7 @@ func policySign(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: autonomic policy sign --key FILE --key-id ID < policy.json")
 		return 2
 	}
-	key, err := loadKey(*keyFile)
+	key, err := policy.LoadPrivateKey(*keyFile)
 	if err != nil {
 		fmt.Fprintln(stderr, "autonomic: key:", err)
 		return 1
