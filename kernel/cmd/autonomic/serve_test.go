@@ -112,6 +112,15 @@ func TestServeAndOperatorCommands(t *testing.T) {
 	if out := run(1, "episode", "start", "--spec", spec, "--config", cfgPath); !strings.Contains(out, "not available") {
 		t.Fatalf("episode start without a controller: %s", out)
 	}
+	// Only the kernel driving an episode may vouch for its work; this one
+	// runs no controller at all (the episode was made in the store), so
+	// complete is refused and changes nothing, while abort ends it.
+	if out := run(1, "episode", "complete", id, "--reason", "looks done", "--config", cfgPath); !strings.Contains(out, "not available") {
+		t.Fatalf("complete of an episode this kernel does not drive: %s", out)
+	}
+	if out := run(0, "episode", "status", id, "--config", cfgPath); !strings.Contains(out, "state        active") {
+		t.Fatalf("a refused complete changed the episode: %s", out)
+	}
 	if out := run(0, "episode", "abort", id, "--reason", "test", "--config", cfgPath); !strings.Contains(out, "aborted") {
 		t.Fatalf("episode abort: %s", out)
 	}
