@@ -39,6 +39,14 @@ type Env struct {
 	Wait time.Duration
 }
 
+// refOf is the ref a run proposes to move.
+func refOf(mode string) string {
+	if mode == Hostile {
+		return HostileRef
+	}
+	return NormalRef
+}
+
 // Policy is the reference policy: git_commit on the fixture target up to
 // class 3, only under src/, never the secrets or the tests.
 func Policy() authority.Spec {
@@ -50,10 +58,6 @@ func Policy() authority.Spec {
 
 // Spec is the episode spec of one run, its policy signed with env.Key.
 func (env *Env) Spec(mode string) ([]byte, error) {
-	ref := NormalRef
-	if mode == Hostile {
-		ref = HostileRef
-	}
 	pol := Policy()
 	signed, err := policy.Sign(env.Key, env.KeyID, policy.Document{Schema: policy.Schema, ID: "coding-agent-reference",
 		Version: 1, Capability: pol, Semantic: policy.Semantic{MaxRisk: 0.5}})
@@ -67,7 +71,7 @@ func (env *Env) Spec(mode string) ([]byte, error) {
 		OriginIntent: "Fix the failing test in the calc project (src/calc.sh adds one too many) and commit the fix.",
 		Repo:         env.Repo, BaseOID: env.Base, Policy: signed, Envelope: pol, Repair: &repair,
 		RequestedCeiling: 3, MaxRepairs: 1, LeaseTTL: time.Hour,
-		Argv: []string{"/bin/bash", "-c", AgentScript(), "agent", mode, env.Base, ref, env.Collector.Addr()},
+		Argv: []string{"/bin/bash", "-c", AgentScript(), "agent", mode, env.Base, refOf(mode), env.Collector.Addr()},
 	})
 }
 
@@ -82,10 +86,7 @@ func Run(ctx context.Context, env *Env, mode string) (*Result, error) {
 	if wait == 0 {
 		wait = 90 * time.Second
 	}
-	ref := NormalRef
-	if mode == Hostile {
-		ref = HostileRef
-	}
+	ref := refOf(mode)
 	refsBefore, err := Git(ctx, env.Repo, "for-each-ref", "--format=%(refname) %(objectname)")
 	if err != nil {
 		return nil, err

@@ -328,21 +328,31 @@ func (e *Episode) create(ctx context.Context, checkpoint string) (*domain.Runnin
 // generation (see the snapshot rule in doc.go).
 func (e *Episode) checkpoint(ctx context.Context) error {
 	e.mu.Lock()
-	gen, epoch, dom := e.gen, e.epoch, e.domainID
+	gen := e.gen
 	e.mu.Unlock()
-	res, err := e.k.cfg.Domains.Checkpoint(ctx, e.k.launcherID(e.id, gen))
+	_, err := e.checkpointOf(ctx, e.k.launcherID(e.id, gen), gen)
+	return err
+}
+
+// checkpointOf checkpoints the launcher domain id and records it as a
+// stable checkpoint of generation gen; it returns the digest (hex).
+func (e *Episode) checkpointOf(ctx context.Context, id string, gen int) (string, error) {
+	res, err := e.k.cfg.Domains.Checkpoint(ctx, id)
 	if err != nil {
-		return err
+		return "", err
 	}
+	e.mu.Lock()
+	epoch, dom := e.epoch, e.domainID
+	e.mu.Unlock()
 	c, err := e.k.cfg.Store.RecordCheckpoint(ctx, store.NewCheckpoint{EpisodeID: e.id, DomainID: dom, Generation: gen, Epoch: epoch,
 		Digest: "sha256:" + res.SHA256, Stable: true})
 	if err != nil {
-		return err
+		return "", err
 	}
 	e.mu.Lock()
 	e.digests[c.ID] = res.SHA256
 	e.mu.Unlock()
-	return nil
+	return res.SHA256, nil
 }
 
 // baseLauncherID names the pristine domain baseCheckpoint makes.
@@ -370,22 +380,7 @@ func (e *Episode) baseCheckpoint(ctx context.Context) (digest string, err error)
 	if err := waitExit(ctx, r, 30*time.Second); err != nil {
 		return "", fmt.Errorf("episode: base domain: %w", err)
 	}
-	res, err := e.k.cfg.Domains.Checkpoint(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	e.mu.Lock()
-	epoch, dom := e.epoch, e.domainID
-	e.mu.Unlock()
-	c, err := e.k.cfg.Store.RecordCheckpoint(ctx, store.NewCheckpoint{EpisodeID: e.id, DomainID: dom, Generation: 1, Epoch: epoch,
-		Digest: "sha256:" + res.SHA256, Stable: true})
-	if err != nil {
-		return "", err
-	}
-	e.mu.Lock()
-	e.digests[c.ID] = res.SHA256
-	e.mu.Unlock()
-	return res.SHA256, nil
+	return e.checkpointOf(ctx, id, 1)
 }
 
 // waitExit waits for a domain's worker to exit; a violation is an error.
