@@ -83,7 +83,12 @@ func watchNotifications(listener int, stop <-chan struct{}, out *frameWriter) {
 			continue // the task died: no call happened to anyone
 		}
 		resp := seccompNotifResp{ID: req.ID, Error: -int32(unix.EPERM)}
-		_ = ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
+		if ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)) != nil {
+			// Withdrawn: a signal interrupted the call, which restarts and
+			// is notified again (Go's SIGURG preemption does this), or its
+			// task died. Counting it here would count one attempt twice.
+			continue
+		}
 		var ts unix.Timespec
 		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 		v := &protocol.Violation{

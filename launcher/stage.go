@@ -81,7 +81,10 @@ func runStage() int {
 	if spec.Profile != nil {
 		var flags uintptr
 		if spec.Notify {
-			flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+			// WAIT_KILLABLE_RECV (5.19, the launcher's floor): once the
+			// monitor has received a call, only a fatal signal interrupts
+			// it, so a received call is answered, and counted, once.
+			flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER | unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
 		}
 		listener, err := installFilter(spec.Profile, flags)
 		if err != nil {
