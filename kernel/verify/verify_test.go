@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -92,5 +93,66 @@ func TestDeniedBeforeAnyDomain(t *testing.T) {
 				t.Fatalf("left %d entries in the workspaces root", len(ents))
 			}
 		})
+	}
+}
+
+// TestVerifyOnUnsafeLocal: on the development backend verify_argv runs as a
+// host process in the patched clone; its exit status, a timeout and its
+// output decide and are recorded the same way, the clone is removed, and
+// the authoritative repository is untouched.
+func TestVerifyOnUnsafeLocal(t *testing.T) {
+	dir, base := repo(t)
+	root := t.TempDir()
+	check := func(want string) []string {
+		return []string{"/bin/sh", "-c", `echo checking; grep -qx "$0" a.txt`, want}
+	}
+	r := &Runner{Domains: &domain.UnsafeLocal{WorkspacesRoot: root}, WorkspacesRoot: root, OwnerUID: os.Geteuid(), OwnerGID: os.Getegid(),
+		Targets: map[string]Target{
+			"passes":  {Repo: dir, Argv: check("two")},
+			"fails":   {Repo: dir, Argv: check("three")},
+			"overrun": {Repo: dir, Argv: []string{"/bin/sleep", "30"}, Timeout: 200 * time.Millisecond},
+		}}
+	patch := []byte("--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+two\n")
+	for _, c := range []struct {
+		target, verdict, reason string
+		exit                    int
+	}{
+		{"passes", store.VerdictAllow, "verify_argv passed", 0},
+		{"fails", store.VerdictDeny, "verify_argv exited 1", 1},
+		{"overrun", store.VerdictDeny, "verify_argv did not finish in time", -1},
+	} {
+		t.Run(c.target, func(t *testing.T) {
+			e := store.Effect{ID: uuid.New(), Revision: 1, Epoch: 1, Kind: "git_commit", TargetID: c.target,
+				Target: json.RawMessage(`{"base_oid":"` + base + `","ref":"refs/heads/main","message":"m"}`)}
+			verdict, body, err := r.Verify(context.Background(), e, patch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b Body
+			if err := json.Unmarshal(body, &b); err != nil {
+				t.Fatal(err)
+			}
+			if verdict != c.verdict || b.Reason != c.reason || b.BaseOID != base || len(b.TreeOID) != 40 {
+				t.Fatalf("verdict %q body %+v", verdict, b)
+			}
+			switch {
+			case c.exit < 0 && b.ExitCode != nil:
+				t.Errorf("an overrun recorded exit %d", *b.ExitCode)
+			case c.exit >= 0 && (b.ExitCode == nil || *b.ExitCode != c.exit):
+				t.Errorf("exit %v, want %d", b.ExitCode, c.exit)
+			case c.exit >= 0 && b.OutputBytes != len("checking\n"):
+				t.Errorf("output %d bytes, want the check's line", b.OutputBytes)
+			}
+			if ents, _ := os.ReadDir(root); len(ents) != 0 {
+				t.Errorf("left %d entries in the workspaces root", len(ents))
+			}
+		})
+	}
+	out, err := exec.Command("git", "-C", dir, "status", "--porcelain").CombinedOutput()
+	if err != nil || len(out) != 0 {
+		t.Fatalf("the authoritative repository changed: %q %v", out, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "a.txt")); string(b) != "one\n" {
+		t.Fatalf("a.txt = %q", b)
 	}
 }
