@@ -33,56 +33,25 @@ import (
 func TestServeRunsUnsafeLocalEpisode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tmp := t.TempDir()
+	f := newUnsafeFixture(t)
 	mod, err := testbed.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := filepath.Join(tmp, "autonomic-effect")
+	client := filepath.Join(f.tmp, "autonomic-effect")
 	build := exec.Command("go", "build", "-o", client, "./broker/cmd/autonomic-effect")
 	build.Dir = mod
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the effect client: %v\n%s", err, out)
 	}
-	work := filepath.Join(tmp, "work")
-	os.Mkdir(work, 0o755)
-	testbed.Git(t, work, "init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(work, "calc.sh"), []byte("echo $((1+1+1))\n"), 0o644)
-	os.WriteFile(filepath.Join(work, "test.sh"), []byte("[ \"$(sh calc.sh)\" = 2 ]\n"), 0o644)
-	testbed.Git(t, work, "add", ".")
-	testbed.Git(t, work, "commit", "-q", "-m", "base")
-	repo := filepath.Join(tmp, "repo.git")
-	testbed.Git(t, tmp, "clone", "-q", "--bare", work, repo)
-	base := testbed.Git(t, repo, "rev-parse", "refs/heads/main")
-
-	pub, key, _ := ed25519.GenerateKey(nil)
-	for _, d := range []string{"ws", "sock"} {
-		os.Mkdir(filepath.Join(tmp, d), 0o755)
-	}
-	cfg := servertest.New(t, "unsafe", map[string]any{
-		"policy_keys": map[string]string{"ops": base64.StdEncoding.EncodeToString(pub)},
-		"domain": map[string]any{"backend": "unsafe_local", "workspaces_root": filepath.Join(tmp, "ws"),
-			"sockets_root": filepath.Join(tmp, "sock")},
-		"targets": map[string]any{"git_commit": map[string]any{"repo": map[string]any{"repo": repo,
-			"allowed_refs": []string{"refs/heads/main"}, "allowed_paths": []string{"**"}, "verify_argv": []string{"sh", "test.sh"}}}},
-		"automatic_verification": true,
-		"regulator":              map[string]any{"start_level": "act"},
-	}).Config
+	cfg := servertest.New(t, "unsafe", f.keys("", "")).Config
 	stop, err := Start(ctx, cfg, hclog.NewNullLogger(), Hooks{})
 	if err != nil {
 		t.Fatalf("serve: %v", err)
 	}
 	defer stop()
-
-	grant := authority.Spec{MaxClass: 3, Grants: []authority.Grant{{Target: "repo", Kind: "git_commit", MaxClass: 3}},
-		Allow: []string{"**"}, Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 24, EffectsPerMinute: 60}}
-	signed, err := policy.Sign(key, "ops", policy.Document{Schema: policy.Schema, ID: "fix", Version: 1, Capability: grant,
-		Semantic: policy.Semantic{MaxRisk: 0.5}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, _ := json.Marshal(episode.Spec{OriginIntent: "fix calc", Repo: repo, BaseOID: base, Policy: signed, Envelope: grant,
-		RequestedCeiling: 3, LeaseTTL: time.Hour, Argv: []string{"/bin/bash", "-c", unsafeWorker}, Env: map[string]string{"EFFECT": client}})
+	repo, base := f.repo, f.base
+	spec := f.spec(t, []string{"/bin/bash", "-c", unsafeWorker}, map[string]string{"EFFECT": client})
 	c := api.NewClient(cfg.APISocket())
 	started, err := c.Start(ctx, spec)
 	if err != nil {
@@ -145,3 +114,67 @@ id=$(pick "$p" id); rev=$(pick "$p" revision)
 $EFFECT evaluate -effect "$id" -revision "$rev" >/dev/null || exit 1
 $EFFECT commit -effect "$id" -revision "$rev"
 `
+
+// unsafeFixture is an authoritative repository whose test fails until
+// calc.sh is fixed, and an operator key that signs the episode's policy.
+type unsafeFixture struct {
+	tmp, repo, base string
+	pub             ed25519.PublicKey
+	key             ed25519.PrivateKey
+}
+
+func newUnsafeFixture(t *testing.T) *unsafeFixture {
+	t.Helper()
+	f := &unsafeFixture{tmp: t.TempDir()}
+	work := filepath.Join(f.tmp, "work")
+	os.Mkdir(work, 0o755)
+	testbed.Git(t, work, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(work, "calc.sh"), []byte("echo $((1+1+1))\n"), 0o644)
+	os.WriteFile(filepath.Join(work, "test.sh"), []byte("[ \"$(sh calc.sh)\" = 2 ]\n"), 0o644)
+	testbed.Git(t, work, "add", ".")
+	testbed.Git(t, work, "commit", "-q", "-m", "base")
+	f.repo = filepath.Join(f.tmp, "repo.git")
+	testbed.Git(t, f.tmp, "clone", "-q", "--bare", work, f.repo)
+	f.base = testbed.Git(t, f.repo, "rev-parse", "refs/heads/main")
+	f.pub, f.key, _ = ed25519.GenerateKey(nil)
+	return f
+}
+
+// keys is a test kernel's configuration over the fixture: unsafe_local
+// with workspaces and sockets of its own (suffix tells two kernels apart)
+// and, when instance is set, that store instance id.
+func (f *unsafeFixture) keys(suffix, instance string) map[string]any {
+	ws, sock := filepath.Join(f.tmp, "ws"+suffix), filepath.Join(f.tmp, "sock"+suffix)
+	os.MkdirAll(ws, 0o755)
+	os.MkdirAll(sock, 0o755)
+	keys := map[string]any{
+		"policy_keys": map[string]string{"ops": base64.StdEncoding.EncodeToString(f.pub)},
+		"domain":      map[string]any{"backend": "unsafe_local", "workspaces_root": ws, "sockets_root": sock},
+		"targets": map[string]any{"git_commit": map[string]any{"repo": map[string]any{"repo": f.repo,
+			"allowed_refs": []string{"refs/heads/main"}, "allowed_paths": []string{"**"}, "verify_argv": []string{"sh", "test.sh"}}}},
+		"automatic_verification": true,
+		"regulator":              map[string]any{"start_level": "act"},
+	}
+	if instance != "" {
+		keys["store"] = map[string]any{"instance_id": instance}
+	}
+	return keys
+}
+
+// spec is an episode spec over the fixture, its policy signed.
+func (f *unsafeFixture) spec(t *testing.T, argv []string, env map[string]string) json.RawMessage {
+	t.Helper()
+	grant := authority.Spec{MaxClass: 3, Grants: []authority.Grant{{Target: "repo", Kind: "git_commit", MaxClass: 3}},
+		Allow: []string{"**"}, Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 24, EffectsPerMinute: 60}}
+	signed, err := policy.Sign(f.key, "ops", policy.Document{Schema: policy.Schema, ID: "fix", Version: 1, Capability: grant,
+		Semantic: policy.Semantic{MaxRisk: 0.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := json.Marshal(episode.Spec{OriginIntent: "fix calc", Repo: f.repo, BaseOID: f.base, Policy: signed, Envelope: grant,
+		RequestedCeiling: 3, LeaseTTL: time.Hour, Argv: argv, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}

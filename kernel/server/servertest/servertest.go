@@ -36,6 +36,19 @@ func New(t testing.TB, db string, keys map[string]any) *Kernel {
 	if err := cluster.CreateDatabase(ctx, db); err != nil {
 		t.Fatal(err)
 	}
+	return configure(t, cluster, db, keys)
+}
+
+// Peer is another kernel's configuration on k's database, as New makes
+// one: a state_dir of its own, keys replacing top-level keys. Two kernels
+// on one database need distinct store instance ids.
+func (k *Kernel) Peer(t testing.TB, keys map[string]any) *Kernel {
+	t.Helper()
+	return configure(t, k.Cluster, k.DB, keys)
+}
+
+func configure(t testing.TB, cluster *pgcluster.Cluster, db string, keys map[string]any) *Kernel {
+	t.Helper()
 	st := map[string]any{"url": cluster.KernelConnString(db), "admin_url": cluster.AdminConnString(db)}
 	doc := map[string]any{
 		"state_dir": t.TempDir(),
