@@ -3,6 +3,7 @@ package testbed
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -20,4 +21,29 @@ func Git(t testing.TB, dir string, args ...string) string {
 		t.Fatalf("git %v: %v\n%s", args, err, out)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// BareRepo makes an authoritative repository for a test: files committed
+// once on main (message), cloned bare to dir/name. It returns the bare
+// repository's path and the commit.
+func BareRepo(t testing.TB, dir, name string, files map[string]string, message string) (bare, base string) {
+	t.Helper()
+	work, err := os.MkdirTemp(dir, "work-")
+	if err == nil {
+		err = os.Chmod(work, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	Git(t, work, "init", "-q", "-b", "main")
+	for path, content := range files {
+		if err := os.WriteFile(filepath.Join(work, path), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	Git(t, work, "add", ".")
+	Git(t, work, "commit", "-q", "-m", message)
+	bare = filepath.Join(dir, name)
+	Git(t, dir, "clone", "-q", "--bare", work, bare)
+	return bare, Git(t, bare, "rev-parse", "refs/heads/main")
 }

@@ -193,17 +193,10 @@ func (c *crashable) Checkpoint(ctx context.Context, id string) (*protocol.Checkp
 // many, test.sh expects 2.
 func fixture(t *testing.T) (bare, base string) {
 	t.Helper()
-	dir := t.TempDir()
-	work := filepath.Join(dir, "work")
-	os.Mkdir(work, 0o755)
-	testbed.Git(t, work, "init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(work, "calc.sh"), []byte("echo $((1+1+1))\n"), 0o644)
-	os.WriteFile(filepath.Join(work, "test.sh"), []byte("[ \"$(sh calc.sh)\" = 2 ] && echo PASS || { echo FAIL; exit 1; }\n"), 0o644)
-	testbed.Git(t, work, "add", ".")
-	testbed.Git(t, work, "commit", "-q", "-m", "calc with a failing test")
-	bare = filepath.Join(dir, "authoritative.git")
-	testbed.Git(t, dir, "clone", "-q", "--bare", work, bare)
-	return bare, testbed.Git(t, bare, "rev-parse", "refs/heads/main")
+	return testbed.BareRepo(t, t.TempDir(), "authoritative.git", map[string]string{
+		"calc.sh": "echo $((1+1+1))\n",
+		"test.sh": "[ \"$(sh calc.sh)\" = 2 ] && echo PASS || { echo FAIL; exit 1; }\n",
+	}, "calc with a failing test")
 }
 
 func newRig(t *testing.T, ctx context.Context, name string, opts ...rigOpt) *rig {

@@ -126,16 +126,10 @@ type unsafeFixture struct {
 func newUnsafeFixture(t *testing.T) *unsafeFixture {
 	t.Helper()
 	f := &unsafeFixture{tmp: t.TempDir()}
-	work := filepath.Join(f.tmp, "work")
-	os.Mkdir(work, 0o755)
-	testbed.Git(t, work, "init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(work, "calc.sh"), []byte("echo $((1+1+1))\n"), 0o644)
-	os.WriteFile(filepath.Join(work, "test.sh"), []byte("[ \"$(sh calc.sh)\" = 2 ]\n"), 0o644)
-	testbed.Git(t, work, "add", ".")
-	testbed.Git(t, work, "commit", "-q", "-m", "base")
-	f.repo = filepath.Join(f.tmp, "repo.git")
-	testbed.Git(t, f.tmp, "clone", "-q", "--bare", work, f.repo)
-	f.base = testbed.Git(t, f.repo, "rev-parse", "refs/heads/main")
+	f.repo, f.base = testbed.BareRepo(t, f.tmp, "repo.git", map[string]string{
+		"calc.sh": "echo $((1+1+1))\n",
+		"test.sh": "[ \"$(sh calc.sh)\" = 2 ]\n",
+	}, "base")
 	f.pub, f.key, _ = ed25519.GenerateKey(nil)
 	return f
 }

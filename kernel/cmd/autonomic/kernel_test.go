@@ -91,16 +91,7 @@ func TestServeRunsEpisodes(t *testing.T) {
 	t.Logf("testbed and cluster ready in %v", time.Since(began).Round(time.Millisecond))
 
 	// The authoritative repository.
-	work := filepath.Join(tmp, "work")
-	os.Mkdir(work, 0o755)
-	testbed.Git(t, work, "init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(work, "test.sh"), []byte("echo PASS\n"), 0o644)
-	os.WriteFile(filepath.Join(work, "greeting.txt"), []byte("hi\n"), 0o644)
-	testbed.Git(t, work, "add", ".")
-	testbed.Git(t, work, "commit", "-q", "-m", "base")
-	repo := filepath.Join(tmp, "authoritative.git")
-	testbed.Git(t, tmp, "clone", "-q", "--bare", work, repo)
-	base := testbed.Git(t, repo, "rev-parse", "refs/heads/main")
+	repo, base := testbed.BareRepo(t, tmp, "authoritative.git", map[string]string{"test.sh": "echo PASS\n", "greeting.txt": "hi\n"}, "base")
 
 	rel, err := filepath.Rel(testbed.CgroupV2Mount(), bed.CgroupParent)
 	if err != nil {
