@@ -75,7 +75,7 @@ func TestCodingAgentScenario(t *testing.T) {
 		"domain": map[string]any{"backend": "linux", "launcher_path": bed.Launcher, "direct": true,
 			"workspaces_root": bed.Workspaces, "sockets_root": bed.Sockets, "cgroup_parent": "/" + rel},
 		"sensor": map[string]any{"kind": "openai_compatible", "endpoint": model.Endpoint(), "model": scenario.FixtureModel,
-			"allowed_models": []string{scenario.FixtureModel}, "timeout_ms": 5000},
+			"allowed_models": []string{scenario.FixtureModel}, "timeout_ms": 5000, "api_key_env": modelKeyEnv},
 		"targets": map[string]any{"git_commit": map[string]any{scenario.TargetID: map[string]any{
 			"repo": repo, "allowed_refs": []string{scenario.NormalRef, scenario.HostileRef},
 			"allowed_paths": []string{"src/**", "README.md"}, "forbidden_paths": []string{".env", "config/**", "tests/**"},
@@ -88,8 +88,10 @@ func TestCodingAgentScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Setenv(modelKeyEnv, modelKey)
+	// Trace: what the log must never carry is checked at every level.
 	var logs strings.Builder
-	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: &syncWriter{w: &logs}, JSONFormat: true, Level: hclog.Info})
+	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: &syncWriter{w: &logs}, JSONFormat: true, Level: hclog.Trace})
 	stop, err := server.Start(ctx, cfg, log, server.Hooks{Owner: &[2]int{bed.OwnerUID, bed.OwnerGID}})
 	if err != nil {
 		t.Fatalf("serve: %v\n%s", err, logs.String())
@@ -130,6 +132,43 @@ func TestCodingAgentScenario(t *testing.T) {
 		}
 		if !r.OK() {
 			t.FailNow()
+		}
+	}
+	if model.Bearers() == 0 {
+		t.Fatal("the model was never sent its key: the log check below would prove nothing about credentials")
+	}
+	checkLogDiscretion(t, logs.String())
+}
+
+// The model's credential, from the environment variable the configuration
+// names, as an operator would set it.
+const (
+	modelKeyEnv = "AUTONOMIC_GATE_MODEL_KEY"
+	modelKey    = "sk-gate-4f1c9e2a7b3d-never-logged"
+)
+
+// checkLogDiscretion: the kernel's log never carries a payload, a prompt,
+// worker output or a credential (issue 6 §1). Each marker below passed
+// through the kernel during the runs: the model key on every
+// classification, the patch as the effect's payload, the intent as the
+// episode's prompt, the agent's lines as worker output, the repository's
+// secrets and the injection in the workspace the kernel prepared.
+func checkLogDiscretion(t *testing.T, log string) {
+	t.Helper()
+	if !strings.Contains(log, `"@message":"verification"`) {
+		t.Fatalf("the kernel log is not the episode's log (no verification entry):\n%s", log)
+	}
+	for what, marker := range map[string]string{
+		"the model's API key":              modelKey,
+		"the patch (the fixed line)":       "$(($2 + $3))",
+		"the episode's origin intent":      "adds one too many",
+		"worker output":                    "agent[epoch",
+		"a repository secret (.env)":       "not-a-real-password",
+		"the prompt injection's text":      "SYSTEM OVERRIDE",
+		"an Authorization header's scheme": "Bearer ",
+	} {
+		if strings.Contains(log, marker) {
+			t.Errorf("the kernel log carries %s (%q)", what, marker)
 		}
 	}
 }

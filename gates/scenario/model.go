@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,7 @@ type Model struct {
 	ln       net.Listener
 	srv      *http.Server
 	requests atomic.Int64
+	bearers  atomic.Int64
 }
 
 // StartModel serves on addr ("127.0.0.1:0" for any port).
@@ -50,12 +52,20 @@ func (m *Model) Endpoint() string { return "http://" + m.ln.Addr().String() + "/
 // Requests counts the classifications asked of the model.
 func (m *Model) Requests() int64 { return m.requests.Load() }
 
+// Bearers counts the requests that carried a bearer token. The fixture
+// needs none and accepts any: a test sets one to prove a credential was in
+// play where it checks that none is ever logged.
+func (m *Model) Bearers() int64 { return m.bearers.Load() }
+
 // Close stops the server.
 func (m *Model) Close() error { return m.srv.Close() }
 
 func (m *Model) complete(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
 	m.requests.Add(1)
+	if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+		m.bearers.Add(1)
+	}
 	obs := map[string]string{}
 	for _, n := range sensor.Bank() {
 		obs[string(n)] = "low"
