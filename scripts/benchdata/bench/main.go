@@ -27,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -119,7 +120,7 @@ func run() int {
 	flag.StringVar(&o.out, "out", "artifacts/bench.json", "JSON report")
 	flag.StringVar(&o.work, "work", "", "scratch directory (bundles, runtime state); required")
 	flag.StringVar(&o.sudoUser, "sudo-user", "autonomic", "account the sudoers rule is for")
-	flag.Func("compare", "name=path: also run this launcher build directly, as context (repeatable; it must read the installed configuration)", func(v string) error {
+	flag.Func("compare", "name=path: also run this launcher build directly, as context, and sample its monitor RSS alongside the installed one (repeatable; it must read the installed configuration)", func(v string) error {
 		name, path, ok := strings.Cut(v, "=")
 		if !ok || name == "" || !filepath.IsAbs(path) {
 			return errors.New("want name=/abs/path")
@@ -178,8 +179,9 @@ func run() int {
 			fmt.Fprintf(os.Stderr, "bench: %d/%d rounds (%.0fs)\n", i+1, o.runs, time.Since(start).Seconds())
 		}
 	}
-	rss := b.monitorRSS()
+	rss, compareRSS := b.monitorRSS()
 	rep := b.report(cases, rss)
+	rep.CompareRSS = compareRSS
 	printTable(os.Stdout, rep)
 	if err := writeJSON(o.out, rep); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -545,25 +547,44 @@ type rssResult struct {
 	Error            string `json:"error,omitempty"`
 }
 
-func (b *bench) monitorRSS() rssResult {
-	res := rssResult{Method: "VmHWM of the launcher process (the monitor), polled from /proc/<pid>/status every 200µs " +
-		"during untimed direct creates, plus once after its exited frame"}
-	var hwms []int64
+func (b *bench) monitorRSS() (rssResult, map[string]rssResult) {
+	method := "VmHWM of the launcher process (the monitor), polled from /proc/<pid>/status every 200µs " +
+		"during untimed direct creates, plus once after its exited frame"
+	// The installed launcher first, then each -compare build, interleaved
+	// run by run so host drift falls on all alike.
+	names, paths := []string{""}, []string{b.opts.launcher}
+	for _, v := range b.opts.compare {
+		name, path, _ := strings.Cut(v, "=")
+		names, paths = append(names, name), append(paths, path)
+	}
+	res := make([]rssResult, len(paths))
+	hwms := make([][]int64, len(paths))
 	for i := 0; i < b.opts.rssRuns; i++ {
-		_, hwm, err := b.launcherOnce(exec.Command(b.opts.launcher), b.nextID("rss"), true)
-		if err != nil {
-			res.Error = err.Error()
-			break
+		for k, path := range paths {
+			if res[k].Error != "" {
+				continue
+			}
+			_, hwm, err := b.launcherOnce(exec.Command(path), b.nextID("rss"), true)
+			if err != nil {
+				res[k].Error = err.Error()
+				continue
+			}
+			hwms[k] = append(hwms[k], hwm)
 		}
-		hwms = append(hwms, hwm)
 	}
-	res.Runs = len(hwms)
-	if len(hwms) > 0 {
-		slices.Sort(hwms)
-		res.VmHWMMaxBytes = hwms[len(hwms)-1]
-		res.VmHWMMedianBytes = hwms[len(hwms)/2]
+	compare := map[string]rssResult{}
+	for k := range paths {
+		res[k].Method, res[k].Runs = method, len(hwms[k])
+		if h := hwms[k]; len(h) > 0 {
+			slices.Sort(h)
+			res[k].VmHWMMaxBytes = h[len(h)-1]
+			res[k].VmHWMMedianBytes = h[len(h)/2]
+		}
+		if k > 0 {
+			compare[names[k]] = res[k]
+		}
 	}
-	return res
+	return res[0], compare
 }
 
 // ---- OCI bundles ----
@@ -830,6 +851,9 @@ type report struct {
 	RSS      rssResult             `json:"monitor_peak_rss"`
 	RSSCheck ratio                 `json:"monitor_peak_rss_target"`
 	Missing  []string              `json:"not_measured,omitempty"`
+	// CompareRSS is the same measurement for each -compare build, sampled
+	// in the same rounds as the installed launcher's.
+	CompareRSS map[string]rssResult `json:"compare_monitor_peak_rss,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e4) / 100 }
@@ -989,6 +1013,15 @@ func printTable(w io.Writer, rep report) {
 	}
 	fmt.Fprintf(w, "\nmonitor peak RSS (VmHWM, %d runs): max %.2f MiB, median %.2f MiB; target ≤ 4 MiB: %s\n",
 		rep.RSS.Runs, float64(rep.RSS.VmHWMMaxBytes)/(1<<20), float64(rep.RSS.VmHWMMedianBytes)/(1<<20), verdict)
+	for _, name := range slices.Sorted(maps.Keys(rep.CompareRSS)) {
+		r := rep.CompareRSS[name]
+		if r.Runs == 0 {
+			fmt.Fprintf(w, "  launcher_%s: not measurable: %s\n", name, r.Error)
+			continue
+		}
+		fmt.Fprintf(w, "  launcher_%s (comparison build, %d runs): max %.2f MiB, median %.2f MiB\n",
+			name, r.Runs, float64(r.VmHWMMaxBytes)/(1<<20), float64(r.VmHWMMedianBytes)/(1<<20))
+	}
 }
 
 func writeJSON(path string, rep report) error {
