@@ -6,11 +6,9 @@ import (
 	"errors"
 	"io"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -108,7 +106,7 @@ func (s *Schema) Admit(b []byte) (Admission, error) {
 // nine digits), so the caller answers unsupported_version rather than
 // invalid_field: the value is a version, just not one spoken here.
 func versionOf(v gjson.Result) (int, bool) {
-	if v.Type != gjson.Number || !integerLiteral().MatchString(v.Raw) {
+	if v.Type != gjson.Number || !integerLiteral.MatchString(v.Raw) {
 		return 0, false
 	}
 	if v.Raw[0] == '-' || len(v.Raw) > 9 {
@@ -120,8 +118,6 @@ func versionOf(v gjson.Result) (int, bool) {
 	}
 	return n, true
 }
-
-var integerLiteral = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`) })
 
 // CheckShape walks the token stream once: one top-level object, no duplicate
 // keys at any level, bounded depth and node count, nothing after the object.

@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"path"
-	"regexp"
 	"strings"
-	"sync"
 )
 
 // LauncherVersion is the launcher protocol version this build speaks.
@@ -50,22 +48,13 @@ const (
 	MaxGeneration    = 1 << 30
 )
 
-// The patterns compile on first use, not at start-up: every launcher
-// process (monitor, init, stage) links this package, and most never validate.
-var (
-	idPattern        = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`) })
-	requestIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,63}$`) })
-	envKeyPattern    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`) })
-	digestPattern    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{64}$`) })
-)
-
 // ValidID reports whether s is a valid domain, workspace or socket id. The
 // pattern admits no '/', '.', or upper case, so an id can never name a path
 // component other than itself.
-func ValidID(s string) bool { return idPattern().MatchString(s) }
+func ValidID(s string) bool { return idPattern.MatchString(s) }
 
 // ValidDigest reports whether s is a lower-case hex SHA-256.
-func ValidDigest(s string) bool { return digestPattern().MatchString(s) }
+func ValidDigest(s string) bool { return digestPattern.MatchString(s) }
 
 // LauncherRequest is every field any launcher action may carry; which are
 // allowed for which action is LauncherRequestSchema's business.
@@ -149,7 +138,7 @@ func (r *LauncherRequest) Validate() error {
 	if _, ok := LauncherRequestSchema().Kinds[r.Action]; !ok {
 		return Errorf(CodeUnknownAction, "%q", r.Action)
 	}
-	if !requestIDPattern().MatchString(r.RequestID) {
+	if !requestIDPattern.MatchString(r.RequestID) {
 		return Errorf(CodeInvalidField, "request_id")
 	}
 	if r.Action == ActionPreflight {
@@ -180,7 +169,7 @@ func (r *LauncherRequest) Validate() error {
 		return Errorf(CodeInvalidField, "env")
 	}
 	for k, v := range r.Env {
-		if !envKeyPattern().MatchString(k) || len(v) > MaxEnvValueBytes || strings.IndexByte(v, 0) >= 0 {
+		if !envKeyPattern.MatchString(k) || len(v) > MaxEnvValueBytes || strings.IndexByte(v, 0) >= 0 {
 			return Errorf(CodeInvalidField, "env")
 		}
 	}
@@ -294,7 +283,7 @@ func DecodeLauncherResponse(b []byte) (*LauncherResponse, error) {
 	}
 	// Only an error sent before the request was admitted has no request id
 	// to echo; every other frame answers one request.
-	if r.RequestID == "" && r.Type != TypeError || r.RequestID != "" && !requestIDPattern().MatchString(r.RequestID) {
+	if r.RequestID == "" && r.Type != TypeError || r.RequestID != "" && !requestIDPattern.MatchString(r.RequestID) {
 		return nil, Errorf(CodeInvalidField, "request_id")
 	}
 	return &r, nil

@@ -111,7 +111,7 @@ func TestReadmeNamesEveryActionTypeAndField(t *testing.T) {
 
 func TestReadmeStatesTheLimits(t *testing.T) {
 	doc := readme(t)
-	for _, re := range []*regexp.Regexp{idPattern(), requestIDPattern(), envKeyPattern(), digestPattern()} {
+	for _, re := range []pattern{idPattern, requestIDPattern, envKeyPattern, digestPattern} {
 		if !strings.Contains(doc, "`"+re.String()+"`") {
 			t.Errorf("README.md does not state the pattern %s", re)
 		}
@@ -236,7 +236,7 @@ func TestReadmeSpecifiesTheWorkerProtocol(t *testing.T) {
 			}
 		}
 	}
-	for _, re := range []*regexp.Regexp{uuidPattern, kindPattern, targetIDPattern, keyIDPattern} {
+	for _, re := range []pattern{uuidPattern, kindPattern, targetIDPattern, keyIDPattern} {
 		if !strings.Contains(sec, "`"+re.String()+"`") {
 			t.Errorf("README.md §11 does not state the pattern %s", re)
 		}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"regexp"
 )
 
 // WorkerVersion is the worker (broker) protocol version this build speaks.
@@ -35,14 +34,6 @@ const (
 	MaxWorkerChunk = 256 << 10
 	// MaxRevision bounds an effect revision.
 	MaxRevision = 1 << 30
-)
-
-var (
-	uuidPattern     = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-	kindPattern     = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
-	targetIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	keyIDPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	sha256Digest    = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 )
 
 // ValidUUID reports whether s is a UUID in canonical lower-case form, the
@@ -145,7 +136,7 @@ func (r *WorkerRequest) Validate() error {
 	if _, ok := WorkerRequestSchema().Kinds[r.Action]; !ok {
 		return Errorf(CodeUnknownAction, "%q", r.Action)
 	}
-	if !requestIDPattern().MatchString(r.RequestID) {
+	if !requestIDPattern.MatchString(r.RequestID) {
 		return Errorf(CodeInvalidField, "request_id")
 	}
 	if r.Epoch < 1 {
@@ -309,7 +300,7 @@ func DecodeWorkerResponse(b []byte) (*WorkerResponse, error) {
 	if r.Protocol != WorkerVersion {
 		return nil, Errorf(CodeUnsupportedVersion, "version %d", r.Protocol)
 	}
-	if r.RequestID != "" && !requestIDPattern().MatchString(r.RequestID) {
+	if r.RequestID != "" && !requestIDPattern.MatchString(r.RequestID) {
 		return nil, Errorf(CodeInvalidField, "request_id")
 	}
 	if r.OK {
