@@ -69,21 +69,20 @@ func verifyApproval(keys map[string]ed25519.PublicKey, e store.Effect, a *protoc
 	return nil
 }
 
-// recordApproval verifies a against e and records it as the human decision
-// on e's revision under epoch. The row holds the signed bytes (the
+// approvalDecision verifies a against e and returns it as the human
+// decision on e's revision under epoch. The row holds the signed bytes (the
 // canonical document and the signature), so commit verifies them again
 // rather than trusting that this check ran; the store's decision_recorded
 // ledger entry names the key and the digests of both.
-func (b *Broker) recordApproval(ctx context.Context, e store.Effect, epoch int64, a *protocol.Approval) error {
+func (b *Broker) approvalDecision(e store.Effect, epoch int64, a *protocol.Approval) (store.NewDecision, error) {
 	if err := verifyApproval(b.cfg.DecisionKeys, e, a); err != nil {
-		return err
+		return store.NewDecision{}, err
 	}
 	doc, _ := ApprovalMessage(a.Document)
 	sig, _ := base64.StdEncoding.DecodeString(a.Signature)
-	_, err := b.cfg.Store.RecordDecision(ctx, store.NewDecision{EffectID: e.ID, Revision: e.Revision, Epoch: epoch,
+	return store.NewDecision{EffectID: e.ID, Revision: e.Revision, Epoch: epoch,
 		Kind: store.DecisionHuman, Verdict: a.Document.Decision, Body: doc[len(protocol.ApprovalContext):],
-		KeyID: a.KeyID, Signature: sig})
-	return err
+		KeyID: a.KeyID, Signature: sig}, nil
 }
 
 // Approve records an operator's signed decision on a class 4 effect that
@@ -118,7 +117,11 @@ func (b *Broker) Approve(ctx context.Context, effectID uuid.UUID, a *protocol.Ap
 	if e.State != store.Evaluating {
 		return store.Effect{}, protocol.Errorf(protocol.CodeIllegalTransition, "approval of an effect in state %s", e.State)
 	}
-	if err := b.recordApproval(ctx, e, e.Epoch, a); err != nil {
+	d, err := b.approvalDecision(e, e.Epoch, a)
+	if err != nil {
+		return store.Effect{}, err
+	}
+	if _, err := b.cfg.Store.RecordDecision(ctx, d); err != nil {
 		return store.Effect{}, err
 	}
 	if a.Document.Decision != store.VerdictAllow {

@@ -262,7 +262,10 @@ func (b *Broker) Prepare(ctx context.Context, episodeID uuid.UUID, req *protocol
 	if _, err := b.cfg.Payloads.Put(payload); err != nil {
 		return store.Effect{}, fmt.Errorf("storing payload: %w", err)
 	}
-	var e store.Effect
+	// Proposal (or revision) and prepare are one transaction: an effect
+	// is recorded prepared, with its version vector, or not at all.
+	tv, regime := b.cfg.Trajectory(ctx, episodeID)
+	tr := &store.Trajectory{Version: tv, Regime: regime}
 	if req.EffectID != "" {
 		id, err := uuid.Parse(req.EffectID)
 		if err != nil {
@@ -275,68 +278,79 @@ func (b *Broker) Prepare(ctx context.Context, episodeID uuid.UUID, req *protocol
 		if old.Kind != req.Kind || old.TargetID != req.TargetID || old.LeaseID != leaseID {
 			return store.Effect{}, protocol.Errorf(protocol.CodeInvalidField, "a revision keeps kind, target_id and lease_id")
 		}
-		e, err = b.cfg.Store.ReviseEffect(ctx, store.Revision{EffectID: id, FromRevision: req.Revision, Epoch: req.Epoch,
-			Target: req.Target, PayloadDigest: digest})
-		if err != nil {
-			return store.Effect{}, err
-		}
-	} else {
-		e, err = b.cfg.Store.ProposeEffect(ctx, store.Proposal{EpisodeID: episodeID, Epoch: req.Epoch, LeaseID: leaseID,
-			Kind: req.Kind, Class: class, TargetID: req.TargetID, Target: req.Target, PayloadDigest: digest, TTL: b.cfg.EffectTTL})
-		if err != nil {
-			return store.Effect{}, err
-		}
+		return b.cfg.Store.ReviseEffect(ctx, store.Revision{EffectID: id, FromRevision: req.Revision, Epoch: req.Epoch,
+			Target: req.Target, PayloadDigest: digest, Prepare: tr})
 	}
-	tv, regime := b.cfg.Trajectory(ctx, episodeID)
-	return b.cfg.Store.PrepareEffect(ctx, store.Prepare{EffectID: e.ID, Revision: e.Revision, Epoch: req.Epoch,
-		TrajectoryVersion: tv, TrajectoryRegime: regime})
+	return b.cfg.Store.ProposeEffect(ctx, store.Proposal{EpisodeID: episodeID, Epoch: req.Epoch, LeaseID: leaseID,
+		Kind: req.Kind, Class: class, TargetID: req.TargetID, Target: req.Target, PayloadDigest: digest, TTL: b.cfg.EffectTTL,
+		Prepare: tr})
 }
 
 // Evaluate moves a prepared effect to ready once the evaluation its class
 // requires is recorded against its exact revision. A class 4 effect stays
-// evaluating until an approval that verifies is supplied.
+// evaluating until an approval that verifies is supplied. What needs no
+// slow verifier is one store transaction (store.Evaluation).
 func (b *Broker) Evaluate(ctx context.Context, e store.Effect, revision int, epoch int64, approval *protocol.Approval) (store.Effect, error) {
 	if revision != e.Revision || e.State == store.Stale {
 		return store.Effect{}, protocol.Errorf(protocol.CodeStaleAuthority, "revision %d (current %d) in state %s", revision, e.Revision, e.State)
 	}
+	if e.State != store.Prepared && e.State != store.Evaluating {
+		return store.Effect{}, protocol.Errorf(protocol.CodeIllegalTransition, "evaluate from %s", e.State)
+	}
 	s := b.cfg.Store
 	var err error
-	if e.State == store.Prepared {
+	if e.State == store.Prepared && b.cfg.Verifier != nil && e.Class >= 3 {
+		// The verifier is slow and may reach the world: it runs between
+		// transactions, never under the episode's lock.
 		if e, err = s.Transition(ctx, store.Transition{EffectID: e.ID, Revision: revision, Epoch: epoch, To: store.Evaluating}); err != nil {
 			return store.Effect{}, err
 		}
-		if b.cfg.Verifier != nil && e.Class >= 3 {
-			payload, err := b.cfg.Payloads.Get(e.PayloadDigest, protocol.MaxWorkerPayload)
-			if err != nil {
-				return store.Effect{}, err
-			}
-			verdict, body, err := b.cfg.Verifier(ctx, e, payload)
-			if err != nil {
-				return store.Effect{}, err
-			}
-			if _, err := s.RecordDecision(ctx, store.NewDecision{EffectID: e.ID, Revision: revision, Epoch: epoch,
-				Kind: store.DecisionVerification, Verdict: verdict, Body: body}); err != nil {
-				return store.Effect{}, err
-			}
-			if verdict != store.VerdictAllow {
-				return store.Effect{}, protocol.Errorf(protocol.CodeForbidden, "verification denied the effect")
-			}
-		}
-	} else if e.State != store.Evaluating {
-		return store.Effect{}, protocol.Errorf(protocol.CodeIllegalTransition, "evaluate from %s", e.State)
-	}
-	if e.Class == 4 {
-		if approval == nil {
-			return e, nil
-		}
-		if err := b.recordApproval(ctx, e, epoch, approval); err != nil {
+		payload, err := b.cfg.Payloads.Get(e.PayloadDigest, protocol.MaxWorkerPayload)
+		if err != nil {
 			return store.Effect{}, err
 		}
-		if approval.Document.Decision != store.VerdictAllow {
-			return store.Effect{}, protocol.Errorf(protocol.CodeForbidden, "a human denied the effect")
+		verdict, body, err := b.cfg.Verifier(ctx, e, payload)
+		if err != nil {
+			return store.Effect{}, err
+		}
+		if _, err := s.RecordDecision(ctx, store.NewDecision{EffectID: e.ID, Revision: revision, Epoch: epoch,
+			Kind: store.DecisionVerification, Verdict: verdict, Body: body}); err != nil {
+			return store.Effect{}, err
+		}
+		if verdict != store.VerdictAllow {
+			return store.Effect{}, protocol.Errorf(protocol.CodeForbidden, "verification denied the effect")
 		}
 	}
-	return s.Transition(ctx, store.Transition{EffectID: e.ID, Revision: revision, Epoch: epoch, To: store.Ready})
+	ev := store.Evaluation{EffectID: e.ID, Revision: revision, Epoch: epoch, Ready: true}
+	if e.Class == 4 {
+		switch {
+		case approval == nil && e.State == store.Evaluating:
+			return e, nil
+		case approval == nil:
+			ev.Ready = false
+		default:
+			d, aerr := b.approvalDecision(e, epoch, approval)
+			if aerr != nil {
+				// As before the two were one transaction: the effect
+				// still moves to evaluating, then the approval is refused.
+				if e.State == store.Prepared {
+					if _, err := s.Evaluate(ctx, store.Evaluation{EffectID: e.ID, Revision: revision, Epoch: epoch}); err != nil {
+						return store.Effect{}, err
+					}
+				}
+				return store.Effect{}, aerr
+			}
+			ev.Decisions = []store.NewDecision{d}
+			ev.Ready = approval.Document.Decision == store.VerdictAllow
+		}
+	}
+	if e, err = s.Evaluate(ctx, ev); err != nil {
+		return store.Effect{}, err
+	}
+	if approval != nil && e.Class == 4 && !ev.Ready {
+		return store.Effect{}, protocol.Errorf(protocol.CodeForbidden, "a human denied the effect")
+	}
+	return e, nil
 }
 
 // commitCheck is checks 4, 6, 7 and 9 (and the lease's grant), run inside

@@ -39,6 +39,7 @@ type Store interface {
 
 	ProposeEffect(ctx context.Context, req Proposal) (Effect, error)
 	PrepareEffect(ctx context.Context, req Prepare) (Effect, error)
+	Evaluate(ctx context.Context, req Evaluation) (Effect, error)
 	ReviseEffect(ctx context.Context, req Revision) (Effect, error)
 	Transition(ctx context.Context, req Transition) (Effect, error)
 	Effect(ctx context.Context, id uuid.UUID) (Effect, error)
@@ -235,6 +236,18 @@ type Proposal struct {
 	Target        json.RawMessage
 	PayloadDigest string        // "sha256:<64 hex>"
 	TTL           time.Duration // 0: the effect does not expire
+	// Prepare, when set, also prepares the new effect in the same
+	// transaction, exactly as PrepareEffect would next (proposed →
+	// prepared, version vector captured): the proposal is recorded
+	// prepared or not at all.
+	Prepare *Trajectory
+}
+
+// Trajectory is the homeostat's reading an effect is prepared under; the
+// store holds everything else in the version vector authoritatively.
+type Trajectory struct {
+	Version int64
+	Regime  string
 }
 
 // Prepare captures the version vector and moves proposed → prepared. The
@@ -257,6 +270,24 @@ type Revision struct {
 	Epoch         int64
 	Target        json.RawMessage
 	PayloadDigest string
+	// Prepare, when set, also prepares the new revision in the same
+	// transaction (see Proposal.Prepare).
+	Prepare *Trajectory
+}
+
+// Evaluation walks an effect through evaluation in one transaction, each
+// step checked as its own call would check it: prepared → evaluating (as
+// Transition) when it is still prepared, then each decision recorded (as
+// RecordDecision), then → ready (as Transition) when Ready. Any refusal
+// changes nothing.
+type Evaluation struct {
+	EffectID uuid.UUID
+	Revision int
+	Epoch    int64
+	// Decisions must name this evaluation's effect, revision and epoch.
+	// With Ready, every one must allow.
+	Decisions []NewDecision
+	Ready     bool
 }
 
 // Transition is a generic state change (evaluating, ready, committing,
