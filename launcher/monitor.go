@@ -24,20 +24,6 @@ func (l *launcher) monitor(run *domainRun) error {
 	} else {
 		close(violations)
 	}
-	var exit initReply
-	exitMsg := make(chan initReply, 1)
-	go func() {
-		for {
-			m, _, err := recvMsg(run.ctl, time.Time{})
-			if err != nil {
-				close(exitMsg)
-				return
-			}
-			if m.Exited {
-				exitMsg <- m
-			}
-		}
-	}()
 	kernelGone := make(chan struct{})
 	go func() {
 		_ = l.stdin.SetReadDeadline(time.Time{})
@@ -54,8 +40,19 @@ func (l *launcher) monitor(run *domainRun) error {
 		_ = killCgroup(run.cgfd, time.Now().Add(actionDeadline))
 		res = <-run.done
 	}
-	if m, ok := <-exitMsg; ok {
-		exit = m
+	// The init is reaped: whatever it sent is queued on its channel, which
+	// then ends, so its exit report needs no reader while the domain runs.
+	var exit initReply
+	for {
+		m, fds, err := recvMsg(run.ctl, time.Now().Add(actionDeadline))
+		closeAll(fds...)
+		if err != nil {
+			break
+		}
+		if m.Exited {
+			exit = m
+			break
+		}
 	}
 	close(stop)
 	<-violations
