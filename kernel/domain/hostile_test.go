@@ -90,6 +90,13 @@ func TestHostileRequests(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(bed.Sockets, "notsocket.sock"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The plants outlive nothing: -count=2 plants them again.
+	t.Cleanup(func() {
+		for _, p := range []string{filepath.Join(bed.Workspaces, "planted"), filepath.Join(bed.Sockets, "symlinked.sock"),
+			filepath.Join(bed.Sockets, "notsocket.sock")} {
+			_ = os.Remove(p)
+		}
+	})
 	with := func(m map[string]any, k string, v any) map[string]any { m[k] = v; return m }
 
 	cases := []struct {
