@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -23,6 +24,9 @@ func TestDecodeVersionVector(t *testing.T) {
 		string(raw) + `{}`,
 		`{"episode_id":"` + good.EpisodeID.String() + `","episode_id":"` + uuid.NewString() + `"}`,
 		`{"episode_id":"` + good.EpisodeID.String() + `","epoch":0,"lease_id":"` + good.LeaseID.String() + `","effect_revision":1}`,
+		// A key differing only in case would set the field a second time.
+		string(raw[:len(raw)-1]) + `,"Epoch":5}`,
+		strings.Replace(string(raw), `"epoch"`, `"EPOCH"`, 1),
 	} {
 		if _, err := DecodeVersionVector([]byte(bad)); err == nil {
 			t.Errorf("accepted %s", bad)

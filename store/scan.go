@@ -11,6 +11,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/store/ledger"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/tidwall/gjson"
 )
 
 func sha256Hex(b []byte) string {
@@ -71,6 +72,9 @@ func scanEffect(row pgx.Row) (Effect, error) {
 	return e, nil
 }
 
+var versionVectorKeys = map[string]bool{"episode_id": true, "epoch": true, "policy_version": true, "snapshot_ancestry": true,
+	"trajectory_version": true, "trajectory_regime": true, "lease_id": true, "effect_revision": true}
+
 // DecodeVersionVector strictly decodes a stored version vector: unknown
 // fields, trailing data or a missing identity are refused, because a vector
 // that decodes loosely could compare equal to one it is not.
@@ -86,6 +90,18 @@ func DecodeVersionVector(raw []byte) (VersionVector, error) {
 	}
 	if err := ledger.CheckObject(raw); err != nil {
 		return VersionVector{}, fmt.Errorf("store: version vector: %w", err)
+	}
+	// encoding/json matches keys case-insensitively: {"epoch":1,"Epoch":5}
+	// passes the duplicate check above and decodes as epoch 5.
+	var foreign string
+	gjson.ParseBytes(raw).ForEach(func(k, _ gjson.Result) bool {
+		if !versionVectorKeys[k.Str] {
+			foreign = k.Str
+		}
+		return foreign == ""
+	})
+	if foreign != "" {
+		return VersionVector{}, fmt.Errorf("store: version vector: key %q is not a field's exact name", foreign)
 	}
 	if v.EpisodeID == uuid.Nil || v.LeaseID == uuid.Nil || v.Epoch < 1 || v.EffectRevision < 1 || v.PolicyVersion < 0 {
 		return VersionVector{}, fmt.Errorf("store: version vector: missing identity")
