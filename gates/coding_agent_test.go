@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -41,7 +42,7 @@ func TestCodingAgentScenario(t *testing.T) {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	const dbName = "coding_agent"
+	dbName := fmt.Sprintf("coding_agent_%d", time.Now().UnixNano())
 	if err := shared.cluster.CreateDatabase(ctx, dbName); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestCodingAgentScenario(t *testing.T) {
 	defer func() {
 		_ = stop()
 		if t.Failed() {
-			t.Logf("kernel log:\n%s", logs.String())
+			t.Logf("kernel log (info and above):\n%s", above(logs.String(), "debug", "trace"))
 		}
 	}()
 
@@ -171,6 +172,21 @@ func checkLogDiscretion(t *testing.T, log string) {
 			t.Errorf("the kernel log carries %s (%q)", what, marker)
 		}
 	}
+}
+
+// above drops the JSON log lines at the given levels.
+func above(log string, drop ...string) string {
+	var keep []string
+	for _, l := range strings.Split(log, "\n") {
+		var e struct {
+			Level string `json:"@level"`
+		}
+		if json.Unmarshal([]byte(l), &e) == nil && slices.Contains(drop, e.Level) {
+			continue
+		}
+		keep = append(keep, l)
+	}
+	return strings.Join(keep, "\n")
 }
 
 // syncWriter serialises the kernel goroutines' log writes.

@@ -220,7 +220,7 @@ func crashAt(t *testing.T, p crashPoint) {
 	// Drive the episode to the point.
 	var held uuid.UUID
 	if p.wait != "" {
-		held = waitEffect(t, ctx, r, id, p.wait)
+		held = waitEffect(t, ctx, r, e, p.wait)
 	}
 	if p.contain {
 		reached, release = g.arm(p.gate)
@@ -333,23 +333,28 @@ func crashAt(t *testing.T, p crashPoint) {
 	checkCrashInvariants(t, ctx, r, id)
 }
 
-// waitEffect waits for an effect of the episode in state want.
-func waitEffect(t *testing.T, ctx context.Context, r *rig, id uuid.UUID, want store.EffectState) uuid.UUID {
+// waitEffect waits for an effect of the episode in state want. The worker
+// holds in epoch 1 once it has one: its exit first fails the test at once,
+// with what it printed.
+func waitEffect(t *testing.T, ctx context.Context, r *rig, e *episode.Episode, want store.EffectState) uuid.UUID {
 	t.Helper()
 	for {
-		effs, err := r.st.ListEffects(ctx, id, 100)
+		effs, err := r.st.ListEffects(ctx, e.ID(), 100)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("no effect reached %s: %v (%+v)", want, err, e.Status())
 		}
 		for _, eff := range effs {
 			if eff.State == want {
 				return eff.ID
 			}
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("no effect reached %s: %+v", want, effs)
+		select {
+		case x := <-e.WorkerExits():
+			t.Fatalf("the worker exited before an effect reached %s: %+v; effects %+v\n%s", want, x.Exited, effs, x.Output)
+		case <-ctx.Done():
+			t.Fatalf("no effect reached %s: %+v (%+v)", want, effs, e.Status())
+		case <-time.After(20 * time.Millisecond):
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
