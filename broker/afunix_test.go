@@ -174,6 +174,33 @@ func TestAFUnixEffectBroker(t *testing.T) {
 		wantErr(t, rawCall(t, e.socket, nil), protocol.CodePeerRefused)
 	})
 
+	t.Run("peer before its generation is bound", func(t *testing.T) {
+		// The worker's first call can beat the kernel's record that its
+		// domain started: it waits for the binding and is then served.
+		self := e.cgroup.Load().(string)
+		e.cgroup.Store("")
+		defer e.cgroup.Store(self)
+		bind := time.AfterFunc(300*time.Millisecond, func() { e.cgroup.Store(self) })
+		defer bind.Stop()
+		r := e.call(&protocol.WorkerRequest{Epoch: e.epoch(), Action: protocol.WorkerStatus, EffectID: tUUIDb})
+		wantErr(t, r, protocol.CodeNotFound)
+		// Bound elsewhere meanwhile (a repair replaced the generation):
+		// the waiting peer is compared with that one, and refused.
+		e.cgroup.Store("")
+		bind = time.AfterFunc(300*time.Millisecond, func() { e.cgroup.Store(self + "/next-generation") })
+		wantErr(t, e.call(&protocol.WorkerRequest{Epoch: e.epoch(), Action: protocol.WorkerStatus, EffectID: tUUIDb}),
+			protocol.CodePeerRefused)
+		// Never bound: refused once BindWait has passed.
+		bind.Stop()
+		e.cgroup.Store("")
+		began := time.Now()
+		wantErr(t, e.call(&protocol.WorkerRequest{Epoch: e.epoch(), Action: protocol.WorkerStatus, EffectID: tUUIDb}),
+			protocol.CodePeerRefused)
+		if waited := time.Since(began); waited < e.server.BindWait {
+			t.Errorf("refused after %v, before BindWait %v", waited, e.server.BindWait)
+		}
+	})
+
 	t.Run("real cgroups", func(t *testing.T) { realCgroups(t, e) })
 }
 

@@ -168,7 +168,10 @@ func (e *env) serve(concurrency int) {
 		e.t.Fatal(err)
 	}
 	e.server = &Server{Broker: e.broker, Concurrency: concurrency, IdleTimeout: time.Second, ReadTimeout: 2 * time.Second,
-		Binding: Binding{EpisodeID: e.ep.ID, Cgroup: func() (string, bool) { return e.cgroup.Load().(string), true }}}
+		BindWait: time.Second, Binding: Binding{EpisodeID: e.ep.ID, Cgroup: func() (string, bool) {
+			cg := e.cgroup.Load().(string)
+			return cg, cg != ""
+		}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.server.Serve(ctx, ln) }()

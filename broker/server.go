@@ -42,6 +42,12 @@ type Server struct {
 	// the whole request frame, WriteTimeout the answer, RequestTimeout
 	// the broker's work (defaults 5 s, 10 s, 5 s, 60 s).
 	IdleTimeout, ReadTimeout, WriteTimeout, RequestTimeout time.Duration
+	// BindWait bounds how long a connection waits for the episode's
+	// generation to be bound (default 10 s): the worker runs as soon as
+	// its execve succeeds, before the kernel has heard that its domain
+	// started and checked what it was restored from, so its first call
+	// can arrive first. It is held, never served early.
+	BindWait time.Duration
 
 	slots chan struct{}
 	wg    sync.WaitGroup
@@ -91,6 +97,9 @@ func (s *Server) defaults() {
 	}
 	if s.RequestTimeout <= 0 {
 		s.RequestTimeout = 60 * time.Second
+	}
+	if s.BindWait <= 0 {
+		s.BindWait = 10 * time.Second
 	}
 }
 
@@ -148,7 +157,7 @@ func (s *Server) answer(c *net.UnixConn, r *protocol.WorkerResponse) {
 
 func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
-	if err := s.checkPeer(c); err != nil {
+	if err := s.checkPeer(ctx, c); err != nil {
 		s.Broker.log.Warn("peer refused", "episode", s.Binding.EpisodeID, "reason", err)
 		s.answer(c, &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, Error: protocol.AsWire(err)})
 		return
@@ -183,9 +192,9 @@ func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 // comes from the kernel (SO_PEERCRED, recorded at connect), the cgroup from
 // /proc; SO_PEERPIDFD then proves the pid was not recycled between the two
 // reads, since a pidfd refers to one process for its whole life.
-func (s *Server) checkPeer(c *net.UnixConn) error {
-	want, ok := s.Binding.Cgroup()
-	if !ok || want == "" || !strings.HasPrefix(want, "/") {
+func (s *Server) checkPeer(ctx context.Context, c *net.UnixConn) error {
+	want, ok := s.bound(ctx)
+	if !ok {
 		return protocol.Errorf(protocol.CodePeerRefused, "no live domain generation")
 	}
 	raw, err := c.SyscallConn()
@@ -218,6 +227,28 @@ func (s *Server) checkPeer(c *net.UnixConn) error {
 		return protocol.Errorf(protocol.CodePeerRefused, "peer pid %d in cgroup %q", cred.Pid, got)
 	}
 	return nil
+}
+
+// bound is the current generation's cgroup, waiting up to BindWait for
+// one to be bound. A peer is compared only with a bound generation, so a
+// wait admits nobody: a process of an older generation is refused once the
+// new one is bound, and everyone is refused if none is.
+func (s *Server) bound(ctx context.Context) (string, bool) {
+	deadline := time.Now().Add(s.BindWait)
+	for {
+		want, ok := s.Binding.Cgroup()
+		if ok && strings.HasPrefix(want, "/") {
+			return want, true
+		}
+		if !time.Now().Before(deadline) {
+			return "", false
+		}
+		select {
+		case <-ctx.Done():
+			return "", false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // peerAlive sends signal 0 through the pidfd. EPERM means the process
