@@ -234,10 +234,14 @@ func (s *Server) checkPeer(ctx context.Context, c *net.UnixConn) error {
 // wait admits nobody: a process of an older generation is refused once the
 // new one is bound, and everyone is refused if none is.
 func (s *Server) bound(ctx context.Context) (string, bool) {
-	deadline := time.Now().Add(s.BindWait)
+	began := time.Now()
+	deadline := began.Add(s.BindWait)
 	for {
 		want, ok := s.Binding.Cgroup()
 		if ok && strings.HasPrefix(want, "/") {
+			if waited := time.Since(began); waited > 5*time.Millisecond {
+				s.Broker.log.Debug("peer waited for its generation to be bound", "episode", s.Binding.EpisodeID, "ms", waited.Milliseconds())
+			}
 			return want, true
 		}
 		if !time.Now().Before(deadline) {
