@@ -84,9 +84,9 @@ func watchNotifications(listener int, stop <-chan struct{}, out *frameWriter) {
 		}
 		resp := seccompNotifResp{ID: req.ID, Error: -int32(unix.EPERM)}
 		if ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)) != nil {
-			// Withdrawn: a signal interrupted the call, which restarts and
-			// is notified again (Go's SIGURG preemption does this), or its
-			// task died. Counting it here would count one attempt twice.
+			// Withdrawn: its task was killed. The filter waits killably
+			// once a call is received (stage.go), so no other signal can
+			// withdraw it and have it restarted and counted twice.
 			continue
 		}
 		var ts unix.Timespec
