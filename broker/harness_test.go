@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,25 +13,15 @@ import (
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/broker/client"
-	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
-	"github.com/autonomic-kernel/autonomic/store/pgcluster"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 	"github.com/google/uuid"
 )
 
-// harness is the package's throwaway PostgreSQL cluster, built in TestMain
-// (the pattern of store/harness_test.go).
-type harness struct {
-	cluster *pgcluster.Cluster
-	err     error
-	seq     atomic.Int64
-}
-
-// testHarness is set once by TestMain and never reassigned; it lives only
-// in the test binary.
-var testHarness *harness
+// testHarness is the package's throwaway PostgreSQL cluster, started by
+// TestMain and never reassigned; it lives only in the test binary.
+var testHarness *storetest.Shared
 
 func TestMain(m *testing.M) {
 	// The crash tests re-execute this binary as a "kernel" that dies in the
@@ -45,23 +34,8 @@ func TestMain(m *testing.M) {
 	if pid := os.Getenv(peerAliveEnv); pid != "" {
 		peerAliveHelper(pid)
 	}
-	h := &harness{}
-	dir, err := os.MkdirTemp("", "autonomic-broker-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	_ = os.Chmod(dir, 0o755)
-	h.cluster, h.err = storetest.StartCluster(dir)
-	testHarness = h
-	code := m.Run()
-	if h.cluster != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = h.cluster.Stop(ctx)
-		cancel()
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testHarness = storetest.StartShared("autonomic-broker-")
+	os.Exit(testHarness.Run(m))
 }
 
 func ctxT(t testing.TB) context.Context {
@@ -90,7 +64,7 @@ type env struct {
 
 func openStore(t testing.TB, db string) *store.Postgres {
 	t.Helper()
-	c := testHarness.cluster
+	c := testHarness.Cluster
 	s, err := store.Open(ctxT(t), store.Config{URL: c.KernelConnString(db), AdminURL: c.AdminConnString(db),
 		InstanceID: "kernel-a", OwnerTTL: time.Hour, MaxConns: 24})
 	if err != nil {
@@ -104,14 +78,7 @@ func openStore(t testing.TB, db string) *store.Postgres {
 // broker is built.
 func newEnv(t testing.TB, adapt func(e *env, cfg *Config)) *env {
 	t.Helper()
-	h := testHarness
-	if h.cluster == nil {
-		privileged.Skip(t, "no PostgreSQL cluster: "+h.err.Error())
-	}
-	e := &env{t: t, db: fmt.Sprintf("b%d", h.seq.Add(1)), dir: t.TempDir()}
-	if err := h.cluster.CreateDatabase(ctxT(t), e.db); err != nil {
-		t.Fatal(err)
-	}
+	e := &env{t: t, db: testHarness.Database(t, "b"), dir: t.TempDir()}
 	e.store = openStore(t, e.db)
 	var err error
 	if e.payloads, err = OpenPayloads(filepath.Join(e.dir, "payloads")); err != nil {

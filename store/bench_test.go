@@ -27,8 +27,8 @@ import (
 // the other compares two different loads. One op is one lifecycle of each.
 // Reported: effects/s and lifecycle p50/p99 for each, and store÷floor.
 func BenchmarkCommitHorizon(b *testing.B) {
-	if testHarness.cluster == nil {
-		privileged.Skip(b, "no PostgreSQL cluster: "+testHarness.err.Error())
+	if testHarness.Cluster == nil {
+		privileged.Skip(b, "no PostgreSQL cluster: "+testHarness.Err.Error())
 	}
 	for _, clients := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {

@@ -5,14 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store/pgcluster"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
@@ -20,36 +17,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// harness is the package's shared throwaway cluster. It is built in
-// TestMain and passed to tests through testEnv; nothing else is global.
-type harness struct {
-	cluster *pgcluster.Cluster
-	err     error // why there is no cluster
-	seq     atomic.Int64
-}
-
-// testHarness is set once by TestMain before any test runs and never
-// reassigned; it is the one piece of package state tests share, and it
-// lives only in the test binary.
-var testHarness *harness
+// testHarness is the package's one throwaway cluster, started by TestMain
+// before any test runs and never reassigned; it lives only in the test
+// binary.
+var testHarness *storetest.Shared
 
 func TestMain(m *testing.M) {
-	h := &harness{}
-	dir, err := os.MkdirTemp("", "autonomic-store-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	h.cluster, h.err = storetest.StartCluster(dir)
-	testHarness = h
-	code := m.Run()
-	if h.cluster != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = h.cluster.Stop(ctx)
-		cancel()
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testHarness = storetest.StartShared("autonomic-store-")
+	os.Exit(testHarness.Run(m))
 }
 
 type env struct {
@@ -62,11 +37,7 @@ type env struct {
 // newEnv gives a test its own fresh, migrated database and a store on it.
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	h := testHarness
-	if h.cluster == nil {
-		privileged.Skip(t, "no PostgreSQL cluster: "+h.err.Error())
-	}
-	return newEnvOn(t, h.cluster, fmt.Sprintf("t%d", h.seq.Add(1)))
+	return envOn(t, testHarness.Cluster, testHarness.Database(t, "t"))
 }
 
 func newEnvOn(t testing.TB, c *pgcluster.Cluster, db string) *env {
@@ -76,6 +47,11 @@ func newEnvOn(t testing.TB, c *pgcluster.Cluster, db string) *env {
 	if err := c.CreateDatabase(ctx, db); err != nil {
 		t.Fatal(err)
 	}
+	return envOn(t, c, db)
+}
+
+// envOn is the environment on c's existing database db.
+func envOn(t testing.TB, c *pgcluster.Cluster, db string) *env {
 	e := &env{t: t, cluster: c, db: db}
 	e.store = e.open("kernel-a", 0)
 	return e

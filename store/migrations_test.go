@@ -2,12 +2,10 @@ package store
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"testing/fstest"
 
-	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store/migrations"
 	"github.com/jackc/pgx/v5"
@@ -15,15 +13,7 @@ import (
 
 func emptyDB(t *testing.T) (*env, func() *pgx.Conn) {
 	t.Helper()
-	h := testHarness
-	if h.cluster == nil {
-		privileged.Skip(t, "no PostgreSQL cluster: "+h.err.Error())
-	}
-	db := fmt.Sprintf("m%d", h.seq.Add(1))
-	if err := h.cluster.CreateDatabase(ctxT(t), db); err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, cluster: h.cluster, db: db}
+	e := &env{t: t, cluster: testHarness.Cluster, db: testHarness.Database(t, "m")}
 	return e, e.admin
 }
 

@@ -20,8 +20,8 @@ import (
 // call succeeds, nothing is half-written, and after a restart the same store
 // recovers, the ledger verifies and the table agrees with the ledger.
 func TestDBOutageBlocksAuthority(t *testing.T) {
-	if testHarness.cluster == nil {
-		privileged.Skip(t, "no PostgreSQL cluster: "+testHarness.err.Error())
+	if testHarness.Cluster == nil {
+		privileged.Skip(t, "no PostgreSQL cluster: "+testHarness.Err.Error())
 	}
 	dir, err := os.MkdirTemp("", "autonomic-outage-")
 	if err != nil {

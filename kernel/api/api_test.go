@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,19 +18,12 @@ import (
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
-	"github.com/autonomic-kernel/autonomic/store/pgcluster"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
 
-// harness is the package's throwaway cluster, built once in TestMain and
+// testHarness is the package's throwaway cluster, started by TestMain and
 // handed to tests through newEnv; it lives only in the test binary.
-type harness struct {
-	cluster *pgcluster.Cluster
-	err     error
-	seq     atomic.Int64
-}
-
-var testHarness *harness
+var testHarness *storetest.Shared
 
 const helperEnv = "AUTONOMIC_API_TEST_PEER"
 
@@ -49,22 +41,8 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	h := &harness{}
-	dir, err := os.MkdirTemp("", "autonomic-api-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	h.cluster, h.err = storetest.StartCluster(dir)
-	testHarness = h
-	code := m.Run()
-	if h.cluster != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = h.cluster.Stop(ctx)
-		cancel()
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testHarness = storetest.StartShared("autonomic-api-")
+	os.Exit(testHarness.Run(m))
 }
 
 type env struct {
@@ -82,17 +60,10 @@ func newEnv(t *testing.T, access Access) *env {
 // configuration once the store is open (e.g. to wire a broker onto it).
 func newEnvWith(t *testing.T, access Access, adapt func(st *store.Postgres, cfg *Config)) *env {
 	t.Helper()
-	h := testHarness
-	if h.cluster == nil {
-		privileged.Skip(t, "no PostgreSQL cluster: "+h.err.Error())
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := fmt.Sprintf("api%d", h.seq.Add(1))
-	if err := h.cluster.CreateDatabase(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, store.Config{URL: h.cluster.KernelConnString(db), AdminURL: h.cluster.AdminConnString(db), InstanceID: "api-test"})
+	db, c := testHarness.Database(t, "api"), testHarness.Cluster
+	st, err := store.Open(ctx, store.Config{URL: c.KernelConnString(db), AdminURL: c.AdminConnString(db), InstanceID: "api-test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,18 +73,7 @@ func TestServeRunsEpisodes(t *testing.T) {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Mkdir(filepath.Join(tmp, "pg"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cluster, err := storetest.StartCluster(filepath.Join(tmp, "pg"))
-	if err != nil {
-		privileged.Skip(t, "no PostgreSQL cluster: "+err.Error())
-	}
-	defer func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer scancel()
-		_ = cluster.Stop(sctx)
-	}()
+	cluster := storetest.Start(t)
 	if err := cluster.CreateDatabase(ctx, "kernel"); err != nil {
 		t.Fatal(err)
 	}
