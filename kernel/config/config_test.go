@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -172,5 +173,57 @@ func TestLoadRefusesWorldAccessibleFile(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(dir, "missing.json")); err == nil || strings.Contains(err.Error(), dir) {
 		t.Fatalf("missing file must be refused without echoing its path: %v", err)
+	}
+}
+
+// TestNumericBounds: each bounded number refuses the values just outside
+// its range with a problem naming the key and the range, accepts its ends,
+// and an absent one gets its default.
+func TestNumericBounds(t *testing.T) {
+	const base = `"state_dir":"/s","domain":{"backend":"linux"}`
+	for _, b := range []struct {
+		key, path string // the problem's key, and the JSON that sets it (%d)
+		lo, hi    int
+	}{
+		{"sensor.timeout_ms", `"sensor":{"kind":"rules","timeout_ms":%d}`, 1, 600000},
+		{"sensor.max_request_bytes", `"sensor":{"kind":"rules","max_request_bytes":%d}`, 1024, 16 << 20},
+		{"effect_concurrency", `"sensor":{"kind":"rules"},"effect_concurrency":%d`, 1, 1024},
+		{"sensor_queue", `"sensor":{"kind":"rules"},"sensor_queue":%d`, 1, 1 << 20},
+		{"speculation_ms", `"sensor":{"kind":"rules"},"speculation_ms":%d`, 0, 60000},
+		{"max_repairs", `"sensor":{"kind":"rules"},"max_repairs":%d`, 0, 100},
+		{"owner_ttl_ms", `"sensor":{"kind":"rules"},"owner_ttl_ms":%d`, 1000, 600000},
+		{"regulator.recover_after", `"sensor":{"kind":"rules"},"regulator":{"recover_after":%d}`, 1, 10000},
+		{"regulator.recover_for_ms", `"sensor":{"kind":"rules"},"regulator":{"recover_for_ms":%d}`, 0, 3600000},
+		{"regulator.health_interval_ms", `"sensor":{"kind":"rules"},"regulator":{"health_interval_ms":%d}`, 50, 600000},
+	} {
+		t.Run(b.key, func(t *testing.T) {
+			doc := func(v int) []byte { return []byte("{" + base + "," + fmt.Sprintf(b.path, v) + "}") }
+			want := fmt.Sprintf("must be %d..%d", b.lo, b.hi)
+			below := b.lo - 1
+			if below == 0 {
+				below = -1 // 0 means absent: the default
+			}
+			for _, v := range []int{below, b.hi + 1} {
+				_, err := Parse(doc(v))
+				var ce *Error
+				if !errors.As(err, &ce) || len(ce.Problems) != 1 || ce.Problems[0].Key != b.key || ce.Problems[0].Problem != want {
+					t.Errorf("%d: %v, want one problem %s: %s", v, err, b.key, want)
+				}
+			}
+			for _, v := range []int{b.lo, b.hi} {
+				if _, err := Parse(doc(v)); err != nil {
+					t.Errorf("%d refused: %v", v, err)
+				}
+			}
+		})
+	}
+	cfg, err := Parse([]byte("{" + base + `,"sensor":{"kind":"rules"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sensor.TimeoutMS != DefaultSensorTimeoutMS || cfg.Sensor.MaxRequestBytes != DefaultSensorMaxRequest ||
+		cfg.EffectConcurrency != DefaultEffectConcurrency || cfg.SensorQueue != DefaultSensorQueue || cfg.OwnerTTLMS != DefaultOwnerTTLMS ||
+		cfg.Regulator.RecoverAfter != DefaultRecoverAfter || cfg.Regulator.HealthIntervalMS != DefaultHealthIntervalMS {
+		t.Errorf("defaults not applied: %+v", cfg)
 	}
 }

@@ -46,6 +46,24 @@ func (c *checker) nonNegative(key string, v int64) {
 	}
 }
 
+// defaulted fills an absent (zero) *v with def; a value given must be in
+// lo..hi.
+func (c *checker) defaulted(key string, v *int, def, lo, hi int) {
+	switch {
+	case *v == 0:
+		*v = def
+	case *v < lo || *v > hi:
+		c.add(key, "must be %d..%d", lo, hi)
+	}
+}
+
+// optional: a value given (zero included) must be in lo..hi.
+func (c *checker) optional(key string, v *int, lo, hi int) {
+	if v != nil && (*v < lo || *v > hi) {
+		c.add(key, "must be %d..%d", lo, hi)
+	}
+}
+
 func (c *checker) class(key string, v, lo int) {
 	if v != 0 && (v < lo || v > 4) {
 		c.add(key, "must be 0 (the adapter's default) or %d..4", lo)
@@ -136,46 +154,17 @@ func (cfg *Config) validate() []Problem {
 	default:
 		c.add("sensor.kind", "must be %q or %q", SensorRules, SensorOpenAICompatible)
 	}
-	switch {
-	case se.TimeoutMS == 0:
-		se.TimeoutMS = DefaultSensorTimeoutMS
-	case se.TimeoutMS < 0 || se.TimeoutMS > 600000:
-		c.add("sensor.timeout_ms", "must be 1..600000")
-	}
-	switch {
-	case se.MaxRequestBytes == 0:
-		se.MaxRequestBytes = DefaultSensorMaxRequest
-	case se.MaxRequestBytes < 1024 || se.MaxRequestBytes > 16<<20:
-		c.add("sensor.max_request_bytes", "must be 1024..16777216")
-	}
+	c.defaulted("sensor.timeout_ms", &se.TimeoutMS, DefaultSensorTimeoutMS, 1, 600000)
+	c.defaulted("sensor.max_request_bytes", &se.MaxRequestBytes, DefaultSensorMaxRequest, 1024, 16<<20)
 
 	checkTargets(c, &cfg.Targets)
 
 	// numbers
-	switch {
-	case cfg.EffectConcurrency == 0:
-		cfg.EffectConcurrency = DefaultEffectConcurrency
-	case cfg.EffectConcurrency < 0 || cfg.EffectConcurrency > 1024:
-		c.add("effect_concurrency", "must be 1..1024")
-	}
-	switch {
-	case cfg.SensorQueue == 0:
-		cfg.SensorQueue = DefaultSensorQueue
-	case cfg.SensorQueue < 1 || cfg.SensorQueue > 1<<20:
-		c.add("sensor_queue", "must be 1..1048576")
-	}
-	if v := cfg.SpeculationMS; v != nil && (*v < 0 || *v > 60000) {
-		c.add("speculation_ms", "must be 0..60000")
-	}
-	if v := cfg.MaxRepairs; v != nil && (*v < 0 || *v > 100) {
-		c.add("max_repairs", "must be 0..100")
-	}
-	switch {
-	case cfg.OwnerTTLMS == 0:
-		cfg.OwnerTTLMS = DefaultOwnerTTLMS
-	case cfg.OwnerTTLMS < 1000 || cfg.OwnerTTLMS > 600000:
-		c.add("owner_ttl_ms", "must be 1000..600000")
-	}
+	c.defaulted("effect_concurrency", &cfg.EffectConcurrency, DefaultEffectConcurrency, 1, 1024)
+	c.defaulted("sensor_queue", &cfg.SensorQueue, DefaultSensorQueue, 1, 1<<20)
+	c.optional("speculation_ms", cfg.SpeculationMS, 0, 60000)
+	c.optional("max_repairs", cfg.MaxRepairs, 0, 100)
+	c.defaulted("owner_ttl_ms", &cfg.OwnerTTLMS, DefaultOwnerTTLMS, 1000, 600000)
 
 	checkRegulator(c, &cfg.Regulator)
 
@@ -218,21 +207,9 @@ func checkRegulator(c *checker, r *Regulator) {
 	if okStart && okMax && start > maxLevel {
 		c.add("regulator.start_level", "is above regulator.max_level")
 	}
-	switch {
-	case r.RecoverAfter == 0:
-		r.RecoverAfter = DefaultRecoverAfter
-	case r.RecoverAfter < 1 || r.RecoverAfter > 10000:
-		c.add("regulator.recover_after", "must be 1..10000")
-	}
-	if v := r.RecoverForMS; v != nil && (*v < 0 || *v > 3600000) {
-		c.add("regulator.recover_for_ms", "must be 0..3600000")
-	}
-	switch {
-	case r.HealthIntervalMS == 0:
-		r.HealthIntervalMS = DefaultHealthIntervalMS
-	case r.HealthIntervalMS < 50 || r.HealthIntervalMS > 600000:
-		c.add("regulator.health_interval_ms", "must be 50..600000")
-	}
+	c.defaulted("regulator.recover_after", &r.RecoverAfter, DefaultRecoverAfter, 1, 10000)
+	c.optional("regulator.recover_for_ms", r.RecoverForMS, 0, 3600000)
+	c.defaulted("regulator.health_interval_ms", &r.HealthIntervalMS, DefaultHealthIntervalMS, 50, 600000)
 }
 
 // checkDBURL accepts postgres:// URLs and libpq keyword strings; it never
