@@ -370,6 +370,17 @@ func nextExit(t *testing.T, ctx context.Context, e *episode.Episode) episode.Wor
 	return episode.WorkerExit{}
 }
 
+// end ends e as to, then checks its ledger verifies.
+func (r *rig) end(t *testing.T, ctx context.Context, e *episode.Episode, to episode.State, why string) {
+	t.Helper()
+	if err := e.End(ctx, to, why); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.st.VerifyLedger(ctx, e.ID()); err != nil {
+		t.Fatalf("ledger: %+v, %v", rep, err)
+	}
+}
+
 // trailerCommit returns the authoritative main's commit message.
 func headMessage(t *testing.T, repo string) string {
 	return testbed.Git(t, repo, "log", "-1", "--format=%B", "refs/heads/main")

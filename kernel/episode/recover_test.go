@@ -126,10 +126,5 @@ func TestKernelRestartReconciles(t *testing.T) {
 	if u, err := r.st.Unsettled(ctx, e.ID()); err != nil || len(u) != 0 {
 		t.Fatalf("unsettled after the commit: %+v, %v", u, err)
 	}
-	if err := e2.End(ctx, episode.Completed, "resumed and committed"); err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := r.st.VerifyLedger(ctx, e.ID()); err != nil {
-		t.Fatalf("ledger: %+v, %v", rep, err)
-	}
+	r.end(t, ctx, e2, episode.Completed, "resumed and committed")
 }

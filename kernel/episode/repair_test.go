@@ -89,12 +89,7 @@ func TestViolationRepairEpoch2(t *testing.T) {
 	if got, err := r.st.Effect(ctx, uuid.MustParse(id)); err != nil || got.State != store.Committed || got.Epoch != 2 {
 		t.Fatalf("committed effect: %+v, %v", got, err)
 	}
-	if err := e.End(ctx, episode.Completed, "repaired and committed"); err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := r.st.VerifyLedger(ctx, e.ID()); err != nil {
-		t.Fatalf("ledger: %+v, %v", rep, err)
-	}
+	r.end(t, ctx, e, episode.Completed, "repaired and committed")
 }
 
 // TestViolationStormRepairsOnce: a worker that trips seccomp fifty times

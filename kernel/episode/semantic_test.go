@@ -246,12 +246,7 @@ func TestSemanticOutageDegradation(t *testing.T) {
 	if !strings.Contains(headMessage(t, r.repo), "fix calc") {
 		t.Fatal("the fix did not land")
 	}
-	if err := e.End(ctx, episode.Completed, "committed after recovery"); err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := r.st.VerifyLedger(ctx, e.ID()); err != nil {
-		t.Fatalf("ledger: %+v, %v", rep, err)
-	}
+	r.end(t, ctx, e, episode.Completed, "committed after recovery")
 }
 
 // TestSensorPoisoningInEpisode is issue 6 §7 sensor_poisoning at the

@@ -110,12 +110,7 @@ func TestVerificationAllowsAndCommits(t *testing.T) {
 		t.Fatalf("authoritative head:\n%s", msg)
 	}
 	verificationsGone(t, ctx, r)
-	if err := e.End(ctx, episode.Completed, "verified and committed"); err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := r.st.VerifyLedger(ctx, e.ID()); err != nil {
-		t.Fatalf("ledger: %+v, %v", rep, err)
-	}
+	r.end(t, ctx, e, episode.Completed, "verified and committed")
 }
 
 // TestVerificationDeniesBrokenPatch: a patch that breaks the fixture's
@@ -159,10 +154,5 @@ func TestVerificationDeniesBrokenPatch(t *testing.T) {
 		t.Fatalf("authoritative main moved to %s", got)
 	}
 	verificationsGone(t, ctx, r)
-	if err := e.End(ctx, episode.Aborted, "verification denied"); err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := r.st.VerifyLedger(ctx, e.ID()); err != nil {
-		t.Fatalf("ledger: %+v, %v", rep, err)
-	}
+	r.end(t, ctx, e, episode.Aborted, "verification denied")
 }
