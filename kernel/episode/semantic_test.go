@@ -197,13 +197,7 @@ func TestSemanticOutageDegradation(t *testing.T) {
 			answer(w, pinnedModel, "low", "low", "low", "medium", "low")
 		}
 	})
-	client := modelClient(t, model)
-	rec := &recorder{}
-	r := newRig(t, ctx, "episode_semantic_outage", withVerification(verifyArgv...), withConfig(func(c *episode.Config) {
-		c.Sensor, c.Regulator = client, regulatorConfig()
-		rec.Store = c.Store
-		c.Store = rec
-	}))
+	r, rec := semanticRig(t, ctx, "episode_semantic_outage", model)
 	e, err := r.k.Start(ctx, r.retrySpec(6))
 	if err != nil {
 		t.Fatal(err)
@@ -262,13 +256,7 @@ func TestSensorPoisoningInEpisode(t *testing.T) {
 	model := newModelServer(t, func(_ int, w http.ResponseWriter) {
 		answer(w, pinnedModel, "low", "low", "low", "low", "low")
 	})
-	client := modelClient(t, model)
-	rec := &recorder{}
-	r := newRig(t, ctx, "episode_sensor_poisoning", withVerification(verifyArgv...), withConfig(func(c *episode.Config) {
-		c.Sensor, c.Regulator = client, regulatorConfig()
-		rec.Store = c.Store
-		c.Store = rec
-	}))
+	r, rec := semanticRig(t, ctx, "episode_sensor_poisoning", model)
 	spec := r.retrySpec(2)
 	spec.MaxRepairs = 0
 	forbid := grantSpec()
@@ -319,6 +307,20 @@ func TestSensorPoisoningInEpisode(t *testing.T) {
 	if rep, err := r.st.VerifyLedger(ctx, e.ID()); err != nil {
 		t.Fatalf("ledger: %+v, %v", rep, err)
 	}
+}
+
+// semanticRig is a rig with verification whose sensor bank asks model and
+// whose regulator is regulatorConfig's; rec records what it stores.
+func semanticRig(t *testing.T, ctx context.Context, name string, model *modelServer) (*rig, *recorder) {
+	t.Helper()
+	client := modelClient(t, model)
+	rec := &recorder{}
+	r := newRig(t, ctx, name, withVerification(verifyArgv...), withConfig(func(c *episode.Config) {
+		c.Sensor, c.Regulator = client, regulatorConfig()
+		rec.Store = c.Store
+		c.Store = rec
+	}))
+	return r, rec
 }
 
 func (r *rig) retrySpec(attempts int) episode.Spec {
