@@ -24,29 +24,40 @@ type EpisodeKernel struct {
 // starts it. The episode outlives the request: the controller detaches
 // its supervisor from the request's context.
 func (c EpisodeKernel) Start(ctx context.Context, b []byte) (uuid.UUID, error) {
-	if err := protocol.CheckShape(b, protocol.Limits{MaxDepth: 16, MaxNodes: 1 << 14}); err != nil {
+	spec, err := decodeSpec(b, c.MaxRepairs)
+	if err != nil {
 		return uuid.Nil, err
-	}
-	var spec episode.Spec
-	if err := protocol.DecodeStrict(b, &spec); err != nil {
-		return uuid.Nil, err
-	}
-	// Presence, not the zero value: max_repairs 0 is a real request (the
-	// first violation contains).
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(b, &keys); err != nil {
-		return uuid.Nil, protocol.E(protocol.CodeInvalidField)
-	}
-	if _, named := keys["max_repairs"]; !named {
-		spec.MaxRepairs = c.MaxRepairs
-	} else if spec.MaxRepairs > c.MaxRepairs {
-		return uuid.Nil, protocol.Errorf(protocol.CodeInvalidField, "max_repairs exceeds the kernel's max_repairs (%d)", c.MaxRepairs)
 	}
 	ep, err := c.Kernel.Start(ctx, spec)
 	if err != nil {
 		return uuid.Nil, err
 	}
 	return ep.ID(), nil
+}
+
+// decodeSpec admits an operator's episode spec: strictly (duplicate or
+// unknown keys refused), with the kernel's max_repairs when it names none
+// and never more.
+func decodeSpec(b []byte, maxRepairs int) (episode.Spec, error) {
+	if err := protocol.CheckShape(b, protocol.Limits{MaxDepth: 16, MaxNodes: 1 << 14}); err != nil {
+		return episode.Spec{}, err
+	}
+	var spec episode.Spec
+	if err := protocol.DecodeStrict(b, &spec); err != nil {
+		return episode.Spec{}, err
+	}
+	// Presence, not the zero value: max_repairs 0 is a real request (the
+	// first violation contains).
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return episode.Spec{}, protocol.E(protocol.CodeInvalidField)
+	}
+	if _, named := keys["max_repairs"]; !named {
+		spec.MaxRepairs = maxRepairs
+	} else if spec.MaxRepairs > maxRepairs {
+		return episode.Spec{}, protocol.Errorf(protocol.CodeInvalidField, "max_repairs exceeds the kernel's max_repairs (%d)", maxRepairs)
+	}
+	return spec, nil
 }
 
 // Live reports the controller's view.

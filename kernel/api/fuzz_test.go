@@ -54,3 +54,34 @@ func FuzzReadApproval(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeSpec: an operator's episode spec is refused with a catalogue
+// error or admitted with max_repairs within the kernel's; an admitted spec
+// re-encodes to a document admitted again, unchanged.
+func FuzzDecodeSpec(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		const kernelMax = 3
+		spec, err := decodeSpec(b, kernelMax)
+		if err != nil {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || !protocol.Known(pe.Code) {
+				t.Fatalf("refusal outside the catalogue: %v", err)
+			}
+			return
+		}
+		if spec.MaxRepairs > kernelMax {
+			t.Fatalf("admitted max_repairs %d above the kernel's %d", spec.MaxRepairs, kernelMax)
+		}
+		once, err := json.Marshal(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := decodeSpec(once, kernelMax)
+		if err != nil {
+			t.Fatalf("re-encoded spec refused: %v\n%s", err, once)
+		}
+		if twice, _ := json.Marshal(back); !bytes.Equal(once, twice) {
+			t.Fatalf("round trip changed the spec:\n%s\n%s", once, twice)
+		}
+	})
+}
