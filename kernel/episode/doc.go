@@ -46,8 +46,12 @@
 //     dropped; a queue full of critical frames repairs at once), folded by
 //     the watch child into the homeostat, which contains without
 //     smoothing; containment goes through the repair path. Slow: at
-//     evaluate, after verification allows, the sensor bank (Rules always,
-//     Config.Sensor when set) reads the effect's patch, paths and history;
+//     evaluate, after verification has run (whatever its verdict), the
+//     sensor bank (Rules always, Config.Sensor when set) reads the
+//     effect's patch, paths and the episode's real history — each edit
+//     with its size, each verification's result, violations, the lease's
+//     and the bank's refusals, commits, and the repairs, which outlive the
+//     generation they ended while everything else starts afresh;
 //     authority.Decide weighs it with the lease's capability check of
 //     every path, the homeostat's regime and the regulator's level, and the
 //     verdict is recorded as a semantic decision with every reading's

@@ -116,7 +116,9 @@ type rig struct {
 type rigOptions struct {
 	verifyArgv []string
 	config     []func(*episode.Config)
-	hooks      *broker.Hooks // the broker's fault-injection points, every boot
+	hooks      *broker.Hooks     // the broker's fault-injection points, every boot
+	files      map[string]string // more files in the fixture's base commit
+	paths      []string          // the git_commit target's allowed paths (default calc.sh)
 }
 
 type rigOpt func(*rigOptions)
@@ -127,6 +129,16 @@ func withConfig(f func(*episode.Config)) rigOpt {
 
 func withBrokerHooks(h *broker.Hooks) rigOpt {
 	return func(o *rigOptions) { o.hooks = h }
+}
+
+// withFiles adds files to the fixture's base commit.
+func withFiles(files map[string]string) rigOpt {
+	return func(o *rigOptions) { o.files = files }
+}
+
+// withTargetPaths sets the git_commit target's allowed paths.
+func withTargetPaths(globs ...string) rigOpt {
+	return func(o *rigOptions) { o.paths = globs }
 }
 
 func withVerification(argv ...string) rigOpt {
@@ -191,12 +203,16 @@ func (c *crashable) Checkpoint(ctx context.Context, id string) (*protocol.Checkp
 
 // fixture is a small repository with a failing test: calc.sh adds one too
 // many, test.sh expects 2.
-func fixture(t *testing.T) (bare, base string) {
+func fixture(t *testing.T, more map[string]string) (bare, base string) {
 	t.Helper()
-	return testbed.BareRepo(t, t.TempDir(), "authoritative.git", map[string]string{
+	files := map[string]string{
 		"calc.sh": "echo $((1+1+1))\n",
 		"test.sh": "[ \"$(sh calc.sh)\" = 2 ] && echo PASS || { echo FAIL; exit 1; }\n",
-	}, "calc with a failing test")
+	}
+	for name, content := range more {
+		files[name] = content
+	}
+	return testbed.BareRepo(t, t.TempDir(), "authoritative.git", files, "calc with a failing test")
 }
 
 func newRig(t *testing.T, ctx context.Context, name string, opts ...rigOpt) *rig {
@@ -214,7 +230,7 @@ func newRig(t *testing.T, ctx context.Context, name string, opts ...rigOpt) *rig
 	if err := shared.cluster.CreateDatabase(ctx, r.db); err != nil {
 		t.Fatal(err)
 	}
-	r.repo, r.base = fixture(t)
+	r.repo, r.base = fixture(t, r.opts.files)
 	var err error
 	if r.payloads, err = broker.OpenPayloads(filepath.Join(t.TempDir(), "payloads")); err != nil {
 		t.Fatal(err)
@@ -248,8 +264,12 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	obs := &episode.Observer{}
+	paths := r.opts.paths
+	if paths == nil {
+		paths = []string{"calc.sh"}
+	}
 	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
-		AllowedPaths: []string{"calc.sh"}, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
+		AllowedPaths: paths, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
 	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{obs.Wrap(gitc)},
 		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), Hooks: r.opts.hooks}
 	var runner *verify.Runner

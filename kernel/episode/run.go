@@ -455,6 +455,7 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 				// the homeostat contains on it without smoothing; the
 				// containment comes back through e.contain.
 				reason := "violation: " + ev.Violation.Syscall
+				e.remember(sensor.Event{Kind: sensor.EventViolation, Detail: ev.Violation.Syscall})
 				e.mu.Lock()
 				epoch := e.epoch
 				e.mu.Unlock()
@@ -497,6 +498,7 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 			if err != nil || eff.EpisodeID != e.id {
 				continue
 			}
+			e.remember(sensor.Event{Kind: sensor.EventEffectCommitted, Detail: eff.Kind})
 			if err := e.checkpoint(ctx); err != nil {
 				// A missed checkpoint costs repair granularity, not
 				// safety: the previous stable one still stands.
@@ -563,7 +565,7 @@ func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string
 	e.mu.Unlock()
 	// The old trajectory ended with the old epoch; its queued frames are
 	// ignored from now on.
-	e.resetTrajectory()
+	e.resetTrajectory(reason)
 	if err := e.destroy(ctx, e.k.launcherID(e.id, gen)); err != nil {
 		return old, err
 	}

@@ -91,7 +91,7 @@ func newUnsafeRig(t *testing.T, ctx context.Context, name string) *unsafeRig {
 		t.Fatal(err)
 	}
 	r := &unsafeRig{env: map[string]string{"EFFECT": unsafeEffectClient(t)}}
-	r.repo, r.base = fixture(t)
+	r.repo, r.base = fixture(t, nil)
 	st, err := store.Open(ctx, store.Config{URL: cluster.KernelConnString(db), AdminURL: cluster.AdminConnString(db),
 		InstanceID: "episode-unsafe-" + db, OwnerTTL: 30 * time.Second, MaxConns: 8})
 	if err != nil {

@@ -138,9 +138,16 @@ func TestVerificationDeniesBrokenPatch(t *testing.T) {
 	if err != nil || eff.State == store.Committed || eff.State == store.CommitIntent || eff.State == store.Committing {
 		t.Fatalf("denied effect: %+v, %v", eff.State, err)
 	}
+	// The bank reads the failed verification as evidence and denies too;
+	// then the broker records the verification's deny.
 	ds := decisions(t, ctx, r.st, e.ID())
-	if len(ds) != 1 || ds[0].Verdict != store.VerdictDeny || ds[0].EffectID != eff.ID || ds[0].Revision != eff.Revision || ds[0].Epoch != eff.Epoch {
+	if len(ds) != 2 || ds[0].Kind != store.DecisionSemantic || ds[1].Kind != store.DecisionVerification {
 		t.Fatalf("decisions %+v for effect %s", ds, eff.ID)
+	}
+	for _, d := range ds {
+		if d.Verdict != store.VerdictDeny || d.EffectID != eff.ID || d.Revision != eff.Revision || d.Epoch != eff.Epoch {
+			t.Fatalf("decisions %+v for effect %s", ds, eff.ID)
+		}
 	}
 	if got := testbed.Git(t, r.repo, "rev-parse", "refs/heads/main"); got != r.base {
 		t.Fatalf("authoritative main moved to %s", got)

@@ -3,6 +3,7 @@ package episode
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -185,12 +186,20 @@ func (e *Episode) watch(ctx context.Context, ready func()) error {
 	}
 }
 
-// resetTrajectory starts a repaired generation's trajectory afresh.
-func (e *Episode) resetTrajectory() {
+// resetTrajectory starts a repaired generation's trajectory afresh: the
+// homeostat's state and the old generation's events go, but the episode's
+// repairs stay, so a trajectory that keeps needing repair is seen as one.
+func (e *Episode) resetTrajectory(reason string) {
 	e.hmu.Lock()
+	defer e.hmu.Unlock()
 	e.home.Reset(time.Now())
-	e.history = nil
-	e.hmu.Unlock()
+	var repairs []sensor.Event
+	for _, ev := range e.history {
+		if ev.Kind == sensor.EventRepair {
+			repairs = append(repairs, ev)
+		}
+	}
+	e.history = append(repairs, sensor.Event{Kind: sensor.EventRepair, Detail: reason})
 }
 
 func (e *Episode) remember(events ...sensor.Event) {
@@ -216,15 +225,39 @@ func (k *Kernel) evaluate(ctx context.Context, eff store.Effect, payload []byte)
 	// a path the lease forbids contains the episode, whatever they say.
 	defer e.containForbiddenWrites(eff, payload)
 	verdict, body, err := k.cfg.Verification.Verify(ctx, eff, payload)
-	if err != nil || verdict != store.VerdictAllow {
+	if err != nil {
 		return verdict, body, err
 	}
-	e.remember(sensor.Event{Kind: sensor.EventEdit}, sensor.Event{Kind: sensor.EventEffectProposed, Detail: eff.Kind},
-		sensor.Event{Kind: sensor.EventTestPassed})
+	// The bank reads what really happened: the edit with its size, the
+	// proposal, and the verification's outcome, failures included, so a
+	// failed test is evidence for this decision and the next ones.
+	var events []sensor.Event
+	if eff.Kind == "git_commit" {
+		events = append(events, sensor.Edit(payload))
+	}
+	events = append(events, sensor.Event{Kind: sensor.EventEffectProposed, Detail: eff.Kind}, verificationEvent(verdict, body))
+	e.remember(events...)
 	if err := e.semantic(ctx, eff, payload); err != nil {
 		return "", nil, err
 	}
 	return verdict, body, nil
+}
+
+// verificationEvent is the history entry of a verification verdict: a test
+// that ran and passed or failed, or an effect the verifier refused before
+// any test ran (a patch that does not apply, a kind it cannot verify).
+func verificationEvent(verdict string, body json.RawMessage) sensor.Event {
+	if verdict == store.VerdictAllow {
+		return sensor.Event{Kind: sensor.EventTestPassed}
+	}
+	var b struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(body, &b)
+	if strings.HasPrefix(b.Reason, "verify_argv") {
+		return sensor.Event{Kind: sensor.EventTestFailed, Detail: b.Reason}
+	}
+	return sensor.Event{Kind: sensor.EventEffectDenied, Detail: "verification: " + b.Reason}
 }
 
 // containForbiddenWrites reports a patch that touches a path the episode's
@@ -300,18 +333,22 @@ func (e *Episode) semantic(ctx context.Context, eff store.Effect, payload []byte
 	}
 	signals = append(signals, regime.Signal(), level.Signal())
 	req := authority.Request{Class: class, Kind: eff.Kind, Target: eff.TargetID, Bytes: int64(len(payload))}
+	leaseDenial := "" // the first thing the lease refused, if any
 	if r := lease.Check(&req); r == authority.Allowed {
 		signals = append(signals, authority.Signal{Source: authority.SourcePolicy, Grant: true, Code: "lease"})
 	} else {
 		signals = append(signals, authority.Signal{Source: authority.SourceCapability, Action: authority.Revoke, Code: r.String()})
+		leaseDenial = r.String()
 	}
 	if !readable {
 		signals = append(signals, authority.Signal{Source: authority.SourceCapability, Action: authority.Revoke, Code: "unreadable_patch"})
+		leaseDenial = cmp.Or(leaseDenial, "unreadable_patch")
 	}
 	for _, p := range paths {
 		req.Path = p
 		if r := lease.Check(&req); r != authority.Allowed {
 			signals = append(signals, authority.Signal{Source: authority.SourceCapability, Action: authority.Revoke, Code: r.String()})
+			leaseDenial = cmp.Or(leaseDenial, r.String())
 		}
 	}
 	v := authority.Decide(signals)
@@ -331,6 +368,14 @@ func (e *Episode) semantic(ctx context.Context, eff store.Effect, payload []byte
 		}
 	}
 	allow := v.Action < authority.Revoke && v.Ceiling >= class && level.MaxClass() >= class && regime.MaxClass() >= class && denied == 0
+	switch {
+	case leaseDenial != "":
+		// The lease refused what the worker asked for: a capability
+		// denial, the escalation signal, unlike a bank that said no.
+		e.remember(sensor.Event{Kind: sensor.EventCapabilityDenied, Detail: leaseDenial})
+	case !allow:
+		e.remember(sensor.Event{Kind: sensor.EventEffectDenied, Detail: "semantic: " + v.Decider.Code})
+	}
 
 	// The trajectory learns from every reading that is evidence; a
 	// degraded one is the regulator's business, not drift.

@@ -28,6 +28,10 @@
 //     dropped to make room (semantic frames are, and every drop is
 //     counted). If the queue is full of critical frames, PushCritical says
 //     so and the caller contains.
+//   - The rules read only what the kernel saw happen: the history is the
+//     episode's own events (edits with their sizes, verification results,
+//     violations, refusals, repairs), so every rule can rise to high from a
+//     real episode, and none is constant.
 //
 // Nothing here logs: evidence, prompts and answers are payloads.
 package sensor

@@ -2,6 +2,7 @@ package sensor
 
 import (
 	"encoding/json"
+	"fmt"
 )
 
 // systemPrompt is fixed and versioned with SchemaVersion. It tells the
@@ -82,7 +83,11 @@ func (c *Client) evidence(f *Frame, limit int) ([]byte, bool) {
 	}
 	history := make([]string, 0, len(f.History))
 	for _, e := range f.History {
-		history = append(history, e.Kind.String()+": "+e.Detail)
+		h := e.Kind.String() + ": " + e.Detail
+		if e.Kind == EventEdit {
+			h = fmt.Sprintf("%s: +%d -%d lines, %d files deleted", e.Kind, e.Added, e.Removed, e.Deleted)
+		}
+		history = append(history, h)
 	}
 	doc := evidenceDoc{
 		Schema:  SchemaVersion,

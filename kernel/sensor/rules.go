@@ -107,7 +107,14 @@ func (r *Rules) authorityEscalation(f *Frame, obs mkObs) Observation {
 	}
 	denied := 0
 	for _, e := range f.History {
-		if e.Kind == EventCapabilityDenied {
+		switch e.Kind {
+		case EventViolation:
+			// A call the profile forbids in this generation is a reach
+			// for authority the worker was never given.
+			return obs(AuthorityEscalation, High, "violation")
+		case EventCapabilityDenied:
+			// Only the lease's refusals: a bank or a verifier that said
+			// no is not the worker reaching past its grant.
 			denied++
 		}
 	}
@@ -175,26 +182,27 @@ func evidenceSufficiency(f *Frame, obs mkObs) Observation {
 // by reading it.
 const maxQuietDeletions = 200
 
+// irreversibility reads what the change destroys as well as the class of
+// the effect that would make it durable: deletions in an effect that
+// changes authoritative state are the hardest to take back.
 func irreversibility(f *Frame, obs mkObs) Observation {
+	class := authority.ClassLocal
 	if f.Effect != nil {
-		switch {
-		case f.Effect.Class >= authority.ClassIrreversible:
-			return obs(Irreversibility, High, "irreversible_class")
-		case f.Effect.Class == authority.ClassAuthoritative:
-			return obs(Irreversibility, Medium, "authoritative_class")
-		}
+		class = f.Effect.Class
 	}
-	if bytes.Contains(f.Diff, []byte("\ndeleted file mode")) || bytes.HasPrefix(f.Diff, []byte("deleted file mode")) {
+	edit := Edit(f.Diff)
+	authoritative := class >= authority.ClassAuthoritative
+	switch {
+	case class >= authority.ClassIrreversible:
+		return obs(Irreversibility, High, "irreversible_class")
+	case authoritative && edit.Removed > maxQuietDeletions:
+		return obs(Irreversibility, High, "large_authoritative_deletion")
+	case edit.Deleted > 0:
 		return obs(Irreversibility, Medium, "file_deleted")
-	}
-	removed := 0
-	for _, line := range bytes.Split(f.Diff, []byte("\n")) {
-		if len(line) > 0 && line[0] == '-' && !bytes.HasPrefix(line, []byte("---")) {
-			removed++
-		}
-	}
-	if removed > maxQuietDeletions {
+	case edit.Removed > maxQuietDeletions:
 		return obs(Irreversibility, Medium, "large_deletion")
+	case authoritative:
+		return obs(Irreversibility, Medium, "authoritative_class")
 	}
 	return obs(Irreversibility, Low, "reversible")
 }
@@ -202,33 +210,51 @@ func irreversibility(f *Frame, obs mkObs) Observation {
 // trajectoryWindow: how much recent history the regime rule looks at.
 const trajectoryWindow = 20
 
+// failingLoop: the same failure this many times in a row, with nothing
+// passing in between, is a loop rather than progress.
+const failingLoop = 3
+
 func trajectoryRegime(f *Frame, obs mkObs) Observation {
 	h := f.History
 	if len(h) > trajectoryWindow {
 		h = h[len(h)-trajectoryWindow:]
 	}
+	repairs := 0
+	for _, e := range f.History {
+		if e.Kind == EventRepair {
+			repairs++
+		}
+	}
 	if len(h) == 0 {
 		return obs(TrajectoryRegime, Low, "no_history")
 	}
-	failures, repeat, longest := 0, 0, 0
-	for i, e := range h {
-		bad := e.Kind == EventTestFailed || e.Kind == EventCommandFailed || e.Kind == EventCapabilityDenied
-		if bad {
+	// repeats counts each failure since the last success: the same failure
+	// again, whatever else failed or was tried in between, is a loop.
+	failures, streak, longest := 0, 0, 0
+	repeats := map[Event]int{}
+	for _, e := range h {
+		switch e.Kind {
+		case EventViolation:
+			return obs(TrajectoryRegime, High, "violation")
+		case EventTestFailed, EventCommandFailed, EventCapabilityDenied, EventEffectDenied:
 			failures++
+			repeats[e]++
+			streak = max(streak, repeats[e])
+		case EventTestPassed, EventEffectCommitted:
+			clear(repeats)
+			streak = 0
 		}
-		// The same failure again and again is a loop, not progress.
-		if bad && i > 0 && h[i-1] == e {
-			repeat++
-		} else if bad {
-			repeat = 1
-		} else {
-			repeat = 0
-		}
-		longest = max(longest, repeat)
+		longest = max(longest, streak)
 	}
 	switch {
-	case longest >= 3 || failures*2 >= len(h) && len(h) >= 4:
+	case repairs >= 2:
+		return obs(TrajectoryRegime, High, "repeated_repairs")
+	case streak >= failingLoop:
 		return obs(TrajectoryRegime, High, "failing_loop")
+	case failures*2 >= len(h) && len(h) >= 4:
+		return obs(TrajectoryRegime, High, "mostly_failing")
+	case longest >= failingLoop:
+		return obs(TrajectoryRegime, Medium, "recovered_from_loop")
 	case failures*4 >= len(h) && failures > 1:
 		return obs(TrajectoryRegime, Medium, "frequent_failures")
 	}

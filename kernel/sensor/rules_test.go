@@ -52,7 +52,17 @@ func TestRules(t *testing.T) {
 		{"large deletion", Frame{Diff: []byte(strings.Repeat("-gone\n", maxQuietDeletions+1))}, Irreversibility, Medium},
 		{"small edit", Frame{Diff: []byte("-a\n+b\n")}, Irreversibility, Low},
 
+		{"a violation", Frame{History: []Event{edit, {Kind: EventViolation, Detail: "socket"}}}, AuthorityEscalation, High},
+		{"refused by the bank only", Frame{History: []Event{{Kind: EventEffectDenied}, {Kind: EventEffectDenied}, {Kind: EventEffectDenied}}}, AuthorityEscalation, Low},
+		{"class 3 deleting many lines", Frame{Effect: &Effect{Class: authority.ClassAuthoritative}, Diff: []byte(strings.Repeat("-gone\n", maxQuietDeletions+1))}, Irreversibility, High},
+		{"class 3 deleting a file", Frame{Effect: &Effect{Class: authority.ClassAuthoritative}, Diff: []byte("diff --git a/x b/x\ndeleted file mode 100644\n")}, Irreversibility, Medium},
+
 		{"no history", Frame{}, TrajectoryRegime, Low},
+		{"a violation this generation", Frame{History: []Event{edit, pass, {Kind: EventViolation, Detail: "socket"}}}, TrajectoryRegime, High},
+		{"repaired once", Frame{History: []Event{{Kind: EventRepair}, edit, pass}}, TrajectoryRegime, Low},
+		{"repaired twice", Frame{History: []Event{{Kind: EventRepair}, {Kind: EventRepair}, edit, pass}}, TrajectoryRegime, High},
+		{"the same failure between attempts", Frame{History: []Event{edit, fail, {Kind: EventEffectDenied}, edit, fail, edit, fail}}, TrajectoryRegime, High},
+		{"a loop that ended", Frame{History: []Event{fail, edit, fail, edit, fail, edit, pass, edit, pass, edit, pass, edit, pass, edit, pass}}, TrajectoryRegime, Medium},
 		{"progress", Frame{History: []Event{edit, fail, edit, pass}}, TrajectoryRegime, Low},
 		{"the same failure three times", Frame{History: []Event{fail, fail, fail}}, TrajectoryRegime, High},
 		{"mostly failing", Frame{History: []Event{edit, fail, edit, {Kind: EventCommandFailed, Detail: "go"}}}, TrajectoryRegime, High},
@@ -69,6 +79,14 @@ func TestRules(t *testing.T) {
 				t.Fatalf("reading %+v", rd)
 			}
 		})
+	}
+}
+
+func TestEditCountsTheDiff(t *testing.T) {
+	diff := "diff --git a/x b/x\ndeleted file mode 100644\n--- a/x\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-a\n-b\n" +
+		"diff --git a/y b/y\n--- a/y\n+++ b/y\n@@ -1 +1,2 @@\n-c\n+d\n+e\n"
+	if got := Edit([]byte(diff)); got != (Event{Kind: EventEdit, Added: 2, Removed: 3, Deleted: 1}) {
+		t.Fatalf("Edit = %+v", got)
 	}
 }
 

@@ -1,6 +1,7 @@
 package sensor
 
 import (
+	"bytes"
 	"context"
 
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
@@ -206,6 +207,9 @@ const (
 	EventCapabilityDenied                      // the lease refused a request
 	EventEffectProposed
 	EventEffectCommitted
+	EventViolation    // the domain made a call its profile forbids
+	EventEffectDenied // a decision refused an effect (verification, the bank)
+	EventRepair       // the generation was destroyed and restored from a checkpoint
 )
 
 func (k EventKind) String() string {
@@ -224,6 +228,12 @@ func (k EventKind) String() string {
 		return "effect_proposed"
 	case EventEffectCommitted:
 		return "effect_committed"
+	case EventViolation:
+		return "violation"
+	case EventEffectDenied:
+		return "effect_denied"
+	case EventRepair:
+		return "repair"
 	}
 	return "unknown"
 }
@@ -234,6 +244,33 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind   EventKind
 	Detail string
+	// Added and Removed count the lines an edit adds and removes, Deleted
+	// the files it deletes; zero for every other kind.
+	Added, Removed, Deleted int
+}
+
+// Edit is the EventEdit of a unified diff: its added and removed lines and
+// the files it deletes.
+func Edit(diff []byte) Event {
+	e := Event{Kind: EventEdit}
+	for len(diff) > 0 {
+		line := diff
+		if i := bytes.IndexByte(diff, '\n'); i >= 0 {
+			line, diff = diff[:i], diff[i+1:]
+		} else {
+			diff = nil
+		}
+		switch {
+		case bytes.HasPrefix(line, []byte("deleted file mode")):
+			e.Deleted++
+		case bytes.HasPrefix(line, []byte("+++")) || bytes.HasPrefix(line, []byte("---")):
+		case len(line) > 0 && line[0] == '+':
+			e.Added++
+		case len(line) > 0 && line[0] == '-':
+			e.Removed++
+		}
+	}
+	return e
 }
 
 // Effect is the effect a frame is about, if any.
