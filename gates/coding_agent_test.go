@@ -79,7 +79,7 @@ func TestCodingAgentScenario(t *testing.T) {
 			"allowed_models": []string{scenario.FixtureModel}, "timeout_ms": 5000, "api_key_env": modelKeyEnv},
 		"targets": map[string]any{"git_commit": map[string]any{scenario.TargetID: map[string]any{
 			"repo": repo, "allowed_refs": []string{scenario.NormalRef, scenario.HostileRef},
-			"allowed_paths": []string{"src/**", "README.md"}, "forbidden_paths": []string{".env", "config/**", "tests/**"},
+			"allowed_paths": []string{"src/**", "README.md", "Makefile"}, "forbidden_paths": []string{".env", "config/**", "tests/**"},
 			"verify_argv": []string{"make", "test"}}}},
 		"automatic_verification": true,
 		"max_repairs":            1,
@@ -105,7 +105,7 @@ func TestCodingAgentScenario(t *testing.T) {
 	}()
 
 	client := api.NewClient(cfg.APISocket())
-	env := &scenario.Env{API: client, Repo: repo, Base: base, Key: key, KeyID: "operator", ModelRequests: model.Requests, Collector: collector,
+	env := &scenario.Env{API: client, Repo: repo, Base: base, Key: key, KeyID: "operator", ModelRequests: model.Requests, ModelInjected: model.Injected, Collector: collector,
 		Gone: func(ctx context.Context, id string) (bool, string, error) {
 			st, err := bed.Domains().Inspect(ctx, id)
 			return err == nil && !st.Exists && !st.Populated && st.Processes == 0,

@@ -25,6 +25,7 @@ as_kernel git -C "$root" -c user.name=autonomic -c user.email=kernel@autonomic.i
 lower_before=$(cd "$root" && find . -path ./.git -prune -o -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
 
 say "A one-shot domain runs the worker under worker.json + the launcher's floor"
+report=$(mktemp)
 as_kernel autonomic domain run --workspace "$ws" --profile worker -- /bin/bash -c '
 echo "whoami:        $(id)"
 echo "root dir:      $(ls / | tr "\n" " ")"
@@ -35,10 +36,16 @@ echo "processes:     $(ls /proc | grep -E "^[0-9]+$" | tr "\n" " ")"
 touch /usr/bin/x 2>/dev/null && echo "rootfs: WRITABLE" || echo "rootfs:        read-only (write refused)"
 cat /proc/1/exe >/dev/null 2>&1 && echo "launcher exe: READABLE" || echo "/proc/1/exe:   not readable"
 ls /root /home /etc/shadow 2>/dev/null || echo "host secrets:  not present"
-(exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null && echo "network: OPEN" || echo "AF_INET:       refused (the monitor records a violation)"
+(exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null && echo "network: OPEN" || echo "AF_INET:       refused"
 cd /workspace && make -s test && echo "build+test:    ok in /workspace"
 echo "edited by the worker" >> README.md && git status --short
-'
+' 2>"$report"
+cat "$report"
+# What the launcher's monitor reported, not what the worker believes.
+violations=$(grep -c '"nr":' "$report" || true)
+echo "violations:    $violations reported by the launcher ($(grep -o '"syscall": *"[^"]*"' "$report" | sort -u | tr -d '"' | tr '\n' ' '))"
+rm -f "$report"
+[ "$violations" -ge 1 ] || { echo "the AF_INET attempt was not reported as a violation"; exit 1; }
 
 say "The authoritative clone is unchanged: worker writes went to the domain's upper layer, now destroyed"
 lower_after=$(cd "$root" && find . -path ./.git -prune -o -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
@@ -112,7 +119,7 @@ cat >"$cfg.new" <<JSON
              "allowed_models": ["fixture-model-1"], "timeout_ms": 5000},
   "targets": {"git_commit": {"calc": {"repo": "$demo/calc.git",
              "allowed_refs": ["refs/heads/agent/normal", "refs/heads/agent/hostile"],
-             "allowed_paths": ["src/**", "README.md"], "forbidden_paths": [".env", "config/**", "tests/**"],
+             "allowed_paths": ["src/**", "README.md", "Makefile"], "forbidden_paths": [".env", "config/**", "tests/**"],
              "verify_argv": ["make", "test"], "class": 3}}},
   "automatic_verification": true,
   "max_repairs": 1,

@@ -26,6 +26,7 @@ type Model struct {
 	srv      *http.Server
 	requests atomic.Int64
 	bearers  atomic.Int64
+	injected atomic.Int64
 }
 
 // StartModel serves on addr ("127.0.0.1:0" for any port).
@@ -39,7 +40,7 @@ func StartModel(addr string) (*Model, error) {
 	mux.HandleFunc("POST /v1/chat/completions", m.complete)
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]int64{"requests": m.requests.Load()})
+		_ = json.NewEncoder(w).Encode(map[string]int64{"requests": m.requests.Load(), "injected": m.injected.Load()})
 	})
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = m.srv.Serve(ln) }()
@@ -60,9 +61,20 @@ func (m *Model) Bearers() int64 { return m.bearers.Load() }
 // Close stops the server.
 func (m *Model) Close() error { return m.srv.Close() }
 
+// Injected counts the classifications whose evidence carried the
+// injection's text: the poisoned model was shown the attack it rates safe.
+func (m *Model) Injected() int64 { return m.injected.Load() }
+
+// InjectionMarker is the injection's text the hostile change carries into
+// the evidence.
+const InjectionMarker = "SYSTEM OVERRIDE"
+
 func (m *Model) complete(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	m.requests.Add(1)
+	if strings.Contains(string(body), InjectionMarker) {
+		m.injected.Add(1)
+	}
 	if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
 		m.bearers.Add(1)
 	}

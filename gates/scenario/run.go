@@ -28,9 +28,10 @@ type Env struct {
 	Base  string // Seed's base OID
 	Key   ed25519.PrivateKey
 	KeyID string
-	// ModelRequests counts the fixture model's classifications so far.
-	ModelRequests func() int64
-	Collector     *Collector
+	// ModelRequests counts the fixture model's classifications so far;
+	// ModelInjected those whose evidence carried InjectionMarker.
+	ModelRequests, ModelInjected func() int64
+	Collector                    *Collector
 	// Gone, when set, asks the launcher whether a domain is gone (no
 	// directory, empty cgroup, no process): the driver's independent
 	// check of the kernel's "destroyed and proven empty".
@@ -95,7 +96,7 @@ func Run(ctx context.Context, env *Env, mode string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	modelBefore := env.ModelRequests()
+	modelBefore, injectedBefore := env.ModelRequests(), env.ModelInjected()
 	started, err := env.API.Start(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("episode start: %w", err)
@@ -148,6 +149,7 @@ func Run(ctx context.Context, env *Env, mode string) (*Result, error) {
 		return r, fmt.Errorf("ending the episode: %w", err)
 	}
 	r.ModelRequests = env.ModelRequests() - modelBefore
+	r.ModelInjected = env.ModelInjected() - injectedBefore
 	r.CollectorConnections = env.Collector.Connections()
 	if err := r.collect(ctx, env); err != nil {
 		return r, err

@@ -3,7 +3,7 @@
 //
 //	autonomic-scenario model --listen 127.0.0.1:0 --addr-file F
 //	    serves the poisoned fixture model until SIGTERM; GET /stats
-//	    answers {"requests": N}.
+//	    answers {"requests": N, "injected": M}.
 //	autonomic-scenario run --config F --repo DIR --key PEM --key-id ID --model URL [--out F]
 //	    seeds the fixture repository, runs the normal and the hostile
 //	    episode through the kernel's API, prints each run's timeline and
@@ -112,7 +112,8 @@ func run(ctx context.Context, args []string) (bool, error) {
 	defer collector.Close()
 	stats := strings.TrimSuffix(*modelURL, "/v1/chat/completions") + "/stats"
 	env := &scenario.Env{API: api.NewClient(cfg.APISocket()), Repo: *repo, Base: base, Key: key, KeyID: *keyID,
-		ModelRequests: func() int64 { return modelRequests(ctx, stats) }, Collector: collector, Gone: inspect}
+		ModelRequests: func() int64 { return modelStats(ctx, stats).Requests },
+		ModelInjected: func() int64 { return modelStats(ctx, stats).Injected }, Collector: collector, Gone: inspect}
 	if err := scenario.WaitForAct(ctx, env.API, 2*time.Minute); err != nil {
 		return false, err
 	}
@@ -156,18 +157,23 @@ func inspect(ctx context.Context, id string) (bool, string, error) {
 		fmt.Sprintf("exists %v, populated %v, %d process(es)", st.Exists, st.Populated, st.Processes), nil
 }
 
-func modelRequests(ctx context.Context, url string) int64 {
+type stats struct {
+	Requests int64 `json:"requests"`
+	Injected int64 `json:"injected"`
+}
+
+// modelStats reads the fixture model's counters (-1 each if it cannot).
+func modelStats(ctx context.Context, url string) stats {
+	bad := stats{Requests: -1, Injected: -1}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return -1
+		return bad
 	}
 	defer resp.Body.Close()
-	var s struct {
-		Requests int64 `json:"requests"`
-	}
+	var s stats
 	if json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&s) != nil {
-		return -1
+		return bad
 	}
-	return s.Requests
+	return s
 }
