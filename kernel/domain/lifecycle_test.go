@@ -480,3 +480,87 @@ func TestOneShotMonitorSparesItsSuccessor(t *testing.T) {
 	_, _ = second.Wait()
 	assertNoTrace(t, id)
 }
+
+// TestRootfsContentIsItsIdentity: a copy of the bed's rootfs with one file
+// added, or one file's content changed, still has the configured manifest
+// digest, and create refuses it with rootfs_mismatch; the untouched copy is
+// accepted, so the refusal is the change's.
+func TestRootfsContentIsItsIdentity(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	for name, change := range map[string]func(root string) error{
+		"untouched": func(string) error { return nil },
+		"added": func(root string) error {
+			return os.WriteFile(filepath.Join(root, "usr", "bin", "extra"), []byte("#!/bin/sh\n"), 0o755)
+		},
+		"modified": func(root string) error {
+			p := filepath.Join(root, "etc", "hosts")
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			b[0] ^= 1 // same size, other content
+			return os.WriteFile(p, b, 0o644)
+		},
+		"chmod": func(root string) error { return os.Chmod(filepath.Join(root, "etc", "hosts"), 0o666) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := filepath.Join(bed.Dir, "rootfs-"+name)
+			if out, err := exec.Command("cp", "-a", bed.Rootfs, root).CombinedOutput(); err != nil {
+				t.Fatalf("cp: %v %s", err, out)
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(root) })
+			if err := change(root); err != nil {
+				t.Fatal(err)
+			}
+			withConfig(t, func(c string) string {
+				return strings.Replace(c, fmt.Sprintf("%q", bed.Rootfs), fmt.Sprintf("%q", root), 1)
+			})
+			id := newID("rf")
+			r, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/true"}, OneShot: true})
+			if name == "untouched" {
+				if err != nil {
+					t.Fatalf("create on an untouched copy: %v", err)
+				}
+				_, _ = r.Wait()
+			} else if !errors.Is(err, protocol.E(protocol.CodeRootfsMismatch)) {
+				t.Fatalf("create on a %s copy: %v, want rootfs_mismatch", name, err)
+			}
+			assertNoTrace(t, id)
+		})
+	}
+}
+
+// TestPreflightNamesEveryFeature: preflight names each host feature the
+// product uses, found or missing, and this host (Linux 6.18) has all of
+// them, SO_PEERPIDFD included. A guest on an older kernel asserts its own
+// list against the same names.
+func TestPreflightNamesEveryFeature(t *testing.T) {
+	d, ctx := setup(t)
+	rep, err := d.Preflight(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]protocol.Feature{}
+	for _, f := range rep.Features {
+		got[f.Name] = f
+	}
+	for _, name := range []string{"namespaces", "user_namespaces_enabled", "cgroup_v2", "cgroup_freeze", "cgroup_kill", "clone_into_cgroup",
+		"openat2", "close_range_cloexec", "mount_api", "idmapped_mounts", "overlay_in_userns", "overlay_over_idmapped_layers",
+		"seccomp_user_notif", "seccomp_wait_killable_recv", "pidfd_open", "so_peerpidfd"} {
+		f, ok := got[name]
+		if !ok {
+			t.Errorf("preflight does not name %s", name)
+			continue
+		}
+		if !f.OK {
+			t.Errorf("%s missing on this host: %+v", name, f)
+		}
+		if f.Required != (name != "so_peerpidfd") {
+			t.Errorf("%s required=%v", name, f.Required)
+		}
+	}
+	if len(got) != 16 || rep.Verdict == "refused" {
+		t.Errorf("features %+v, verdict %s, problems %v", rep.Features, rep.Verdict, rep.Problems)
+	}
+}
