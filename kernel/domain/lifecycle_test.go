@@ -172,6 +172,58 @@ func TestCheckpointFailsClosedUnderLowNOFILE(t *testing.T) {
 	assertNoTrace(t, id)
 }
 
+// running reports whether pid is alive and not a zombie (a killed child
+// stays a zombie until reaped, and signal 0 still reaches it).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return rest != "" && rest[0] != 'Z' && rest[0] != 'X'
+}
+
+// TestUnreadableCgroupRecordFailsClosed: when the launcher cannot tell which
+// cgroup is the domain's (its record is corrupt), checkpoint archives
+// nothing and destroy frees nothing: the domain keeps running and keeps its
+// uid range until the record is readable again.
+func TestUnreadableCgroupRecordFailsClosed(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, "echo ready; sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+	base := r.Started.UIDBase
+	rec := filepath.Join(bed.State, "domains", id, "cgroup")
+	good, err := os.ReadFile(rec)
+	if err != nil {
+		t.Fatalf("no cgroup record: %v", err)
+	}
+	if err := os.WriteFile(rec, []byte("not a number"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadDir(filepath.Join(bed.State, "checkpoints"))
+	if _, err := d.Checkpoint(ctx, id); !errors.Is(err, protocol.E(protocol.CodeLauncherFailed)) {
+		t.Fatalf("checkpoint with an unreadable record: %v, want launcher_failed", err)
+	}
+	if after, _ := os.ReadDir(filepath.Join(bed.State, "checkpoints")); len(after) != len(before) {
+		t.Fatal("checkpoint archived a domain it could not freeze")
+	}
+	if _, err := d.Destroy(ctx, id); !errors.Is(err, protocol.E(protocol.CodeLauncherFailed)) {
+		t.Fatalf("destroy with an unreadable record: %v, want launcher_failed", err)
+	}
+	if !slotHeld(id) || len(liveInRange(base)) == 0 {
+		t.Fatal("a failed destroy freed the uid range or killed the domain")
+	}
+	if err := os.WriteFile(rec, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.Destroy(ctx, id); err != nil || !st.Destroyed {
+		t.Fatalf("destroy once the record is readable: %+v %v", st, err)
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
+
 // TestForeignCgroupIsNeverTouched: a cgroup under cgroup_parent named like
 // the domain, with a process of someone else's in it, makes create fail
 // with cgroup_foreign, and the failed create's cleanup neither kills that
@@ -205,8 +257,8 @@ func TestForeignCgroupIsNeverTouched(t *testing.T) {
 	if !errors.Is(err, protocol.E(protocol.CodeCgroupForeign)) {
 		t.Fatalf("create over a foreign cgroup: %v, want cgroup_foreign", err)
 	}
-	if err := sleeper.Process.Signal(syscall.Signal(0)); err != nil {
-		t.Fatalf("the foreign process was killed: %v", err)
+	if !running(sleeper.Process.Pid) {
+		t.Fatal("the foreign process was killed")
 	}
 	procs, err := os.ReadFile(filepath.Join(foreign, "cgroup.procs"))
 	if err != nil || strings.TrimSpace(string(procs)) != strconv.Itoa(sleeper.Process.Pid) {
@@ -216,8 +268,8 @@ func TestForeignCgroupIsNeverTouched(t *testing.T) {
 	if _, err := d.Destroy(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if err := sleeper.Process.Signal(syscall.Signal(0)); err != nil {
-		t.Fatalf("destroy killed the foreign process: %v", err)
+	if !running(sleeper.Process.Pid) {
+		t.Fatal("destroy killed the foreign process")
 	}
 	if _, err := os.Stat(filepath.Join(bed.State, "domains", id)); !errors.Is(err, os.ErrNotExist) || slotHeld(id) {
 		t.Fatalf("failed create left its domain dir or uid slot: %v", err)
@@ -236,10 +288,12 @@ func TestDeepTreeIsDestroyed(t *testing.T) {
 	if out := string(r.Output()); !strings.Contains(out, "nest=<nil>") {
 		t.Fatalf("worker could not nest: %s", out)
 	}
+	// Both under a descriptor limit of 1024, as a caller (or sudo's
+	// defaults) may leave it: far below the tree's depth.
 	before, _ := os.ReadDir(filepath.Join(bed.State, "checkpoints"))
-	_, err := d.Checkpoint(ctx, id)
-	if !errors.Is(err, protocol.E(protocol.CodeCheckpointTooLarge)) {
-		t.Fatalf("checkpoint of a 21,000-deep tree: %v, want checkpoint_too_large", err)
+	resp := launcherWithNOFILE(t, 1024, lifecycleReq("checkpoint", id))
+	if resp == nil || resp.Type != protocol.TypeError || resp.Error.Code != protocol.CodeCheckpointTooLarge {
+		t.Fatalf("checkpoint of a 21,000-deep tree: %+v, want checkpoint_too_large", resp)
 	}
 	after, _ := os.ReadDir(filepath.Join(bed.State, "checkpoints"))
 	if len(after) != len(before) {
@@ -248,8 +302,8 @@ func TestDeepTreeIsDestroyed(t *testing.T) {
 	if st, err := d.Inspect(ctx, id); err != nil || st.Frozen || st.Processes == 0 {
 		t.Fatalf("domain after refused checkpoint: %+v %v", st, err)
 	}
-	if st, err := d.Destroy(ctx, id); err != nil || !st.Destroyed {
-		t.Fatalf("destroy of a 21,000-deep upper layer: %+v %v", st, err)
+	if resp := launcherWithNOFILE(t, 1024, lifecycleReq("destroy", id)); resp == nil || resp.Type != protocol.TypeDomain || !resp.Domain.Destroyed {
+		t.Fatalf("destroy of a 21,000-deep upper layer: %+v", resp)
 	}
 	_, _ = r.Wait()
 	assertNoTrace(t, id)
