@@ -26,10 +26,6 @@ const OutputPath = "launcher/internal/floor/floor_gen.go"
 // just because it is new, and libc falls back from ENOSYS.
 const ReviewedThrough = 466
 
-// maxSyscall bounds the scan of libseccomp's syscall table; the highest
-// x86_64 number is in the 400s and the x32 range is never native.
-const maxSyscall = 1024
-
 // Generate compiles the floor profile and renders floor_gen.go.
 func Generate(profile []byte) ([]byte, error) {
 	p, err := seccomp.Parse(profile)
@@ -74,24 +70,14 @@ func Generate(profile []byte) ([]byte, error) {
 	fmt.Fprintf(&b, "// ProgramSHA256 is the SHA-256 of the raw little-endian sock_filter array\n// Program returns.\nconst ProgramSHA256 = %q\n\n", prog.SHA256)
 	fmt.Fprintf(&b, "// ProfileSHA256 is the SHA-256 of the floor profile the program was compiled from.\nconst ProfileSHA256 = %q\n\n", hex.EncodeToString(profSum[:]))
 	fmt.Fprintf(&b, "// Libseccomp is the libseccomp version that compiled the program.\nconst Libseccomp = %q\n\n", prog.Libseccomp)
-	fmt.Fprintf(&b, "// Arch is the libseccomp architecture the program and SyscallName are for.\nconst Arch = %q\n\n", native.String())
+	fmt.Fprintf(&b, "// Arch is the libseccomp architecture the program is for.\nconst Arch = %q\n\n", native.String())
 	fmt.Fprintf(&b, "// ProgramLen is the number of instructions in Program.\nconst ProgramLen = %d\n\n", prog.Count)
 	b.WriteString("// Program returns a fresh copy of the floor filter on every call, so that no\n// caller can alter what the next one installs.\n")
 	b.WriteString("func Program() []unix.SockFilter {\n\treturn []unix.SockFilter{\n")
 	for _, in := range prog.Instructions {
 		fmt.Fprintf(&b, "\t\t{Code: %#04x, Jt: %d, Jf: %d, K: %#08x},\n", in.Code, in.Jt, in.Jf, in.K)
 	}
-	b.WriteString("\t}\n}\n\n")
-	b.WriteString("// SyscallName names a native system call number as libseccomp does, or\n// returns \"\" for a number libseccomp does not know.\n")
-	b.WriteString("func SyscallName(nr uint32) string {\n\tswitch nr {\n")
-	for nr := 0; nr < maxSyscall; nr++ {
-		name, err := libseccomp.ScmpSyscall(nr).GetNameByArch(native)
-		if err != nil || name == "" {
-			continue
-		}
-		fmt.Fprintf(&b, "\tcase %d:\n\t\treturn %q\n", nr, name)
-	}
-	b.WriteString("\t}\n\treturn \"\"\n}\n")
+	b.WriteString("\t}\n}\n")
 	return format.Source(b.Bytes())
 }
 
