@@ -31,6 +31,73 @@ func (l *launcher) openCgroupParent() (int, error) {
 	return fd, nil
 }
 
+// cgroupRecord, in the domain's root-owned directory, names the cgroup this
+// launcher made for the domain by its inode, which on cgroup v2 is the
+// cgroup's 64-bit id and never reused while the host runs.
+const cgroupRecord = "cgroup"
+
+// makeCgroup creates the domain's cgroup and records it. A cgroup of that
+// name that already exists was not made for this domain (its directory
+// did not exist a moment ago), so it is refused, never adopted.
+func makeCgroup(parent, domfd int, id string) (int, error) {
+	if err := unix.Mkdirat(parent, id, 0o755); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return -1, protocol.E(protocol.CodeCgroupForeign)
+		}
+		return -1, protocol.Errorf(protocol.CodeCgroupFailed, "mkdir cgroup: %w", err)
+	}
+	cg, err := openDirBeneath(parent, id)
+	var st unix.Stat_t
+	if err == nil {
+		if err = unix.Fstat(cg, &st); err == nil {
+			err = writeFileAt(domfd, cgroupRecord, []byte(strconv.FormatUint(st.Ino, 10)), 0o600)
+		}
+	}
+	if err != nil {
+		// Unrecorded, it would never be removed: take it back now, while
+		// it is certainly empty and ours.
+		closeAll(cg)
+		_ = unix.Unlinkat(parent, id, unix.AT_REMOVEDIR)
+		return -1, protocol.Errorf(protocol.CodeCgroupFailed, "record cgroup: %w", err)
+	}
+	return cg, nil
+}
+
+// ownCgroup opens the cgroup the domain's record names, or returns -1 when
+// the domain has none: no record (nothing was made), or no cgroup of that
+// name, or one with another id (someone else's, never to be frozen, killed
+// or removed by us).
+func ownCgroup(parent, domfd int, id string) (int, error) {
+	rec, err := readFileAt(domfd, cgroupRecord, 32)
+	if errors.Is(err, unix.ENOENT) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, protocol.Errorf(protocol.CodeLauncherFailed, "cgroup record: %w", err)
+	}
+	want, err := strconv.ParseUint(string(rec), 10, 64)
+	if err != nil {
+		return -1, protocol.Errorf(protocol.CodeLauncherFailed, "cgroup record: %w", err)
+	}
+	cg, err := openDirBeneath(parent, id)
+	if errors.Is(err, unix.ENOENT) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, protocol.Errorf(protocol.CodeCgroupFailed, "open cgroup: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(cg, &st); err != nil {
+		unix.Close(cg)
+		return -1, protocol.Errorf(protocol.CodeCgroupFailed, "stat cgroup: %w", err)
+	}
+	if st.Ino != want {
+		unix.Close(cg)
+		return -1, nil
+	}
+	return cg, nil
+}
+
 func cgRead(fd int, name string) (string, error) {
 	b, err := readFileAt(fd, name, 64<<10)
 	return string(b), err

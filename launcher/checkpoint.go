@@ -24,6 +24,9 @@ const opaqueXattr = "user.overlay.opaque"
 
 const paxOpaque = "SCHILY.xattr." + opaqueXattr
 
+// paxAllowed are the PAX records archive/tar writes for our entries.
+var paxAllowed = map[string]bool{"path": true, "linkpath": true, "size": true, "uid": true, "gid": true, "mtime": true, paxOpaque: true}
+
 // checkpoint freezes the domain, archives its upper layer into the
 // checkpoint store under its SHA-256, and thaws it again (unless it was
 // already frozen).
@@ -40,8 +43,15 @@ func (l *launcher) checkpoint() error {
 	if err != nil {
 		return protocol.Errorf(protocol.CodeDomainNotFound, "meta: %w", err)
 	}
+	// Only a frozen domain is archived: if its state cannot be read, or the
+	// freeze not proven, nothing is. Without a cgroup the domain has no
+	// process that could change its upper layer.
 	if cg >= 0 {
-		if st, err := readCgState(cg); err == nil && !st.frozen {
+		st, err := readCgState(cg)
+		if err != nil {
+			return protocol.Errorf(protocol.CodeCgroupFailed, "cgroup state: %w", err)
+		}
+		if !st.frozen {
 			if err := freezeCg(cg, true, l.deadline); err != nil {
 				return err
 			}
@@ -67,6 +77,19 @@ func (l *launcher) checkpoint() error {
 // mtimes in whole seconds, no user or group names. Whiteouts (0/0 character
 // devices) and opaque markers are kept, so a restore reproduces deletions.
 func (l *launcher) archive(upper int, base uint32) (*protocol.CheckpointResult, error) {
+	// The store's lock makes its total and this archive one decision: two
+	// checkpoints can never each see room for itself alone.
+	if err := lockDomain(l.state.checkpoints, l.deadline); err != nil {
+		return nil, err
+	}
+	used, err := storeBytes(l.state.checkpoints)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "checkpoint store: %w", err)
+	}
+	room := l.cfg.MaxCheckpointStoreBytes - used
+	if room <= 0 {
+		return nil, protocol.E(protocol.CodeCheckpointStoreFull)
+	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
 	tmp := ".tmp-" + hex.EncodeToString(nonce[:])
@@ -80,9 +103,9 @@ func (l *launcher) archive(upper int, base uint32) (*protocol.CheckpointResult, 
 		_ = unix.Unlinkat(l.state.checkpoints, tmp, 0)
 	}()
 	h := sha256.New()
-	cw := &countingWriter{w: io.MultiWriter(f, h), max: l.cfg.MaxCheckpointBytes}
+	cw := &countingWriter{w: io.MultiWriter(f, h), max: l.cfg.MaxCheckpointBytes, room: room}
 	a := &archiver{tw: tar.NewWriter(cw), base: base, size: l.cfg.UIDPool.Size, maxEntries: l.cfg.MaxCheckpointEntries}
-	if err := a.walk(upper, ""); err != nil {
+	if err := a.walk(upper, "", 0); err != nil {
 		return nil, err
 	}
 	if err := a.tw.Close(); err != nil {
@@ -106,7 +129,15 @@ type archiver struct {
 	maxEntries int
 }
 
-func (a *archiver) walk(dir int, prefix string) error {
+// maxArchiveDepth bounds how deep the archiver descends, and so the
+// descriptors it holds (one per level). A deeper upper layer is refused
+// with checkpoint_too_large rather than failing on the descriptor limit.
+const maxArchiveDepth = 256
+
+func (a *archiver) walk(dir int, prefix string, depth int) error {
+	if depth > maxArchiveDepth {
+		return protocol.Errorf(protocol.CodeCheckpointTooLarge, "deeper than %d levels", maxArchiveDepth)
+	}
 	names, err := readNames(dir)
 	if err != nil {
 		return protocol.Errorf(protocol.CodeLauncherFailed, "read upper: %w", err)
@@ -116,14 +147,14 @@ func (a *archiver) walk(dir int, prefix string) error {
 		if a.entries++; a.entries > a.maxEntries {
 			return protocol.E(protocol.CodeCheckpointTooLarge)
 		}
-		if err := a.entry(dir, name, prefix+name); err != nil {
+		if err := a.entry(dir, name, prefix+name, depth); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (a *archiver) entry(dir int, name, full string) error {
+func (a *archiver) entry(dir int, name, full string, depth int) error {
 	var st unix.Stat_t
 	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return protocol.Errorf(protocol.CodeLauncherFailed, "stat: %w", err)
@@ -147,7 +178,7 @@ func (a *archiver) entry(dir int, name, full string) error {
 		if err := a.tw.WriteHeader(hdr); err != nil {
 			return checkpointWriteError(err)
 		}
-		return a.walk(sub, full+"/")
+		return a.walk(sub, full+"/", depth+1)
 	case unix.S_IFREG:
 		// O_NONBLOCK and the re-check: what we open must still be the
 		// regular file we stat'ed, never a fifo swapped in to hang us.
@@ -205,16 +236,22 @@ func (a *archiver) inDomain(id uint32) int {
 }
 
 type countingWriter struct {
-	w   io.Writer
-	n   int64
-	max int64
+	w         io.Writer
+	n         int64
+	max, room int64
 }
 
-var errCheckpointTooLarge = errors.New("checkpoint too large")
+var (
+	errCheckpointTooLarge = errors.New("checkpoint too large")
+	errStoreFull          = errors.New("checkpoint store full")
+)
 
 func (c *countingWriter) Write(p []byte) (int, error) {
-	if c.n+int64(len(p)) > c.max {
+	switch n := c.n + int64(len(p)); {
+	case n > c.max:
 		return 0, errCheckpointTooLarge
+	case n > c.room:
+		return 0, errStoreFull
 	}
 	n, err := c.w.Write(p)
 	c.n += int64(n)
@@ -222,10 +259,30 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 func checkpointWriteError(err error) error {
-	if errors.Is(err, errCheckpointTooLarge) {
+	switch {
+	case errors.Is(err, errCheckpointTooLarge):
 		return protocol.E(protocol.CodeCheckpointTooLarge)
+	case errors.Is(err, errStoreFull):
+		return protocol.E(protocol.CodeCheckpointStoreFull)
 	}
 	return protocol.Errorf(protocol.CodeLauncherFailed, "write checkpoint: %w", err)
+}
+
+// storeBytes is the total size of the checkpoint store, every file in it.
+func storeBytes(dir int) (int64, error) {
+	names, err := readNames(dir)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, n := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(dir, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil && !errors.Is(err, unix.ENOENT) {
+			return 0, err
+		}
+		total += st.Size
+	}
+	return total, nil
 }
 
 // openCheckpoint opens a stored checkpoint and proves its content matches
@@ -266,7 +323,7 @@ func (l *launcher) extract(f *os.File, upper int, base uint32) (int, error) {
 		t    time.Time
 	}
 	var dirs []dirTime
-	entries := 0
+	entries, data := 0, int64(0)
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -282,9 +339,17 @@ func (l *launcher) extract(f *os.File, upper int, base uint32) (int, error) {
 		if name == "" || path.IsAbs(name) || path.Clean(name) != name || name == ".." || strings.HasPrefix(name, "../") || strings.Contains(name, "/../") {
 			return unsafeEntry("entry name")
 		}
+		// Only the records our archiver writes: anything else (a GNU sparse
+		// map that would expand a tiny archive into gigabytes, another
+		// xattr) is refused.
 		for k := range hdr.PAXRecords {
-			if strings.HasPrefix(k, "SCHILY.xattr.") && k != paxOpaque {
-				return unsafeEntry("extended attribute")
+			if !paxAllowed[k] {
+				return unsafeEntry("PAX record")
+			}
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			if data += hdr.Size; hdr.Size < 0 || data > l.cfg.MaxCheckpointBytes {
+				return 0, protocol.E(protocol.CodeCheckpointTooLarge)
 			}
 		}
 		if hdr.Uid < 0 || hdr.Gid < 0 || uint64(hdr.Uid) >= uint64(l.cfg.UIDPool.Size) || uint64(hdr.Gid) >= uint64(l.cfg.UIDPool.Size) {

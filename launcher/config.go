@@ -51,6 +51,9 @@ type config struct {
 	EnvAllowlist         []string `json:"env_allowlist"`
 	MaxCheckpointBytes   int64    `json:"max_checkpoint_bytes"`
 	MaxCheckpointEntries int      `json:"max_checkpoint_entries"`
+	// MaxCheckpointStoreBytes caps the whole checkpoint store; 0 means
+	// 16 times max_checkpoint_bytes.
+	MaxCheckpointStoreBytes int64 `json:"max_checkpoint_store_bytes,omitempty"`
 }
 
 func loadConfig() (*config, error) {
@@ -113,8 +116,11 @@ func (c *config) validate() error {
 	if exceeds(c.Defaults, c.Max) != "" {
 		return bad("a default limit exceeds its max")
 	}
-	if c.MaxCheckpointBytes <= 0 || c.MaxCheckpointEntries <= 0 {
-		return bad("checkpoint caps must be positive")
+	if c.MaxCheckpointBytes <= 0 || c.MaxCheckpointEntries <= 0 || c.MaxCheckpointStoreBytes < 0 || c.MaxCheckpointBytes > 1<<40 {
+		return bad("checkpoint caps must be positive and at most 1 TiB")
+	}
+	if c.MaxCheckpointStoreBytes == 0 {
+		c.MaxCheckpointStoreBytes = 16 * c.MaxCheckpointBytes
 	}
 	for _, k := range c.EnvAllowlist {
 		if k == "" || strings.ContainsAny(k, "= \x00") {

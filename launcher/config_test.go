@@ -76,6 +76,9 @@ func TestConfigValidation(t *testing.T) {
 		{"default above max", mutate(func(m map[string]any) { m["defaults"].(map[string]any)["pids"] = 3 }), 0o644, false},
 		{"env with equals", mutate(func(m map[string]any) { m["env_allowlist"] = []string{"A=B"} }), 0o644, false},
 		{"state root world writable", mutate(func(m map[string]any) { m["state_root"] = "/tmp" }), 0o644, false},
+		{"store cap set", mutate(func(m map[string]any) { m["max_checkpoint_store_bytes"] = 10 }), 0o644, true},
+		{"store cap negative", mutate(func(m map[string]any) { m["max_checkpoint_store_bytes"] = -1 }), 0o644, false},
+		{"checkpoint cap above 1 TiB", mutate(func(m map[string]any) { m["max_checkpoint_bytes"] = int64(1)<<40 + 1 }), 0o644, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

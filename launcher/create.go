@@ -84,7 +84,7 @@ func (l *launcher) create() error {
 	run := &domainRun{domfd: -1, cgfd: -1, listener: -1}
 	if err := l.build(run, r, lim, env, profile, notify, rootfs, lower, sock, ckpt, digest); err != nil {
 		run.release() // drops the domain lock, so destroy can take it
-		_, _ = l.destroyDomain(r.DomainID, time.Now().Add(actionDeadline))
+		_, _ = l.destroyDomain(r.DomainID, time.Now().Add(actionDeadline), nil)
 		return err
 	}
 	return l.monitor(run)
@@ -180,11 +180,8 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 		return err
 	}
 	defer unix.Close(parent)
-	if err := unix.Mkdirat(parent, r.DomainID, 0o755); err != nil {
-		return protocol.Errorf(protocol.CodeCgroupFailed, "mkdir cgroup: %w", err)
-	}
-	if run.cgfd, err = openDirBeneath(parent, r.DomainID); err != nil {
-		return protocol.Errorf(protocol.CodeCgroupFailed, "open cgroup: %w", err)
+	if run.cgfd, err = makeCgroup(parent, domfd, r.DomainID); err != nil { // hook: launcher-lifecycle (cgroup.go)
+		return err
 	}
 	limits := applyLimits(parent, run.cgfd, lim)
 

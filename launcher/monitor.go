@@ -80,7 +80,13 @@ func (l *launcher) monitor(run *domainRun) error {
 	}
 	ex.PeakMemory = memoryPeak(run.cgfd)
 	if run.meta.OneShot {
-		existed, err := l.destroyDomain(l.req.DomainID, time.Now().Add(actionDeadline))
+		// Bound to the directory this create made: if a destroy and a new
+		// create of the same id came first, that domain is not ours.
+		var st unix.Stat_t
+		existed, err := false, unix.Fstat(run.domfd, &st)
+		if err == nil {
+			existed, err = l.destroyDomain(l.req.DomainID, time.Now().Add(actionDeadline), &st)
+		}
 		ex.Destroyed = existed && err == nil
 	}
 	l.out.send(&protocol.LauncherResponse{Type: protocol.TypeExited, Exited: ex})

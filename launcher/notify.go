@@ -9,7 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/autonomic-kernel/autonomic/launcher/internal/floor"
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
@@ -38,8 +37,9 @@ type seccompNotifResp struct {
 const violationBudget = 64
 
 // watchNotifications answers every notified syscall with EPERM and reports
-// it. It reads only the notification's registers: pointers in the
-// arguments belong to the worker and are never dereferenced.
+// it by number (the kernel names it). It reads only the notification's
+// registers: pointers in the arguments belong to the worker and are never
+// dereferenced.
 func watchNotifications(listener int, stop <-chan struct{}, out *frameWriter) {
 	defer unix.Close(listener)
 	windowStart, sent := time.Now(), 0
@@ -92,7 +92,7 @@ func watchNotifications(listener int, stop <-chan struct{}, out *frameWriter) {
 		var ts unix.Timespec
 		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 		v := &protocol.Violation{
-			Syscall: floor.SyscallName(uint32(req.Nr)), Nr: req.Nr, Args: req.Args[:], PID: inDomain, HostPID: int32(req.PID),
+			Nr: req.Nr, Args: req.Args[:], PID: inDomain, HostPID: int32(req.PID),
 			MonotonicNs: ts.Nano(), Count: 1,
 		}
 		if sent < violationBudget {

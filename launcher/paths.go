@@ -59,51 +59,6 @@ func openRoot(path string) (int, error) {
 	return fd, nil
 }
 
-// removeBeneath deletes name under dirfd recursively without following any
-// symlink: the tree may hold whatever a hostile worker wrote into its upper
-// layer, including symlinks pointing at host paths.
-func removeBeneath(dirfd int, name string) error {
-	err := unix.Unlinkat(dirfd, name, 0)
-	if err == nil || errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
-		return err
-	}
-	fd, err := openBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		return err
-	}
-	// Overlay's work dir leaves mode-000 directories; we are root, but the
-	// explicit chmod keeps this correct if CAP_DAC_OVERRIDE is ever dropped.
-	_ = unix.Fchmod(fd, 0o700)
-	for {
-		names, err := readNames(fd)
-		if err != nil {
-			unix.Close(fd)
-			return err
-		}
-		if len(names) == 0 {
-			break
-		}
-		for _, n := range names {
-			if err := removeBeneath(fd, n); err != nil {
-				unix.Close(fd)
-				return err
-			}
-		}
-	}
-	unix.Close(fd)
-	err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	return err
-}
-
 // readNames lists a directory through its descriptor.
 func readNames(fd int) ([]string, error) {
 	dup, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

@@ -73,13 +73,38 @@ func (l *launcher) preflight() error {
 	if !rep.SeccompUserNotif {
 		problem("no seccomp user notification: NOTIFY rules must be compiled to KILL_PROCESS")
 	}
+	// What is cheap to try is tried; the rest is known by the release that
+	// brought it. The product's floor is Linux 5.19 (README).
+	feature := func(name string, required, ok bool, detail string) {
+		rep.Features = append(rep.Features, protocol.Feature{Name: name, OK: ok, Required: required, Detail: detail})
+		if required && !ok {
+			problem("missing host feature " + name + " (" + detail + ")")
+		}
+	}
+	userns, _ := os.ReadFile("/proc/sys/user/max_user_namespaces")
+	feature("namespaces", true, len(rep.Namespaces) == 7, "user, mnt, pid, net, ipc, uts and cgroup")
+	feature("user_namespaces_enabled", true, strings.TrimSpace(string(userns)) != "0", "user.max_user_namespaces above 0")
+	feature("cgroup_v2", true, rep.CgroupV2, "cgroup_parent on cgroup v2")
+	feature("cgroup_freeze", true, rep.CgroupFreeze, "Linux 5.2")
+	feature("cgroup_kill", true, rep.CgroupKill, "Linux 5.14")
+	feature("clone_into_cgroup", true, at(5, 7), "Linux 5.7")
+	feature("openat2", true, tryOpenat2(), "Linux 5.6")
+	feature("close_range_cloexec", true, at(5, 11), "Linux 5.11")
+	feature("mount_api", true, at(5, 2), "open_tree, move_mount: Linux 5.2")
+	feature("idmapped_mounts", true, at(5, 12), "mount_setattr: Linux 5.12")
+	feature("overlay_in_userns", true, rep.OverlayInUserns, "Linux 5.11")
+	feature("overlay_over_idmapped_layers", true, rep.IdmappedMounts, "Linux 5.19")
+	feature("seccomp_user_notif", true, rep.SeccompUserNotif, "Linux 5.0")
+	feature("seccomp_wait_killable_recv", true, at(5, 19), "Linux 5.19")
+	feature("pidfd_open", true, tryPidfd(), "Linux 5.3; the broker's peer binding")
+	feature("so_peerpidfd", false, trySOPeerPidfd(), "Linux 6.5; without it the broker binds peers through pidfd_open")
 	if fd, digest, err := l.openRootfs(); err == nil {
 		unix.Close(fd)
 		rep.RootfsDigest = digest
 		rep.RootfsMatches = digest == l.cfg.RootfsManifestSHA256
 	}
 	if !rep.RootfsMatches {
-		problem("rootfs manifest digest differs from the configured one")
+		problem("rootfs manifest digest differs from the configured one, or the tree from its manifest")
 	}
 	if f, err := os.Open("/proc/self/exe"); err == nil {
 		h := sha256.New()
@@ -96,6 +121,11 @@ func (l *launcher) preflight() error {
 	if len(rep.Namespaces) < 7 || !rep.CgroupV2 || !rep.CgroupFreeze || !rep.CgroupKill || !rep.OverlayInUserns || !rep.IdmappedMounts || !rep.RootfsMatches {
 		rep.Verdict = "refused"
 	}
+	for _, f := range rep.Features {
+		if f.Required && !f.OK {
+			rep.Verdict = "refused"
+		}
+	}
 	l.out.send(&protocol.LauncherResponse{Type: protocol.TypePreflight, Preflight: rep})
 	return nil
 }
@@ -108,4 +138,31 @@ func kernelVersion(release string) (int, int) {
 	ma, _ := strconv.Atoi(parts[0])
 	mi, _ := strconv.Atoi(strings.TrimFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
 	return ma, mi
+}
+
+func tryOpenat2() bool {
+	fd, err := unix.Openat2(unix.AT_FDCWD, "/", &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	closeAll(fd)
+	return err == nil
+}
+
+func tryPidfd() bool {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	closeAll(fd)
+	return err == nil
+}
+
+// trySOPeerPidfd asks a connected socket pair for its peer's pidfd; older
+// kernels answer ENOPROTOOPT.
+func trySOPeerPidfd() bool {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer closeAll(fds[0], fds[1])
+	pidfd, err := unix.GetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+	if err == nil {
+		unix.Close(pidfd)
+	}
+	return err == nil
 }

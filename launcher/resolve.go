@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -55,15 +57,23 @@ func (l *launcher) workerEnv() ([]string, error) {
 // biggest single cost, so the digest is cached in root-owned state, keyed by
 // everything that changes when the file does (device, inode, size, mtime,
 // ctime); the rootfs is root-owned, so only root could forge a match.
+//
+// The manifest names every file's digest, owner and mode, so the digest is
+// the tree's identity only once the tree is proven to match it: the
+// configured rootfs is verified in full the first time it is used in each
+// boot (verifyRootfs), and refused with rootfs_mismatch if it differs.
 func (l *launcher) openRootfs() (int, string, error) {
 	fd, err := openRoot(l.cfg.Rootfs)
 	if err != nil {
 		return -1, "", err
 	}
 	digest, err := l.manifestDigest(fd)
+	if err == nil && digest == l.cfg.RootfsManifestSHA256 {
+		err = l.verifyRootfs(fd, digest)
+	}
 	if err != nil {
 		unix.Close(fd)
-		return -1, "", protocol.Errorf(protocol.CodeRootfsMismatch, "manifest: %w", err)
+		return -1, "", protocol.Errorf(protocol.CodeRootfsMismatch, "rootfs: %w", err)
 	}
 	return fd, digest, nil
 }
@@ -145,4 +155,154 @@ func (l *launcher) openBrokerSocket(id string) (int, error) {
 		return -1, protocol.Errorf(protocol.CodePathUnsafe, "broker socket is not a socket")
 	}
 	return fd, nil
+}
+
+// manifestEntry is one path of a rootfs manifest (rootfs-builder's format 1).
+type manifestEntry struct {
+	Path   string `json:"path"`
+	Type   string `json:"type"`
+	Mode   string `json:"mode"`
+	UID    uint32 `json:"uid"`
+	GID    uint32 `json:"gid"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	Target string `json:"target"`
+}
+
+// verifiedRecord remembers, in root-owned state, which rootfs directory was
+// proven to match which manifest in which boot.
+type verifiedRecord struct {
+	BootID   string `json:"boot_id"`
+	Digest   string `json:"digest"`
+	Dev, Ino uint64
+}
+
+const verifiedName = "rootfs-verified.json"
+
+// verifyRootfs proves the tree under rootfs is exactly what its manifest
+// lists: no path missing or extra, and each one's type, mode (never set-id),
+// owner, size and content (or symlink target) as listed. A full check hashes
+// every file, so it runs once per rootfs directory per boot; a copy, a new
+// rootfs or a reboot checks again. Changing a verified tree in place takes
+// root, and is caught at the next boot.
+func (l *launcher) verifyRootfs(rootfs int, digest string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(rootfs, &st); err != nil {
+		return err
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return err
+	}
+	want := verifiedRecord{BootID: strings.TrimSpace(string(boot)), Digest: digest, Dev: st.Dev, Ino: st.Ino}
+	if b, err := readFileAt(l.state.root, verifiedName, 4096); err == nil {
+		var got verifiedRecord
+		if json.Unmarshal(b, &got) == nil && got == want {
+			return nil
+		}
+	}
+	mb, err := readFileAt(rootfs, "manifest.json", 256<<20)
+	if err != nil {
+		return err
+	}
+	if sum := sha256.Sum256(mb); hex.EncodeToString(sum[:]) != digest {
+		return errors.New("manifest changed while verifying")
+	}
+	var m struct {
+		Format  int             `json:"format"`
+		Entries []manifestEntry `json:"entries"`
+	}
+	if err := json.Unmarshal(mb, &m); err != nil || m.Format != 1 {
+		return errors.New("manifest is not format 1")
+	}
+	entries := make(map[string]manifestEntry, len(m.Entries))
+	for _, e := range m.Entries {
+		entries[e.Path] = e
+	}
+	v := &treeCheck{entries: entries}
+	if err := v.check(rootfs, "", "/", 0); err != nil {
+		return err
+	}
+	if v.seen != len(entries) {
+		return errors.New("a path the manifest lists is missing")
+	}
+	if b, err := json.Marshal(want); err == nil {
+		tmp := verifiedName + ".tmp"
+		_ = unix.Unlinkat(l.state.root, tmp, 0)
+		if writeFileAt(l.state.root, tmp, b, 0o600) == nil {
+			_ = unix.Renameat(l.state.root, tmp, l.state.root, verifiedName)
+		}
+	}
+	return nil
+}
+
+type treeCheck struct {
+	entries map[string]manifestEntry
+	seen    int
+}
+
+// check compares name under dir (the rootfs itself when name is "") with
+// its manifest entry, and recurses into directories. The rootfs is
+// root-owned and shallow; the depth bound only keeps a broken one finite.
+func (v *treeCheck) check(dir int, name, p string, depth int) error {
+	e, ok := v.entries[p]
+	if !ok {
+		return errors.New("a path the manifest does not list")
+	}
+	v.seen++
+	var st unix.Stat_t
+	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW|unix.AT_EMPTY_PATH); err != nil {
+		return err
+	}
+	types := map[uint32]string{unix.S_IFDIR: "dir", unix.S_IFREG: "file", unix.S_IFLNK: "symlink"}
+	mode := fmt.Sprintf("%04o", st.Mode&0o1777)
+	if types[st.Mode&unix.S_IFMT] != e.Type || mode != e.Mode || st.Mode&0o6000 != 0 || st.Uid != e.UID || st.Gid != e.GID {
+		return errors.New("a path's type, mode or owner differs from the manifest")
+	}
+	switch e.Type {
+	case "symlink":
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(dir, name, buf)
+		if err != nil || string(buf[:n]) != e.Target {
+			return errors.New("a symlink's target differs from the manifest")
+		}
+		return nil
+	case "file":
+		fd, err := openBeneath(dir, name, unix.O_RDONLY|unix.O_NONBLOCK)
+		if err != nil {
+			return err
+		}
+		f := os.NewFile(uintptr(fd), name)
+		defer f.Close()
+		h := sha256.New()
+		n, err := io.Copy(h, f)
+		if err != nil || n != e.Size || hex.EncodeToString(h.Sum(nil)) != e.SHA256 {
+			return errors.New("a file's content differs from the manifest")
+		}
+		return nil
+	}
+	if depth > 64 {
+		return errors.New("rootfs deeper than 64 levels")
+	}
+	sub := dir
+	if name != "" {
+		var err error
+		if sub, err = openDirBeneath(dir, name); err != nil {
+			return err
+		}
+		defer unix.Close(sub)
+	}
+	names, err := readNames(sub)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if p == "/" && n == "manifest.json" {
+			continue
+		}
+		if err := v.check(sub, n, strings.TrimSuffix(p, "/")+"/"+n, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
 }

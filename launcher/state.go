@@ -96,22 +96,28 @@ func (l *launcher) allocSlot(id string) (uint32, error) {
 	return 0, protocol.E(protocol.CodeUIDPoolExhausted)
 }
 
-// releaseSlot frees slot only if id still owns it.
-func (l *launcher) releaseSlot(id string, slot uint32) {
-	name := strconv.FormatUint(uint64(slot), 10)
+// releaseSlotsOf frees every slot id owns. It reads every slot rather than
+// trusting meta.json, which a create that died early never wrote; a slot
+// it cannot read stops it, so a failure leaks a slot and never frees one
+// that is in use.
+func (l *launcher) releaseSlotsOf(id string) error {
 	buf := make([]byte, 128)
-	n, err := unix.Readlinkat(l.state.slots, name, buf)
-	if err == nil && string(buf[:n]) == id {
-		_ = unix.Unlinkat(l.state.slots, name, 0)
-	}
-}
-
-// releaseSlotsOf frees every slot id owns; used when meta.json never got
-// written (a create that died early).
-func (l *launcher) releaseSlotsOf(id string) {
 	for i := uint32(0); i < l.cfg.UIDPool.Count; i++ {
-		l.releaseSlot(id, i)
+		name := strconv.FormatUint(uint64(i), 10)
+		n, err := unix.Readlinkat(l.state.slots, name, buf)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if string(buf[:n]) == id {
+			if err := unix.Unlinkat(l.state.slots, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+				return err
+			}
+		}
 	}
+	return nil
 }
 
 func (l *launcher) uidBase(slot uint32) uint32 {

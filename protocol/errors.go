@@ -73,6 +73,9 @@ const (
 	CodeKillTimeout        Code = "kill_timeout"
 	CodeLauncherFailed     Code = "launcher_failed"
 
+	CodeCgroupForeign       Code = "cgroup_foreign"
+	CodeCheckpointStoreFull Code = "checkpoint_store_full"
+
 	// Authority and effects (broker, store).
 	CodeAuthorityUnavailable  Code = "authority_unavailable"
 	CodeStaleRequestEpoch     Code = "stale_request_epoch"
@@ -126,7 +129,7 @@ var catalogue = map[Code]entry{
 	CodeCheckpointNotFound: {"no checkpoint with this digest exists", false},
 	CodeCheckpointCorrupt:  {"checkpoint content does not match its digest", false},
 	CodeCheckpointUnsafe:   {"checkpoint archive contains a refused entry", false},
-	CodeCheckpointTooLarge: {"checkpoint exceeds the configured size or entry cap", false},
+	CodeCheckpointTooLarge: {"checkpoint exceeds the configured size, entry or depth cap", false},
 	CodeLimitExceeded:      {"requested limit exceeds the configured maximum", false},
 	CodeUIDPoolExhausted:   {"no free uid range is left in the pool", true},
 	CodeCgroupFailed:       {"cgroup operation failed", true},
@@ -138,6 +141,9 @@ var catalogue = map[Code]entry{
 	CodeFreezeTimeout:      {"cgroup did not reach the requested freeze state in time", true},
 	CodeKillTimeout:        {"cgroup was not empty before the deadline", true},
 	CodeLauncherFailed:     {"launcher failed for a reason outside the catalogue", false},
+
+	CodeCgroupForeign:       {"a cgroup of this name exists that the launcher did not make", false},
+	CodeCheckpointStoreFull: {"checkpoint store is at its configured total cap", false},
 
 	CodeAuthorityUnavailable:  {"the authority store is unreachable or the outcome is unknown", true},
 	CodeStaleRequestEpoch:     {"request epoch is not the episode's current epoch", false},

@@ -340,8 +340,19 @@ type PreflightReport struct {
 	RootfsMatches     bool     `json:"rootfs_matches"`
 	FloorSHA256       string   `json:"floor_sha256"`
 	LauncherSHA256    string   `json:"launcher_sha256"`
-	Verdict           string   `json:"verdict"` // "ok", "degraded" or "refused"
-	Problems          []string `json:"problems,omitempty"`
+	// Features lists every host feature the product uses, by name, each
+	// found or missing; a missing required one makes the verdict refused.
+	Features []Feature `json:"features,omitempty"`
+	Verdict  string    `json:"verdict"` // "ok", "degraded" or "refused"
+	Problems []string  `json:"problems,omitempty"`
+}
+
+// Feature is one host feature as preflight found it.
+type Feature struct {
+	Name     string `json:"name"`
+	OK       bool   `json:"ok"`
+	Required bool   `json:"required"`
+	Detail   string `json:"detail,omitempty"` // the kernel that brought it, or why it is missing
 }
 
 // Started says the worker runs, and how it is contained.

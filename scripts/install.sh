@@ -28,13 +28,14 @@ install -d -o autonomic -g autonomic -m 0755 /var/lib/autonomic/workspaces
 install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic/sockets
 
 # The worker rootfs (with the effect client): rebuilt into a fresh directory, kept only if its
-# identity (manifest digest) changed.
+# identity (manifest digest) changed. An installed tree is kept only if it verifies against its
+# manifest (every file's content, owner and mode), and whatever ends up installed is verified.
 rootfs=/var/lib/autonomic-rootfs/worker
 tmp=$(mktemp -d /var/lib/autonomic-rootfs/.build-XXXXXX)
 rmdir "$tmp"
 digest=$(bin/autonomic-rootfs build --quiet --spec rootfs-builder/specs/worker.json \
 	--add bin/autonomic-effect=/usr/local/bin/autonomic-effect --dest "$tmp")
-if [ -f "$rootfs/manifest.json" ] && [ "$(bin/autonomic-rootfs digest "$rootfs" 2>/dev/null)" = "$digest" ]; then
+if [ -f "$rootfs/manifest.json" ] && [ "$(bin/autonomic-rootfs verify "$rootfs" 2>/dev/null)" = "$digest" ]; then
 	rm -rf "$tmp"
 else
 	rm -rf "$rootfs.old"
@@ -43,6 +44,7 @@ else
 	rm -rf "$rootfs.old"
 fi
 chmod 0755 "$rootfs"
+[ "$(bin/autonomic-rootfs verify "$rootfs")" = "$digest" ] || { echo "install: $rootfs does not verify against its manifest" >&2; exit 1; }
 
 cgroup2=$(findmnt -n -t cgroup2 -o TARGET | head -n 1)
 [ -n "$cgroup2" ] || { echo "install: no cgroup v2 mount on this host" >&2; exit 1; }

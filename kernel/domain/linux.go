@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/seccomp"
 )
 
 // DefaultLauncherPath is where provisioning installs the launcher, and the
@@ -232,6 +233,8 @@ func (l *Linux) Create(ctx context.Context, spec Spec) (*Running, error) {
 			}
 			switch f.Type {
 			case protocol.TypeViolation:
+				// The launcher reports numbers; the name is ours to give.
+				f.Violation.Syscall = seccomp.SyscallName(f.Violation.Nr)
 				r.deliver(Event{Violation: f.Violation})
 			default:
 				// Anything else after started breaks the protocol: stop

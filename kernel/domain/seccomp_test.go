@@ -127,7 +127,7 @@ func TestFloorCannotBeWidened(t *testing.T) {
 					}
 				}
 			}
-			if lines < 36 {
+			if lines < 38 {
 				t.Errorf("only %d floor syscalls probed:\n%s", lines, out)
 			}
 			for _, want := range []string{"unshare-newuser=EPERM", "clone-newuser=EPERM", "fork=ok", "tiocsti=EPERM"} {
@@ -164,4 +164,36 @@ func TestViolationFloodIsCoalesced(t *testing.T) {
 		t.Errorf("%d violation frames for one flood: not coalesced", len(vs))
 	}
 	t.Logf("1000 attempts reported in %d frames", len(vs))
+}
+
+// TestFloorConfinesFamiliesPersonaAndNewerCalls: with no profile (and under
+// the widest one), a worker gets AF_UNIX, AF_INET and AF_INET6 sockets and
+// nothing else (AF_VSOCK is not network-namespaced; AF_NETLINK, AF_PACKET
+// reach host subsystems), only the personality query, and ENOSYS for every
+// syscall above the floor's reviewed range (open_tree_attr is 467).
+func TestFloorConfinesFamiliesPersonaAndNewerCalls(t *testing.T) {
+	want := map[string]string{
+		"family:unix": "ok", "family:inet": "ok", "family:inet6": "ok", "socketpair-netlink": "EAFNOSUPPORT",
+		"personality-query": "ok", "personality-norandom": "EPERM", "personality-linux": "EPERM",
+		"newer:467": "ENOSYS", "newer:468": "ENOSYS", "newer:469": "ENOSYS", "newer:470": "ENOSYS", "newer:511": "ENOSYS",
+	}
+	for _, fam := range []string{"unspec", "ax25", "ipx", "appletalk", "x25", "key", "netlink", "packet", "alg", "vsock", "xdp", "unix-highbits", "vsock-highbits"} {
+		want["family:"+fam] = "EAFNOSUPPORT"
+	}
+	for name, prog := range map[string][]byte{"none": nil, "allow-all": compileJSON(t, allowAll)} {
+		t.Run(name, func(t *testing.T) {
+			out, _, _ := runFiltered(t, prog, testbed.ProbePath, "families", "personality", "newer")
+			got := map[string]string{}
+			for _, line := range strings.Split(out, "\n") {
+				if k, v, ok := strings.Cut(line, "="); ok {
+					got[k] = v
+				}
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("%s = %q, want %s", k, got[k], v)
+				}
+			}
+		})
+	}
 }

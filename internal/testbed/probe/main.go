@@ -47,7 +47,7 @@ func floorCalls() map[string][6]uintptr {
 		"init_module": {bad, 0, bad}, "finit_module": {^uintptr(0), bad, 0}, "delete_module": {bad, 0},
 		"open_by_handle_at": {^uintptr(0), bad, 0}, "iopl": {0}, "ioperm": {0, 0, 0},
 		"reboot": {0, 0, 0, bad}, "swapon": {bad, 0}, "swapoff": {bad}, "syslog": {3, bad, 0},
-		"acct": {bad}, "quotactl": {0, bad, 0, bad},
+		"acct": {bad}, "quotactl": {0, bad, 0, bad}, "modify_ldt": {0, bad, 0}, "chroot": {bad},
 	}
 }
 
@@ -62,7 +62,17 @@ var floorNrs = map[string]uintptr{
 	"kexec_file_load": unix.SYS_KEXEC_FILE_LOAD, "init_module": unix.SYS_INIT_MODULE, "finit_module": unix.SYS_FINIT_MODULE,
 	"delete_module": unix.SYS_DELETE_MODULE, "open_by_handle_at": unix.SYS_OPEN_BY_HANDLE_AT, "iopl": unix.SYS_IOPL,
 	"ioperm": unix.SYS_IOPERM, "reboot": unix.SYS_REBOOT, "swapon": unix.SYS_SWAPON, "swapoff": unix.SYS_SWAPOFF,
-	"syslog": unix.SYS_SYSLOG, "acct": unix.SYS_ACCT, "quotactl": unix.SYS_QUOTACTL,
+	"syslog": unix.SYS_SYSLOG, "acct": unix.SYS_ACCT, "quotactl": unix.SYS_QUOTACTL, "modify_ldt": unix.SYS_MODIFY_LDT,
+	"chroot": unix.SYS_CHROOT,
+}
+
+// families are the socket families the probe tries; the floor leaves a
+// worker AF_UNIX, AF_INET and AF_INET6 only.
+var families = map[string]uintptr{
+	"unspec": unix.AF_UNSPEC, "unix": unix.AF_UNIX, "inet": unix.AF_INET, "ax25": unix.AF_AX25, "ipx": unix.AF_IPX,
+	"appletalk": unix.AF_APPLETALK, "x25": unix.AF_X25, "inet6": unix.AF_INET6, "key": unix.AF_KEY,
+	"netlink": unix.AF_NETLINK, "packet": unix.AF_PACKET, "alg": unix.AF_ALG, "vsock": unix.AF_VSOCK,
+	"xdp": unix.AF_XDP, "unix-highbits": 1<<32 | unix.AF_UNIX, "vsock-highbits": 1<<32 | unix.AF_VSOCK,
 }
 
 func main() {
@@ -83,6 +93,46 @@ func main() {
 				_, _, e := unix.RawSyscall6(floorNrs[name], args[0], args[1], args[2], args[3], args[4], args[5])
 				report("floor:"+name, e)
 			}
+		case "families":
+			// Raw socket(2), each family with SOCK_DGRAM (every family that
+			// exists accepts some type; the floor looks at the family only).
+			for name, fam := range families {
+				fd, _, e := unix.RawSyscall(unix.SYS_SOCKET, fam, unix.SOCK_DGRAM, 0)
+				if e == 0 {
+					unix.Close(int(fd))
+				}
+				report("family:"+name, e)
+			}
+			var sv [2]int32
+			_, _, e := unix.RawSyscall6(unix.SYS_SOCKETPAIR, unix.AF_NETLINK, unix.SOCK_DGRAM, 0, uintptr(unsafe.Pointer(&sv)), 0, 0)
+			report("socketpair-netlink", e)
+		case "newer":
+			// open_tree_attr (467, Linux 6.15) and the numbers after it: the
+			// floor was reviewed through 466 and answers ENOSYS above.
+			for _, nr := range []uintptr{467, 468, 469, 470, 511} {
+				_, _, e := unix.RawSyscall6(nr, ^uintptr(0), 0, 0, 0, 0, 0)
+				report(fmt.Sprintf("newer:%d", nr), e)
+			}
+		case "personality":
+			_, _, e := unix.RawSyscall(unix.SYS_PERSONALITY, 0xffffffff, 0, 0)
+			report("personality-query", e)
+			_, _, e = unix.RawSyscall(unix.SYS_PERSONALITY, 0x0040000, 0, 0) // ADDR_NO_RANDOMIZE
+			report("personality-norandom", e)
+			_, _, e = unix.RawSyscall(unix.SYS_PERSONALITY, 0, 0, 0)
+			report("personality-linux", e)
+		case "nest":
+			// 21,000 directories, each inside the last, in /workspace: deeper
+			// than any descriptor limit a walker holding one per level meets.
+			fd, err := unix.Open("/workspace", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			for i := 0; err == nil && i < 21000; i++ {
+				if err = unix.Mkdirat(fd, "d", 0o755); err == nil {
+					var next int
+					next, err = unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+					unix.Close(fd)
+					fd = next
+				}
+			}
+			fmt.Printf("nest=%v\n", err)
 		case "clone-newuser":
 			_, _, e := unix.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWUSER, 0, 0)
 			report("unshare-newuser", e)

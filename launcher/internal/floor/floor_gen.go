@@ -6,106 +6,140 @@ import "golang.org/x/sys/unix"
 
 // ProgramSHA256 is the SHA-256 of the raw little-endian sock_filter array
 // Program returns.
-const ProgramSHA256 = "f36ea795ab6f593ee542c219fc2db8df3f7e39877b791a2c80f251e47cde0494"
+const ProgramSHA256 = "4c1257df5b1bafb78e2473dfc0a6157e5721bbaadea3ae1032c48029d1cedd9c"
 
 // ProfileSHA256 is the SHA-256 of the floor profile the program was compiled from.
-const ProfileSHA256 = "f4afe336b05b08df78265d38823659bb9a77c0679d5890c2d39bf0e6f30c8c9a"
+const ProfileSHA256 = "a5b4cb0af22f49d9c8bb1f996a2721302709612e636ece998e03cef38f5444cd"
 
 // Libseccomp is the libseccomp version that compiled the program.
 const Libseccomp = "2.5.4"
 
-// Arch is the libseccomp architecture the program and SyscallName are for.
+// Arch is the libseccomp architecture the program is for.
 const Arch = "amd64"
 
 // ProgramLen is the number of instructions in Program.
-const ProgramLen = 92
+const ProgramLen = 126
 
 // Program returns a fresh copy of the floor filter on every call, so that no
 // caller can alter what the next one installs.
 func Program() []unix.SockFilter {
 	return []unix.SockFilter{
 		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000004},
-		{Code: 0x0015, Jt: 0, Jf: 89, K: 0xc000003e},
+		{Code: 0x0015, Jt: 0, Jf: 4, K: 0xc000003e},
+		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000000},
+		{Code: 0x0035, Jt: 2, Jf: 0, K: 0x40000000},
+		{Code: 0x0025, Jt: 0, Jf: 1, K: 0x000001d2},
+		{Code: 0x0006, Jt: 0, Jf: 0, K: 0x00050026},
+		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000004},
+		{Code: 0x0015, Jt: 0, Jf: 117, K: 0xc000003e},
 		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000000},
 		{Code: 0x0035, Jt: 0, Jf: 1, K: 0x40000000},
-		{Code: 0x0015, Jt: 0, Jf: 86, K: 0xffffffff},
+		{Code: 0x0015, Jt: 0, Jf: 114, K: 0xffffffff},
 		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000000},
 		{Code: 0x0025, Jt: 0, Jf: 40, K: 0x000000a8},
 		{Code: 0x0025, Jt: 0, Jf: 20, K: 0x00000137},
 		{Code: 0x0025, Jt: 0, Jf: 10, K: 0x000001ac},
 		{Code: 0x0025, Jt: 0, Jf: 5, K: 0x000001b0},
-		{Code: 0x0015, Jt: 79, Jf: 0, K: 0x000001bb},
-		{Code: 0x0015, Jt: 78, Jf: 0, K: 0x000001ba},
+		{Code: 0x0015, Jt: 107, Jf: 0, K: 0x000001bb},
+		{Code: 0x0015, Jt: 106, Jf: 0, K: 0x000001ba},
 		{Code: 0x0015, Jt: 0, Jf: 1, K: 0x000001b3},
 		{Code: 0x0006, Jt: 0, Jf: 0, K: 0x00050026},
-		{Code: 0x0015, Jt: 75, Jf: 74, K: 0x000001b1},
-		{Code: 0x0015, Jt: 74, Jf: 0, K: 0x000001b0},
-		{Code: 0x0015, Jt: 73, Jf: 0, K: 0x000001af},
-		{Code: 0x0015, Jt: 72, Jf: 0, K: 0x000001ae},
-		{Code: 0x0015, Jt: 71, Jf: 70, K: 0x000001ad},
+		{Code: 0x0015, Jt: 103, Jf: 102, K: 0x000001b1},
+		{Code: 0x0015, Jt: 102, Jf: 0, K: 0x000001b0},
+		{Code: 0x0015, Jt: 101, Jf: 0, K: 0x000001af},
+		{Code: 0x0015, Jt: 100, Jf: 0, K: 0x000001ae},
+		{Code: 0x0015, Jt: 99, Jf: 98, K: 0x000001ad},
 		{Code: 0x0025, Jt: 0, Jf: 4, K: 0x00000143},
-		{Code: 0x0015, Jt: 69, Jf: 0, K: 0x000001ac},
-		{Code: 0x0015, Jt: 68, Jf: 0, K: 0x000001ab},
-		{Code: 0x0015, Jt: 67, Jf: 0, K: 0x000001aa},
-		{Code: 0x0015, Jt: 66, Jf: 65, K: 0x000001a9},
-		{Code: 0x0015, Jt: 65, Jf: 0, K: 0x00000143},
-		{Code: 0x0015, Jt: 64, Jf: 0, K: 0x00000141},
-		{Code: 0x0015, Jt: 63, Jf: 0, K: 0x00000140},
-		{Code: 0x0015, Jt: 62, Jf: 61, K: 0x00000139},
+		{Code: 0x0015, Jt: 97, Jf: 0, K: 0x000001ac},
+		{Code: 0x0015, Jt: 96, Jf: 0, K: 0x000001ab},
+		{Code: 0x0015, Jt: 95, Jf: 0, K: 0x000001aa},
+		{Code: 0x0015, Jt: 94, Jf: 93, K: 0x000001a9},
+		{Code: 0x0015, Jt: 93, Jf: 0, K: 0x00000143},
+		{Code: 0x0015, Jt: 92, Jf: 0, K: 0x00000141},
+		{Code: 0x0015, Jt: 91, Jf: 0, K: 0x00000140},
+		{Code: 0x0015, Jt: 90, Jf: 89, K: 0x00000139},
 		{Code: 0x0025, Jt: 0, Jf: 9, K: 0x000000f8},
 		{Code: 0x0025, Jt: 0, Jf: 4, K: 0x0000012a},
-		{Code: 0x0015, Jt: 59, Jf: 0, K: 0x00000137},
-		{Code: 0x0015, Jt: 58, Jf: 0, K: 0x00000136},
-		{Code: 0x0015, Jt: 57, Jf: 0, K: 0x00000134},
-		{Code: 0x0015, Jt: 56, Jf: 55, K: 0x00000130},
-		{Code: 0x0015, Jt: 55, Jf: 0, K: 0x0000012a},
-		{Code: 0x0015, Jt: 54, Jf: 0, K: 0x00000110},
-		{Code: 0x0015, Jt: 53, Jf: 0, K: 0x000000fa},
-		{Code: 0x0015, Jt: 52, Jf: 51, K: 0x000000f9},
+		{Code: 0x0015, Jt: 87, Jf: 0, K: 0x00000137},
+		{Code: 0x0015, Jt: 86, Jf: 0, K: 0x00000136},
+		{Code: 0x0015, Jt: 85, Jf: 0, K: 0x00000134},
+		{Code: 0x0015, Jt: 84, Jf: 83, K: 0x00000130},
+		{Code: 0x0015, Jt: 83, Jf: 0, K: 0x0000012a},
+		{Code: 0x0015, Jt: 82, Jf: 0, K: 0x00000110},
+		{Code: 0x0015, Jt: 81, Jf: 0, K: 0x000000fa},
+		{Code: 0x0015, Jt: 80, Jf: 79, K: 0x000000f9},
 		{Code: 0x0025, Jt: 0, Jf: 4, K: 0x000000af},
-		{Code: 0x0015, Jt: 50, Jf: 0, K: 0x000000f8},
-		{Code: 0x0015, Jt: 49, Jf: 0, K: 0x000000f6},
-		{Code: 0x0015, Jt: 48, Jf: 0, K: 0x000000b3},
-		{Code: 0x0015, Jt: 47, Jf: 46, K: 0x000000b0},
-		{Code: 0x0015, Jt: 46, Jf: 0, K: 0x000000af},
-		{Code: 0x0015, Jt: 45, Jf: 0, K: 0x000000ad},
-		{Code: 0x0015, Jt: 44, Jf: 0, K: 0x000000ac},
-		{Code: 0x0015, Jt: 43, Jf: 42, K: 0x000000a9},
-		{Code: 0x0025, Jt: 0, Jf: 9, K: 0x00000038},
+		{Code: 0x0015, Jt: 78, Jf: 0, K: 0x000000f8},
+		{Code: 0x0015, Jt: 77, Jf: 0, K: 0x000000f6},
+		{Code: 0x0015, Jt: 76, Jf: 0, K: 0x000000b3},
+		{Code: 0x0015, Jt: 75, Jf: 74, K: 0x000000b0},
+		{Code: 0x0015, Jt: 74, Jf: 0, K: 0x000000af},
+		{Code: 0x0015, Jt: 73, Jf: 0, K: 0x000000ad},
+		{Code: 0x0015, Jt: 72, Jf: 0, K: 0x000000ac},
+		{Code: 0x0015, Jt: 71, Jf: 70, K: 0x000000a9},
+		{Code: 0x0025, Jt: 0, Jf: 9, K: 0x00000087},
 		{Code: 0x0025, Jt: 0, Jf: 4, K: 0x000000a3},
-		{Code: 0x0015, Jt: 40, Jf: 0, K: 0x000000a8},
-		{Code: 0x0015, Jt: 39, Jf: 0, K: 0x000000a7},
-		{Code: 0x0015, Jt: 38, Jf: 0, K: 0x000000a6},
-		{Code: 0x0015, Jt: 37, Jf: 36, K: 0x000000a5},
-		{Code: 0x0015, Jt: 36, Jf: 0, K: 0x000000a3},
-		{Code: 0x0015, Jt: 35, Jf: 0, K: 0x0000009b},
-		{Code: 0x0015, Jt: 34, Jf: 0, K: 0x00000067},
-		{Code: 0x0015, Jt: 33, Jf: 32, K: 0x00000065},
-		{Code: 0x0015, Jt: 0, Jf: 24, K: 0x00000038},
+		{Code: 0x0015, Jt: 68, Jf: 0, K: 0x000000a8},
+		{Code: 0x0015, Jt: 67, Jf: 0, K: 0x000000a7},
+		{Code: 0x0015, Jt: 66, Jf: 0, K: 0x000000a6},
+		{Code: 0x0015, Jt: 65, Jf: 64, K: 0x000000a5},
+		{Code: 0x0015, Jt: 64, Jf: 0, K: 0x000000a3},
+		{Code: 0x0015, Jt: 63, Jf: 0, K: 0x000000a1},
+		{Code: 0x0015, Jt: 62, Jf: 0, K: 0x0000009b},
+		{Code: 0x0015, Jt: 61, Jf: 60, K: 0x0000009a},
+		{Code: 0x0025, Jt: 0, Jf: 32, K: 0x00000035},
+		{Code: 0x0015, Jt: 0, Jf: 4, K: 0x00000087},
+		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000014},
+		{Code: 0x0015, Jt: 0, Jf: 57, K: 0x00000000},
+		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
+		{Code: 0x0015, Jt: 54, Jf: 55, K: 0xffffffff},
+		{Code: 0x0015, Jt: 54, Jf: 0, K: 0x00000067},
+		{Code: 0x0015, Jt: 53, Jf: 0, K: 0x00000065},
+		{Code: 0x0015, Jt: 0, Jf: 51, K: 0x00000038},
 		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000014},
 		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x00000000},
-		{Code: 0x0015, Jt: 0, Jf: 28, K: 0x00000000},
+		{Code: 0x0015, Jt: 0, Jf: 48, K: 0x00000000},
 		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
 		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x40000000},
-		{Code: 0x0015, Jt: 26, Jf: 0, K: 0x40000000},
+		{Code: 0x0015, Jt: 46, Jf: 0, K: 0x40000000},
 		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
 		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x20000000},
-		{Code: 0x0015, Jt: 23, Jf: 0, K: 0x20000000},
+		{Code: 0x0015, Jt: 43, Jf: 0, K: 0x20000000},
 		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
 		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x10000000},
-		{Code: 0x0015, Jt: 20, Jf: 0, K: 0x10000000},
+		{Code: 0x0015, Jt: 40, Jf: 0, K: 0x10000000},
 		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
 		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x08000000},
-		{Code: 0x0015, Jt: 17, Jf: 0, K: 0x08000000},
+		{Code: 0x0015, Jt: 37, Jf: 0, K: 0x08000000},
 		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
 		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x04000000},
-		{Code: 0x0015, Jt: 14, Jf: 0, K: 0x04000000},
+		{Code: 0x0015, Jt: 34, Jf: 0, K: 0x04000000},
 		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
 		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x02000000},
-		{Code: 0x0015, Jt: 11, Jf: 0, K: 0x02000000},
+		{Code: 0x0015, Jt: 31, Jf: 0, K: 0x02000000},
 		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
 		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x00020000},
-		{Code: 0x0015, Jt: 8, Jf: 7, K: 0x00020000},
+		{Code: 0x0015, Jt: 28, Jf: 27, K: 0x00020000},
+		{Code: 0x0015, Jt: 1, Jf: 0, K: 0x00000035},
+		{Code: 0x0015, Jt: 0, Jf: 18, K: 0x00000029},
+		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000014},
+		{Code: 0x0015, Jt: 0, Jf: 3, K: 0x00000000},
+		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
+		{Code: 0x0015, Jt: 13, Jf: 0, K: 0x00000003},
+		{Code: 0x0015, Jt: 12, Jf: 0, K: 0x00000000},
+		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000014},
+		{Code: 0x0015, Jt: 0, Jf: 5, K: 0x00000000},
+		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
+		{Code: 0x0054, Jt: 0, Jf: 0, K: 0xfffffffe},
+		{Code: 0x0015, Jt: 7, Jf: 0, K: 0x00000008},
+		{Code: 0x0054, Jt: 0, Jf: 0, K: 0xfffffffc},
+		{Code: 0x0015, Jt: 5, Jf: 0, K: 0x00000004},
+		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000014},
+		{Code: 0x0025, Jt: 3, Jf: 0, K: 0x00000000},
+		{Code: 0x0015, Jt: 0, Jf: 10, K: 0x00000000},
+		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
+		{Code: 0x0025, Jt: 0, Jf: 8, K: 0x0000000a},
+		{Code: 0x0006, Jt: 0, Jf: 0, K: 0x00050061},
 		{Code: 0x0015, Jt: 0, Jf: 6, K: 0x00000010},
 		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x0000001c},
 		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x00000000},
@@ -117,748 +151,4 @@ func Program() []unix.SockFilter {
 		{Code: 0x0006, Jt: 0, Jf: 0, K: 0x00050001},
 		{Code: 0x0006, Jt: 0, Jf: 0, K: 0x80000000},
 	}
-}
-
-// SyscallName names a native system call number as libseccomp does, or
-// returns "" for a number libseccomp does not know.
-func SyscallName(nr uint32) string {
-	switch nr {
-	case 0:
-		return "read"
-	case 1:
-		return "write"
-	case 2:
-		return "open"
-	case 3:
-		return "close"
-	case 4:
-		return "stat"
-	case 5:
-		return "fstat"
-	case 6:
-		return "lstat"
-	case 7:
-		return "poll"
-	case 8:
-		return "lseek"
-	case 9:
-		return "mmap"
-	case 10:
-		return "mprotect"
-	case 11:
-		return "munmap"
-	case 12:
-		return "brk"
-	case 13:
-		return "rt_sigaction"
-	case 14:
-		return "rt_sigprocmask"
-	case 15:
-		return "rt_sigreturn"
-	case 16:
-		return "ioctl"
-	case 17:
-		return "pread64"
-	case 18:
-		return "pwrite64"
-	case 19:
-		return "readv"
-	case 20:
-		return "writev"
-	case 21:
-		return "access"
-	case 22:
-		return "pipe"
-	case 23:
-		return "select"
-	case 24:
-		return "sched_yield"
-	case 25:
-		return "mremap"
-	case 26:
-		return "msync"
-	case 27:
-		return "mincore"
-	case 28:
-		return "madvise"
-	case 29:
-		return "shmget"
-	case 30:
-		return "shmat"
-	case 31:
-		return "shmctl"
-	case 32:
-		return "dup"
-	case 33:
-		return "dup2"
-	case 34:
-		return "pause"
-	case 35:
-		return "nanosleep"
-	case 36:
-		return "getitimer"
-	case 37:
-		return "alarm"
-	case 38:
-		return "setitimer"
-	case 39:
-		return "getpid"
-	case 40:
-		return "sendfile"
-	case 41:
-		return "socket"
-	case 42:
-		return "connect"
-	case 43:
-		return "accept"
-	case 44:
-		return "sendto"
-	case 45:
-		return "recvfrom"
-	case 46:
-		return "sendmsg"
-	case 47:
-		return "recvmsg"
-	case 48:
-		return "shutdown"
-	case 49:
-		return "bind"
-	case 50:
-		return "listen"
-	case 51:
-		return "getsockname"
-	case 52:
-		return "getpeername"
-	case 53:
-		return "socketpair"
-	case 54:
-		return "setsockopt"
-	case 55:
-		return "getsockopt"
-	case 56:
-		return "clone"
-	case 57:
-		return "fork"
-	case 58:
-		return "vfork"
-	case 59:
-		return "execve"
-	case 60:
-		return "exit"
-	case 61:
-		return "wait4"
-	case 62:
-		return "kill"
-	case 63:
-		return "uname"
-	case 64:
-		return "semget"
-	case 65:
-		return "semop"
-	case 66:
-		return "semctl"
-	case 67:
-		return "shmdt"
-	case 68:
-		return "msgget"
-	case 69:
-		return "msgsnd"
-	case 70:
-		return "msgrcv"
-	case 71:
-		return "msgctl"
-	case 72:
-		return "fcntl"
-	case 73:
-		return "flock"
-	case 74:
-		return "fsync"
-	case 75:
-		return "fdatasync"
-	case 76:
-		return "truncate"
-	case 77:
-		return "ftruncate"
-	case 78:
-		return "getdents"
-	case 79:
-		return "getcwd"
-	case 80:
-		return "chdir"
-	case 81:
-		return "fchdir"
-	case 82:
-		return "rename"
-	case 83:
-		return "mkdir"
-	case 84:
-		return "rmdir"
-	case 85:
-		return "creat"
-	case 86:
-		return "link"
-	case 87:
-		return "unlink"
-	case 88:
-		return "symlink"
-	case 89:
-		return "readlink"
-	case 90:
-		return "chmod"
-	case 91:
-		return "fchmod"
-	case 92:
-		return "chown"
-	case 93:
-		return "fchown"
-	case 94:
-		return "lchown"
-	case 95:
-		return "umask"
-	case 96:
-		return "gettimeofday"
-	case 97:
-		return "getrlimit"
-	case 98:
-		return "getrusage"
-	case 99:
-		return "sysinfo"
-	case 100:
-		return "times"
-	case 101:
-		return "ptrace"
-	case 102:
-		return "getuid"
-	case 103:
-		return "syslog"
-	case 104:
-		return "getgid"
-	case 105:
-		return "setuid"
-	case 106:
-		return "setgid"
-	case 107:
-		return "geteuid"
-	case 108:
-		return "getegid"
-	case 109:
-		return "setpgid"
-	case 110:
-		return "getppid"
-	case 111:
-		return "getpgrp"
-	case 112:
-		return "setsid"
-	case 113:
-		return "setreuid"
-	case 114:
-		return "setregid"
-	case 115:
-		return "getgroups"
-	case 116:
-		return "setgroups"
-	case 117:
-		return "setresuid"
-	case 118:
-		return "getresuid"
-	case 119:
-		return "setresgid"
-	case 120:
-		return "getresgid"
-	case 121:
-		return "getpgid"
-	case 122:
-		return "setfsuid"
-	case 123:
-		return "setfsgid"
-	case 124:
-		return "getsid"
-	case 125:
-		return "capget"
-	case 126:
-		return "capset"
-	case 127:
-		return "rt_sigpending"
-	case 128:
-		return "rt_sigtimedwait"
-	case 129:
-		return "rt_sigqueueinfo"
-	case 130:
-		return "rt_sigsuspend"
-	case 131:
-		return "sigaltstack"
-	case 132:
-		return "utime"
-	case 133:
-		return "mknod"
-	case 134:
-		return "uselib"
-	case 135:
-		return "personality"
-	case 136:
-		return "ustat"
-	case 137:
-		return "statfs"
-	case 138:
-		return "fstatfs"
-	case 139:
-		return "sysfs"
-	case 140:
-		return "getpriority"
-	case 141:
-		return "setpriority"
-	case 142:
-		return "sched_setparam"
-	case 143:
-		return "sched_getparam"
-	case 144:
-		return "sched_setscheduler"
-	case 145:
-		return "sched_getscheduler"
-	case 146:
-		return "sched_get_priority_max"
-	case 147:
-		return "sched_get_priority_min"
-	case 148:
-		return "sched_rr_get_interval"
-	case 149:
-		return "mlock"
-	case 150:
-		return "munlock"
-	case 151:
-		return "mlockall"
-	case 152:
-		return "munlockall"
-	case 153:
-		return "vhangup"
-	case 154:
-		return "modify_ldt"
-	case 155:
-		return "pivot_root"
-	case 156:
-		return "_sysctl"
-	case 157:
-		return "prctl"
-	case 158:
-		return "arch_prctl"
-	case 159:
-		return "adjtimex"
-	case 160:
-		return "setrlimit"
-	case 161:
-		return "chroot"
-	case 162:
-		return "sync"
-	case 163:
-		return "acct"
-	case 164:
-		return "settimeofday"
-	case 165:
-		return "mount"
-	case 166:
-		return "umount2"
-	case 167:
-		return "swapon"
-	case 168:
-		return "swapoff"
-	case 169:
-		return "reboot"
-	case 170:
-		return "sethostname"
-	case 171:
-		return "setdomainname"
-	case 172:
-		return "iopl"
-	case 173:
-		return "ioperm"
-	case 174:
-		return "create_module"
-	case 175:
-		return "init_module"
-	case 176:
-		return "delete_module"
-	case 177:
-		return "get_kernel_syms"
-	case 178:
-		return "query_module"
-	case 179:
-		return "quotactl"
-	case 180:
-		return "nfsservctl"
-	case 181:
-		return "getpmsg"
-	case 182:
-		return "putpmsg"
-	case 183:
-		return "afs_syscall"
-	case 184:
-		return "tuxcall"
-	case 185:
-		return "security"
-	case 186:
-		return "gettid"
-	case 187:
-		return "readahead"
-	case 188:
-		return "setxattr"
-	case 189:
-		return "lsetxattr"
-	case 190:
-		return "fsetxattr"
-	case 191:
-		return "getxattr"
-	case 192:
-		return "lgetxattr"
-	case 193:
-		return "fgetxattr"
-	case 194:
-		return "listxattr"
-	case 195:
-		return "llistxattr"
-	case 196:
-		return "flistxattr"
-	case 197:
-		return "removexattr"
-	case 198:
-		return "lremovexattr"
-	case 199:
-		return "fremovexattr"
-	case 200:
-		return "tkill"
-	case 201:
-		return "time"
-	case 202:
-		return "futex"
-	case 203:
-		return "sched_setaffinity"
-	case 204:
-		return "sched_getaffinity"
-	case 205:
-		return "set_thread_area"
-	case 206:
-		return "io_setup"
-	case 207:
-		return "io_destroy"
-	case 208:
-		return "io_getevents"
-	case 209:
-		return "io_submit"
-	case 210:
-		return "io_cancel"
-	case 211:
-		return "get_thread_area"
-	case 212:
-		return "lookup_dcookie"
-	case 213:
-		return "epoll_create"
-	case 214:
-		return "epoll_ctl_old"
-	case 215:
-		return "epoll_wait_old"
-	case 216:
-		return "remap_file_pages"
-	case 217:
-		return "getdents64"
-	case 218:
-		return "set_tid_address"
-	case 219:
-		return "restart_syscall"
-	case 220:
-		return "semtimedop"
-	case 221:
-		return "fadvise64"
-	case 222:
-		return "timer_create"
-	case 223:
-		return "timer_settime"
-	case 224:
-		return "timer_gettime"
-	case 225:
-		return "timer_getoverrun"
-	case 226:
-		return "timer_delete"
-	case 227:
-		return "clock_settime"
-	case 228:
-		return "clock_gettime"
-	case 229:
-		return "clock_getres"
-	case 230:
-		return "clock_nanosleep"
-	case 231:
-		return "exit_group"
-	case 232:
-		return "epoll_wait"
-	case 233:
-		return "epoll_ctl"
-	case 234:
-		return "tgkill"
-	case 235:
-		return "utimes"
-	case 236:
-		return "vserver"
-	case 237:
-		return "mbind"
-	case 238:
-		return "set_mempolicy"
-	case 239:
-		return "get_mempolicy"
-	case 240:
-		return "mq_open"
-	case 241:
-		return "mq_unlink"
-	case 242:
-		return "mq_timedsend"
-	case 243:
-		return "mq_timedreceive"
-	case 244:
-		return "mq_notify"
-	case 245:
-		return "mq_getsetattr"
-	case 246:
-		return "kexec_load"
-	case 247:
-		return "waitid"
-	case 248:
-		return "add_key"
-	case 249:
-		return "request_key"
-	case 250:
-		return "keyctl"
-	case 251:
-		return "ioprio_set"
-	case 252:
-		return "ioprio_get"
-	case 253:
-		return "inotify_init"
-	case 254:
-		return "inotify_add_watch"
-	case 255:
-		return "inotify_rm_watch"
-	case 256:
-		return "migrate_pages"
-	case 257:
-		return "openat"
-	case 258:
-		return "mkdirat"
-	case 259:
-		return "mknodat"
-	case 260:
-		return "fchownat"
-	case 261:
-		return "futimesat"
-	case 262:
-		return "newfstatat"
-	case 263:
-		return "unlinkat"
-	case 264:
-		return "renameat"
-	case 265:
-		return "linkat"
-	case 266:
-		return "symlinkat"
-	case 267:
-		return "readlinkat"
-	case 268:
-		return "fchmodat"
-	case 269:
-		return "faccessat"
-	case 270:
-		return "pselect6"
-	case 271:
-		return "ppoll"
-	case 272:
-		return "unshare"
-	case 273:
-		return "set_robust_list"
-	case 274:
-		return "get_robust_list"
-	case 275:
-		return "splice"
-	case 276:
-		return "tee"
-	case 277:
-		return "sync_file_range"
-	case 278:
-		return "vmsplice"
-	case 279:
-		return "move_pages"
-	case 280:
-		return "utimensat"
-	case 281:
-		return "epoll_pwait"
-	case 282:
-		return "signalfd"
-	case 283:
-		return "timerfd_create"
-	case 284:
-		return "eventfd"
-	case 285:
-		return "fallocate"
-	case 286:
-		return "timerfd_settime"
-	case 287:
-		return "timerfd_gettime"
-	case 288:
-		return "accept4"
-	case 289:
-		return "signalfd4"
-	case 290:
-		return "eventfd2"
-	case 291:
-		return "epoll_create1"
-	case 292:
-		return "dup3"
-	case 293:
-		return "pipe2"
-	case 294:
-		return "inotify_init1"
-	case 295:
-		return "preadv"
-	case 296:
-		return "pwritev"
-	case 297:
-		return "rt_tgsigqueueinfo"
-	case 298:
-		return "perf_event_open"
-	case 299:
-		return "recvmmsg"
-	case 300:
-		return "fanotify_init"
-	case 301:
-		return "fanotify_mark"
-	case 302:
-		return "prlimit64"
-	case 303:
-		return "name_to_handle_at"
-	case 304:
-		return "open_by_handle_at"
-	case 305:
-		return "clock_adjtime"
-	case 306:
-		return "syncfs"
-	case 307:
-		return "sendmmsg"
-	case 308:
-		return "setns"
-	case 309:
-		return "getcpu"
-	case 310:
-		return "process_vm_readv"
-	case 311:
-		return "process_vm_writev"
-	case 312:
-		return "kcmp"
-	case 313:
-		return "finit_module"
-	case 314:
-		return "sched_setattr"
-	case 315:
-		return "sched_getattr"
-	case 316:
-		return "renameat2"
-	case 317:
-		return "seccomp"
-	case 318:
-		return "getrandom"
-	case 319:
-		return "memfd_create"
-	case 320:
-		return "kexec_file_load"
-	case 321:
-		return "bpf"
-	case 322:
-		return "execveat"
-	case 323:
-		return "userfaultfd"
-	case 324:
-		return "membarrier"
-	case 325:
-		return "mlock2"
-	case 326:
-		return "copy_file_range"
-	case 327:
-		return "preadv2"
-	case 328:
-		return "pwritev2"
-	case 329:
-		return "pkey_mprotect"
-	case 330:
-		return "pkey_alloc"
-	case 331:
-		return "pkey_free"
-	case 332:
-		return "statx"
-	case 333:
-		return "io_pgetevents"
-	case 334:
-		return "rseq"
-	case 424:
-		return "pidfd_send_signal"
-	case 425:
-		return "io_uring_setup"
-	case 426:
-		return "io_uring_enter"
-	case 427:
-		return "io_uring_register"
-	case 428:
-		return "open_tree"
-	case 429:
-		return "move_mount"
-	case 430:
-		return "fsopen"
-	case 431:
-		return "fsconfig"
-	case 432:
-		return "fsmount"
-	case 433:
-		return "fspick"
-	case 434:
-		return "pidfd_open"
-	case 435:
-		return "clone3"
-	case 436:
-		return "close_range"
-	case 437:
-		return "openat2"
-	case 438:
-		return "pidfd_getfd"
-	case 439:
-		return "faccessat2"
-	case 440:
-		return "process_madvise"
-	case 441:
-		return "epoll_pwait2"
-	case 442:
-		return "mount_setattr"
-	case 443:
-		return "quotactl_fd"
-	case 444:
-		return "landlock_create_ruleset"
-	case 445:
-		return "landlock_add_rule"
-	case 446:
-		return "landlock_restrict_self"
-	case 447:
-		return "memfd_secret"
-	case 448:
-		return "process_mrelease"
-	case 449:
-		return "futex_waitv"
-	case 450:
-		return "set_mempolicy_home_node"
-	case 451:
-		return "cachestat"
-	case 452:
-		return "fchmodat2"
-	case 453:
-		return "map_shadow_stack"
-	case 454:
-		return "futex_wake"
-	case 455:
-		return "futex_wait"
-	case 456:
-		return "futex_requeue"
-	}
-	return ""
 }

@@ -3,12 +3,14 @@ package floorgen
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"go/format"
 
 	"github.com/autonomic-kernel/autonomic/seccomp"
 	libseccomp "github.com/seccomp/libseccomp-golang"
+	"golang.org/x/sys/unix"
 )
 
 // ProfilePath is the floor profile, relative to the module root.
@@ -17,9 +19,12 @@ const ProfilePath = "seccomp/profiles/floor.json"
 // OutputPath is the generated file, relative to the module root.
 const OutputPath = "launcher/internal/floor/floor_gen.go"
 
-// maxSyscall bounds the scan of libseccomp's syscall table; the highest
-// x86_64 number is in the 400s and the x32 range is never native.
-const maxSyscall = 1024
+// ReviewedThrough is the highest native syscall number the floor was
+// reviewed against (removexattrat, Linux 6.13). Every native number above it
+// answers ENOSYS: a call the floor has never seen (open_tree_attr, 467, a new
+// mount call libseccomp 2.5.4 cannot even name) must not reach the kernel
+// just because it is new, and libc falls back from ENOSYS.
+const ReviewedThrough = 466
 
 // Generate compiles the floor profile and renders floor_gen.go.
 func Generate(profile []byte) ([]byte, error) {
@@ -45,6 +50,18 @@ func Generate(profile []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if native != libseccomp.ArchAMD64 {
+		return nil, fmt.Errorf("floorgen: the floor is reviewed for amd64 only, not %s", native)
+	}
+	prog.Instructions = append(newerStub(), prog.Instructions...)
+	raw := make([]byte, 0, 8*len(prog.Instructions))
+	for _, in := range prog.Instructions {
+		raw = binary.LittleEndian.AppendUint16(raw, in.Code)
+		raw = append(raw, in.Jt, in.Jf)
+		raw = binary.LittleEndian.AppendUint32(raw, in.K)
+	}
+	sum := sha256.Sum256(raw)
+	prog.SHA256, prog.Count = hex.EncodeToString(sum[:]), len(prog.Instructions)
 	profSum := sha256.Sum256(profile)
 
 	var b bytes.Buffer
@@ -53,23 +70,29 @@ func Generate(profile []byte) ([]byte, error) {
 	fmt.Fprintf(&b, "// ProgramSHA256 is the SHA-256 of the raw little-endian sock_filter array\n// Program returns.\nconst ProgramSHA256 = %q\n\n", prog.SHA256)
 	fmt.Fprintf(&b, "// ProfileSHA256 is the SHA-256 of the floor profile the program was compiled from.\nconst ProfileSHA256 = %q\n\n", hex.EncodeToString(profSum[:]))
 	fmt.Fprintf(&b, "// Libseccomp is the libseccomp version that compiled the program.\nconst Libseccomp = %q\n\n", prog.Libseccomp)
-	fmt.Fprintf(&b, "// Arch is the libseccomp architecture the program and SyscallName are for.\nconst Arch = %q\n\n", native.String())
+	fmt.Fprintf(&b, "// Arch is the libseccomp architecture the program is for.\nconst Arch = %q\n\n", native.String())
 	fmt.Fprintf(&b, "// ProgramLen is the number of instructions in Program.\nconst ProgramLen = %d\n\n", prog.Count)
 	b.WriteString("// Program returns a fresh copy of the floor filter on every call, so that no\n// caller can alter what the next one installs.\n")
 	b.WriteString("func Program() []unix.SockFilter {\n\treturn []unix.SockFilter{\n")
 	for _, in := range prog.Instructions {
 		fmt.Fprintf(&b, "\t\t{Code: %#04x, Jt: %d, Jf: %d, K: %#08x},\n", in.Code, in.Jt, in.Jf, in.K)
 	}
-	b.WriteString("\t}\n}\n\n")
-	b.WriteString("// SyscallName names a native system call number as libseccomp does, or\n// returns \"\" for a number libseccomp does not know.\n")
-	b.WriteString("func SyscallName(nr uint32) string {\n\tswitch nr {\n")
-	for nr := 0; nr < maxSyscall; nr++ {
-		name, err := libseccomp.ScmpSyscall(nr).GetNameByArch(native)
-		if err != nil || name == "" {
-			continue
-		}
-		fmt.Fprintf(&b, "\tcase %d:\n\t\treturn %q\n", nr, name)
-	}
-	b.WriteString("\t}\n\treturn \"\"\n}\n")
+	b.WriteString("\t}\n}\n")
 	return format.Source(b.Bytes())
+}
+
+// newerStub answers ENOSYS for native syscalls above ReviewedThrough and
+// falls through to libseccomp's program otherwise. Classic-BPF jumps are
+// forward and relative, so prepending cannot disturb libseccomp's code,
+// which loads the architecture itself; x32 numbers fall through to it and
+// are killed there as a foreign architecture.
+func newerStub() []unix.SockFilter {
+	return []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 4},
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 4, K: unix.AUDIT_ARCH_X86_64},
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0},
+		{Code: unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K, Jt: 2, Jf: 0, K: 0x40000000},
+		{Code: unix.BPF_JMP | unix.BPF_JGT | unix.BPF_K, Jt: 0, Jf: 1, K: ReviewedThrough},
+		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+	}
 }

@@ -1,0 +1,620 @@
+package domain_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// launcherWithNOFILE runs one launcher request the way a caller who ran
+// `ulimit -n n` first would, and returns its first frame (nil if it sent
+// none).
+func launcherWithNOFILE(t *testing.T, n int, req map[string]any) *protocol.LauncherResponse {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "ulimit -n "+strconv.Itoa(n)+" && exec \"$0\"", bed.Launcher)
+	cmd.Stdin = bytes.NewReader(jsonFrame(t, req))
+	out, _ := cmd.Output()
+	b, err := protocol.ReadFrame(bytes.NewReader(out), protocol.LauncherResponseMax, time.Time{})
+	if err != nil {
+		return nil
+	}
+	r, err := protocol.DecodeLauncherResponse(b)
+	if err != nil {
+		t.Fatalf("inadmissible frame under nofile %d: %v", n, err)
+	}
+	return r
+}
+
+func lifecycleReq(action, id string) map[string]any {
+	return map[string]any{"protocol": 1, "action": action, "request_id": "nofile", "domain_id": id}
+}
+
+// slotHeld reports whether id holds a uid slot.
+func slotHeld(id string) bool {
+	slots, _ := os.ReadDir(filepath.Join(bed.State, "slots"))
+	for _, s := range slots {
+		if target, _ := os.Readlink(filepath.Join(bed.State, "slots", s.Name())); target == id {
+			return true
+		}
+	}
+	return false
+}
+
+// liveInRange lists live processes whose real uid lies in [base, base+65536).
+func liveInRange(base uint32) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil || strings.Contains(string(b), "State:\tZ") {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+				uid, _ := strconv.ParseUint(f[1], 10, 32)
+				if uint32(uid) >= base && uint32(uid)-base < 65536 {
+					out = append(out, pid)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestDestroyFailsClosedUnderLowNOFILE: whatever descriptor limit the
+// caller leaves the launcher, a destroy either finishes or fails without
+// freeing the domain's uid range while any of its processes lives. (Under
+// `ulimit -n 13` the launcher used to skip the kill, free the range and
+// leave the domain running, and the next create got the same ids.)
+func TestDestroyFailsClosedUnderLowNOFILE(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, "sleep 600 & sleep 601")
+	base := r.Started.UIDBase
+	waitFor(t, func() bool { return len(liveInRange(base)) >= 2 })
+	refused := 0
+	for n := 4; n <= 24; n++ {
+		resp := launcherWithNOFILE(t, n, lifecycleReq("destroy", id))
+		if resp == nil || resp.Type == protocol.TypeError {
+			refused++
+		}
+		if live := liveInRange(base); !slotHeld(id) && len(live) > 0 {
+			t.Fatalf("nofile %d: uid slot of %s freed while %v still run (answer %+v)", n, id, live, resp)
+		}
+		if resp != nil && resp.Type == protocol.TypeDomain && resp.Domain.Destroyed {
+			break
+		}
+	}
+	if refused == 0 {
+		t.Fatal("no descriptor limit made destroy fail: the test exercises nothing")
+	}
+	if st, err := d.Destroy(ctx, id); err != nil {
+		t.Fatalf("destroy with ordinary limits: %+v %v", st, err)
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
+
+// TestCheckpointFailsClosedUnderLowNOFILE: a checkpoint under any
+// descriptor limit either fails or archives a domain that was frozen
+// while it did (cgroup.events seen frozen during the call); it never
+// archives a running one.
+func TestCheckpointFailsClosedUnderLowNOFILE(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	// 32 MiB in the upper layer makes the archive take long enough for the
+	// poller to see the freeze it must happen under.
+	id, r := startDomain(t, d, ctx, ws, "head -c 33554432 /dev/zero > /workspace/big && echo ready && sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+	events := filepath.Join(bed.CgroupParent, id, "cgroup.events")
+	refused, archived := 0, 0
+	for n := 4; n <= 24; n++ {
+		var sawFrozen atomic.Bool
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if b, _ := os.ReadFile(events); strings.Contains(string(b), "frozen 1") {
+					sawFrozen.Store(true)
+				}
+			}
+		}()
+		resp := launcherWithNOFILE(t, n, lifecycleReq("checkpoint", id))
+		close(stop)
+		<-done
+		switch {
+		case resp != nil && resp.Type == protocol.TypeCheckpoint:
+			archived++
+			if !sawFrozen.Load() {
+				t.Fatalf("nofile %d: checkpoint %s archived a domain never seen frozen", n, resp.Checkpoint.SHA256)
+			}
+		default:
+			refused++
+		}
+		if st, err := d.Inspect(ctx, id); err != nil || st.Frozen {
+			t.Fatalf("nofile %d: domain left frozen or gone: %+v %v", n, st, err)
+		}
+	}
+	if refused == 0 || archived == 0 {
+		t.Fatalf("refused %d, archived %d: the limits tried exercise only one path", refused, archived)
+	}
+	if _, err := d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
+
+// running reports whether pid is alive and not a zombie (a killed child
+// stays a zombie until reaped, and signal 0 still reaches it).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return rest != "" && rest[0] != 'Z' && rest[0] != 'X'
+}
+
+// TestUnreadableCgroupRecordFailsClosed: when the launcher cannot tell which
+// cgroup is the domain's (its record is corrupt), checkpoint archives
+// nothing and destroy frees nothing: the domain keeps running and keeps its
+// uid range until the record is readable again.
+func TestUnreadableCgroupRecordFailsClosed(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, "echo ready; sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+	base := r.Started.UIDBase
+	rec := filepath.Join(bed.State, "domains", id, "cgroup")
+	good, err := os.ReadFile(rec)
+	if err != nil {
+		t.Fatalf("no cgroup record: %v", err)
+	}
+	if err := os.WriteFile(rec, []byte("not a number"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadDir(filepath.Join(bed.State, "checkpoints"))
+	if _, err := d.Checkpoint(ctx, id); !errors.Is(err, protocol.E(protocol.CodeLauncherFailed)) {
+		t.Fatalf("checkpoint with an unreadable record: %v, want launcher_failed", err)
+	}
+	if after, _ := os.ReadDir(filepath.Join(bed.State, "checkpoints")); len(after) != len(before) {
+		t.Fatal("checkpoint archived a domain it could not freeze")
+	}
+	if _, err := d.Destroy(ctx, id); !errors.Is(err, protocol.E(protocol.CodeLauncherFailed)) {
+		t.Fatalf("destroy with an unreadable record: %v, want launcher_failed", err)
+	}
+	if !slotHeld(id) || len(liveInRange(base)) == 0 {
+		t.Fatal("a failed destroy freed the uid range or killed the domain")
+	}
+	if err := os.WriteFile(rec, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.Destroy(ctx, id); err != nil || !st.Destroyed {
+		t.Fatalf("destroy once the record is readable: %+v %v", st, err)
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
+
+// TestForeignCgroupIsNeverTouched: a cgroup under cgroup_parent named like
+// the domain, with a process of someone else's in it, makes create fail
+// with cgroup_foreign, and the failed create's cleanup neither kills that
+// process nor removes the cgroup.
+func TestForeignCgroupIsNeverTouched(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	id := newID("fc")
+	if err := os.MkdirAll(bed.CgroupParent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	foreign := filepath.Join(bed.CgroupParent, id)
+	if err := os.Mkdir(foreign, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sleeper := exec.Command("sleep", "600")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = sleeper.Process.Kill()
+		_ = sleeper.Wait()
+		for i := 0; i < 100 && os.Remove(foreign) != nil; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(foreign, "cgroup.procs"), []byte(strconv.Itoa(sleeper.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/true"}, OneShot: true})
+	if !errors.Is(err, protocol.E(protocol.CodeCgroupForeign)) {
+		t.Fatalf("create over a foreign cgroup: %v, want cgroup_foreign", err)
+	}
+	if !running(sleeper.Process.Pid) {
+		t.Fatal("the foreign process was killed")
+	}
+	procs, err := os.ReadFile(filepath.Join(foreign, "cgroup.procs"))
+	if err != nil || strings.TrimSpace(string(procs)) != strconv.Itoa(sleeper.Process.Pid) {
+		t.Fatalf("foreign cgroup changed: %q %v", procs, err)
+	}
+	// A destroy of the id touches it no more than the failed create did.
+	if _, err := d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if !running(sleeper.Process.Pid) {
+		t.Fatal("destroy killed the foreign process")
+	}
+	if _, err := os.Stat(filepath.Join(bed.State, "domains", id)); !errors.Is(err, os.ErrNotExist) || slotHeld(id) {
+		t.Fatalf("failed create left its domain dir or uid slot: %v", err)
+	}
+}
+
+// TestDeepTreeIsDestroyed: a worker nesting 21,000 directories (more than
+// any descriptor limit a one-descriptor-per-level walk would meet) cannot
+// make its domain undeletable; a checkpoint of it is refused with a typed
+// error and leaves no partial archive and the domain running.
+func TestDeepTreeIsDestroyed(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, testbed.ProbePath+" nest && sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "nest=") })
+	if out := string(r.Output()); !strings.Contains(out, "nest=<nil>") {
+		t.Fatalf("worker could not nest: %s", out)
+	}
+	// Both under a descriptor limit of 1024, as a caller (or sudo's
+	// defaults) may leave it: far below the tree's depth.
+	before, _ := os.ReadDir(filepath.Join(bed.State, "checkpoints"))
+	resp := launcherWithNOFILE(t, 1024, lifecycleReq("checkpoint", id))
+	if resp == nil || resp.Type != protocol.TypeError || resp.Error.Code != protocol.CodeCheckpointTooLarge {
+		t.Fatalf("checkpoint of a 21,000-deep tree: %+v, want checkpoint_too_large", resp)
+	}
+	after, _ := os.ReadDir(filepath.Join(bed.State, "checkpoints"))
+	if len(after) != len(before) {
+		t.Errorf("failed checkpoint left files in the store: %d before, %d after", len(before), len(after))
+	}
+	if st, err := d.Inspect(ctx, id); err != nil || st.Frozen || st.Processes == 0 {
+		t.Fatalf("domain after refused checkpoint: %+v %v", st, err)
+	}
+	if resp := launcherWithNOFILE(t, 1024, lifecycleReq("destroy", id)); resp == nil || resp.Type != protocol.TypeDomain || !resp.Domain.Destroyed {
+		t.Fatalf("destroy of a 21,000-deep upper layer: %+v", resp)
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
+
+// storeCheckpoint writes an archive into the bed's store under its digest.
+func storeCheckpoint(t *testing.T, archive []byte) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(bed.State, "checkpoints"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(archive)
+	digest := hex.EncodeToString(sum[:])
+	p := filepath.Join(bed.State, "checkpoints", digest+".tar")
+	if err := os.WriteFile(p, archive, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(p) })
+	return digest
+}
+
+// ustarBlock is one ustar header block; archive/tar's writer will not emit
+// GNU sparse records, so the hostile archive is assembled by hand.
+func ustarBlock(name string, typ byte, size int) []byte {
+	b := make([]byte, 512)
+	copy(b, name)
+	copy(b[100:], "0000644\x00")
+	copy(b[108:], "0000000\x00")
+	copy(b[116:], "0000000\x00")
+	copy(b[124:], fmt.Sprintf("%011o\x00", size))
+	copy(b[136:], "00000000000\x00")
+	b[156] = typ
+	copy(b[257:], "ustar\x0000")
+	copy(b[148:], "        ")
+	sum := 0
+	for _, c := range b {
+		sum += int(c)
+	}
+	copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
+	return b
+}
+
+func pad512(b []byte) []byte { return append(b, make([]byte, (512-len(b)%512)%512)...) }
+
+// sparseArchive is a PAX GNU-sparse (1.0) entry: a few KiB of archive that
+// archive/tar expands to size bytes of zeros.
+func sparseArchive(t *testing.T, size int64) []byte {
+	t.Helper()
+	var pax []byte
+	for _, kv := range [][2]string{{"GNU.sparse.major", "1"}, {"GNU.sparse.minor", "0"}, {"GNU.sparse.name", "big"}, {"GNU.sparse.realsize", strconv.FormatInt(size, 10)}} {
+		rec := " " + kv[0] + "=" + kv[1] + "\n"
+		n := len(rec) + 1
+		for len(strconv.Itoa(n))+len(rec) != n {
+			n++
+		}
+		pax = append(pax, strconv.Itoa(n)+rec...)
+	}
+	// The 1.0 format keeps its map in the data: one fragment of one byte
+	// at the very end, after a block-padded map.
+	data := append(pad512([]byte(fmt.Sprintf("1\n%d\n1\n", size-1))), 'x')
+	var buf []byte
+	buf = append(buf, ustarBlock("PaxHeaders/big", 'x', len(pax))...)
+	buf = append(buf, pad512(pax)...)
+	buf = append(buf, ustarBlock("GNUSparseFile.0/big", '0', len(data))...)
+	buf = append(buf, pad512(data)...)
+	buf = append(buf, make([]byte, 1024)...)
+	// Prove the archive is what the test claims: archive/tar expands it.
+	tr := tar.NewReader(bytes.NewReader(buf))
+	h, err := tr.Next()
+	if err != nil || h.Size != size || h.Name != "big" {
+		t.Fatalf("crafted sparse entry reads back as %+v, %v", h, err)
+	}
+	n, err := io.Copy(io.Discard, tr)
+	if err != nil || n != size {
+		t.Fatalf("crafted sparse entry expands to %d bytes, %v", n, err)
+	}
+	return buf
+}
+
+// TestSparseRestoreIsRefused: a 10 KiB archive whose PAX sparse map expands
+// to 50 MiB is refused before anything is written, whatever the byte cap.
+func TestSparseRestoreIsRefused(t *testing.T) {
+	_, _ = setup(t)
+	ws, _ := workspace(t, nil)
+	archive := sparseArchive(t, 50<<20)
+	if len(archive) > 10<<10 {
+		t.Fatalf("archive is %d bytes", len(archive))
+	}
+	id := newID("sp")
+	req := createReq(id, ws)
+	req["checkpoint"] = storeCheckpoint(t, archive)
+	r := rawRequest(t, jsonFrame(t, req))
+	if r.Type != protocol.TypeError || r.Error.Code != protocol.CodeCheckpointUnsafe {
+		t.Fatalf("got %s %+v, want checkpoint_unsafe", r.Type, r.Error)
+	}
+	assertNoTrace(t, id)
+}
+
+// withConfig rewrites the bed's launcher configuration for one test.
+func withConfig(t *testing.T, edit func(string) string) {
+	t.Helper()
+	orig, err := os.ReadFile(bed.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.WriteFile(bed.ConfigPath, orig, 0o644) })
+	if err := os.WriteFile(bed.ConfigPath, []byte(edit(string(orig))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckpointStoreCap: once the store holds max_checkpoint_store_bytes,
+// a checkpoint is refused with checkpoint_store_full and stores nothing;
+// the domain runs on.
+func TestCheckpointStoreCap(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, "head -c 1048576 /dev/zero > /workspace/big && echo ready && sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+	store := filepath.Join(bed.State, "checkpoints")
+	var used int64
+	entries, _ := os.ReadDir(store)
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil {
+			used += fi.Size()
+		}
+	}
+	// Room for one more 1 MiB archive, not for two.
+	limit := used + 3<<19
+	withConfig(t, func(c string) string {
+		return strings.Replace(c, `"max_checkpoint_bytes"`, fmt.Sprintf(`"max_checkpoint_store_bytes": %d, "max_checkpoint_bytes"`, limit), 1)
+	})
+	cp, err := d.Checkpoint(ctx, id)
+	if err != nil {
+		t.Fatalf("first checkpoint, within the cap: %v", err)
+	}
+	t.Cleanup(func() { _ = os.Remove(filepath.Join(store, cp.SHA256+".tar")) })
+	// A second, different archive would pass the cap.
+	if _, err := d.Freeze(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bed.State, "domains", id, "upper", "more"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Thaw(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadDir(store)
+	if _, err := d.Checkpoint(ctx, id); !errors.Is(err, protocol.E(protocol.CodeCheckpointStoreFull)) {
+		t.Fatalf("checkpoint over the store cap: %v, want checkpoint_store_full", err)
+	}
+	if after, _ := os.ReadDir(store); len(after) != len(before) {
+		t.Errorf("refused checkpoint changed the store: %d files before, %d after", len(before), len(after))
+	}
+	if st, err := d.Inspect(ctx, id); err != nil || st.Frozen || st.Processes == 0 {
+		t.Fatalf("domain after refused checkpoint: %+v %v", st, err)
+	}
+	if _, err := d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
+
+// TestOneShotMonitorSparesItsSuccessor: a one-shot monitor whose domain
+// was destroyed and re-created under the same id while the monitor waited
+// for the domain lock must not destroy the successor. The test holds the
+// lock, kills the first domain, removes it as a destroy would, creates the
+// second, and only then lets the first monitor's own destroy proceed.
+func TestOneShotMonitorSparesItsSuccessor(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	id := newID("os")
+	first, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/sh", "-c", "sleep 600"}, OneShot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(bed.State, "domains", id)
+	lock, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	cg := filepath.Join(bed.CgroupParent, id)
+	if err := os.WriteFile(filepath.Join(cg, "cgroup.kill"), []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		b, _ := os.ReadFile(filepath.Join(cg, "cgroup.events"))
+		return strings.Contains(string(b), "populated 0")
+	})
+	time.Sleep(500 * time.Millisecond) // the monitor reaches its destroy and waits for the lock
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(cg); err != nil {
+		t.Fatal(err)
+	}
+	slots, _ := os.ReadDir(filepath.Join(bed.State, "slots"))
+	for _, s := range slots {
+		if target, _ := os.Readlink(filepath.Join(bed.State, "slots", s.Name())); target == id {
+			_ = os.Remove(filepath.Join(bed.State, "slots", s.Name()))
+		}
+	}
+	second, err := d.Create(ctx, domain.Spec{ID: id, Generation: 2, WorkspaceID: ws, Argv: []string{"/bin/sh", "-c", "echo up; sleep 600"}})
+	if err != nil {
+		t.Fatalf("re-create: %v", err)
+	}
+	waitFor(t, func() bool { return strings.Contains(string(second.Output()), "up") })
+	_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	ex, err := first.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Destroyed {
+		t.Errorf("the first monitor reports destroying a domain: %+v", ex)
+	}
+	st, err := d.Inspect(ctx, id)
+	if err != nil || !st.Exists || st.Generation != 2 || st.Processes == 0 || !slotHeld(id) {
+		t.Fatalf("the successor did not survive the first monitor: %+v %v", st, err)
+	}
+	if _, err := d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = second.Wait()
+	assertNoTrace(t, id)
+}
+
+// TestRootfsContentIsItsIdentity: a copy of the bed's rootfs with one file
+// added, or one file's content changed, still has the configured manifest
+// digest, and create refuses it with rootfs_mismatch; the untouched copy is
+// accepted, so the refusal is the change's.
+func TestRootfsContentIsItsIdentity(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	for name, change := range map[string]func(root string) error{
+		"untouched": func(string) error { return nil },
+		"added": func(root string) error {
+			return os.WriteFile(filepath.Join(root, "usr", "bin", "extra"), []byte("#!/bin/sh\n"), 0o755)
+		},
+		"modified": func(root string) error {
+			p := filepath.Join(root, "etc", "hosts")
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			b[0] ^= 1 // same size, other content
+			return os.WriteFile(p, b, 0o644)
+		},
+		"chmod": func(root string) error { return os.Chmod(filepath.Join(root, "etc", "hosts"), 0o666) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := filepath.Join(bed.Dir, "rootfs-"+name)
+			if out, err := exec.Command("cp", "-a", bed.Rootfs, root).CombinedOutput(); err != nil {
+				t.Fatalf("cp: %v %s", err, out)
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(root) })
+			if err := change(root); err != nil {
+				t.Fatal(err)
+			}
+			withConfig(t, func(c string) string {
+				return strings.Replace(c, fmt.Sprintf("%q", bed.Rootfs), fmt.Sprintf("%q", root), 1)
+			})
+			id := newID("rf")
+			r, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/true"}, OneShot: true})
+			if name == "untouched" {
+				if err != nil {
+					t.Fatalf("create on an untouched copy: %v", err)
+				}
+				_, _ = r.Wait()
+			} else if !errors.Is(err, protocol.E(protocol.CodeRootfsMismatch)) {
+				t.Fatalf("create on a %s copy: %v, want rootfs_mismatch", name, err)
+			}
+			assertNoTrace(t, id)
+		})
+	}
+}
+
+// TestPreflightNamesEveryFeature: preflight names each host feature the
+// product uses, found or missing, and this host (Linux 6.18) has all of
+// them, SO_PEERPIDFD included. A guest on an older kernel asserts its own
+// list against the same names.
+func TestPreflightNamesEveryFeature(t *testing.T) {
+	d, ctx := setup(t)
+	rep, err := d.Preflight(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]protocol.Feature{}
+	for _, f := range rep.Features {
+		got[f.Name] = f
+	}
+	for _, name := range []string{"namespaces", "user_namespaces_enabled", "cgroup_v2", "cgroup_freeze", "cgroup_kill", "clone_into_cgroup",
+		"openat2", "close_range_cloexec", "mount_api", "idmapped_mounts", "overlay_in_userns", "overlay_over_idmapped_layers",
+		"seccomp_user_notif", "seccomp_wait_killable_recv", "pidfd_open", "so_peerpidfd"} {
+		f, ok := got[name]
+		if !ok {
+			t.Errorf("preflight does not name %s", name)
+			continue
+		}
+		if !f.OK {
+			t.Errorf("%s missing on this host: %+v", name, f)
+		}
+		if f.Required != (name != "so_peerpidfd") {
+			t.Errorf("%s required=%v", name, f.Required)
+		}
+	}
+	if len(got) != 16 || rep.Verdict == "refused" {
+		t.Errorf("features %+v, verdict %s, problems %v", rep.Features, rep.Verdict, rep.Problems)
+	}
+}
