@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -52,6 +53,9 @@ func runInit() int {
 
 	stage, err := startStage(&spec, execCh)
 	execCh.Close()
+	if err == nil {
+		err = dropPrivileges()
+	}
 	if err != nil {
 		_ = sendReply(ctl, initReply{Error: string(protocol.CodeExecFailed)}, nil)
 		return 1
@@ -186,6 +190,37 @@ func assembleRoot(fds []int, hasSocket bool) error {
 	return unix.Chdir("/")
 }
 
+// dropPrivileges leaves the init, which from here on only reaps and
+// reports, with no capability in any set, on every thread, and no way to
+// gain one (no_new_privs). It stays the domain's uid 0, which owns nothing
+// of the host: the rootfs is not idmapped.
+func dropPrivileges() error {
+	all := func(trap, a1, a2, a3 uintptr) error {
+		if _, _, e := syscall.AllThreadsSyscall(trap, a1, a2, a3); e != 0 {
+			return e
+		}
+		return nil
+	}
+	for c := uintptr(0); ; c++ {
+		err := all(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0)
+		if err == unix.EINVAL {
+			break // past the kernel's last capability
+		}
+		if err != nil {
+			return err
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData // effective, permitted and inheritable: empty
+	if err := all(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
+		return err
+	}
+	if err := all(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+		return err
+	}
+	return all(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+}
+
 // maskProc hides the procfs entries that describe the host rather than the
 // domain, and makes the kernel's tunables read-only, as container runtimes
 // do. Most are root-only on the host anyway; this is defence in depth.
@@ -255,7 +290,11 @@ func loopbackUp() error {
 }
 
 // startStage starts the worker stage: this binary again, in a new session,
-// with the spec on fd 3 and the exec channel on fd 4.
+// with the spec on fd 3 and the exec channel on fd 4, in a user namespace
+// nested in the domain's (the same ids) and a mount namespace it owns. The
+// kernel copies the domain's mounts into it and, the new owner being less
+// privileged, locks them: no process there, the domain's uid 0 included,
+// can clear a read-only, nosuid or noexec flag or unmount a mask.
 func startStage(spec *initSpec, execCh *os.File) (int, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -269,8 +308,13 @@ func startStage(spec *initSpec, execCh *os.File) (int, error) {
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe", Args: []string{stageArg0}, Env: []string{},
 		Stdin: devnull, Stdout: os.Stdout, Stderr: os.Stderr,
-		ExtraFiles:  []*os.File{pr, execCh},
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+		ExtraFiles: []*os.File{pr, execCh},
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid: true, Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: int(spec.IDs)}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: int(spec.IDs)}},
+			GidMappingsEnableSetgroups: true, // the stage drops its groups
+		},
 	}
 	err = cmd.Start()
 	pr.Close()
