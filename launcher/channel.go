@@ -27,6 +27,7 @@ type initSpec struct {
 	UID       uint32   `json:"uid"`
 	GID       uint32   `json:"gid"`
 	IDs       uint32   `json:"ids"` // the size of the domain's id range
+	TmpBytes  uint64   `json:"tmp_bytes"`
 	Floor     []byte   `json:"floor"`
 	Profile   []byte   `json:"profile,omitempty"`
 	Notify    bool     `json:"notify"`

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"io"
 	"os"
 	"path"
@@ -51,7 +52,16 @@ type config struct {
 	EnvAllowlist         []string `json:"env_allowlist"`
 	MaxCheckpointBytes   int64    `json:"max_checkpoint_bytes"`
 	MaxCheckpointEntries int      `json:"max_checkpoint_entries"`
+	// Memory-backed disk bounds of a domain: its /tmp and its upper layer
+	// (upper and work dirs), each a tmpfs of this size.
+	TmpBytes  uint64 `json:"tmp_bytes,omitempty"`
+	DiskBytes uint64 `json:"disk_bytes,omitempty"`
 }
+
+const (
+	defaultTmpBytes  = 256 << 20
+	defaultDiskBytes = 1 << 30
+)
 
 func loadConfig() (*config, error) {
 	bad := func(why string) error { return protocol.Errorf(protocol.CodeConfigInvalid, "%s", why) }
@@ -112,6 +122,10 @@ func (c *config) validate() error {
 	}
 	if exceeds(c.Defaults, c.Max) != "" {
 		return bad("a default limit exceeds its max")
+	}
+	c.TmpBytes, c.DiskBytes = cmp.Or(c.TmpBytes, defaultTmpBytes), cmp.Or(c.DiskBytes, defaultDiskBytes)
+	if c.TmpBytes < 1<<20 || c.DiskBytes < 1<<20 {
+		return bad("tmp_bytes and disk_bytes must be at least 1 MiB")
 	}
 	if c.MaxCheckpointBytes <= 0 || c.MaxCheckpointEntries <= 0 {
 		return bad("checkpoint caps must be positive")

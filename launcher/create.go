@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -150,20 +151,9 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 		return protocol.Errorf(protocol.CodeLauncherFailed, "meta: %w", err)
 	}
 
-	// Upper belongs to the worker (it is the merged root of /workspace);
-	// work belongs to the domain's root, which mounts the overlay.
-	wuid, wgid := base+l.cfg.WorkerUID, base+l.cfg.WorkerGID
-	for _, d := range []struct {
-		name     string
-		mode     uint32
-		uid, gid uint32
-	}{{"upper", 0o755, wuid, wgid}, {"work", 0o700, base, base}} {
-		if err := unix.Mkdirat(domfd, d.name, d.mode); err != nil {
-			return protocol.Errorf(protocol.CodeLauncherFailed, "mkdir %s: %w", d.name, err)
-		}
-		if err := unix.Fchownat(domfd, d.name, int(d.uid), int(d.gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return protocol.Errorf(protocol.CodeLauncherFailed, "chown %s: %w", d.name, err)
-		}
+	disk, err := mountLayers(domfd, l.cfg.DiskBytes, base+l.cfg.WorkerUID, base+l.cfg.WorkerGID, base)
+	if err != nil {
+		return protocol.Errorf(protocol.CodeMountFailed, "layers: %w", err)
 	}
 	upper, err := openDirBeneath(domfd, "upper")
 	if err != nil {
@@ -189,7 +179,7 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 	if run.cgfd, err = openDirBeneath(parent, r.DomainID); err != nil {
 		return protocol.Errorf(protocol.CodeCgroupFailed, "open cgroup: %w", err)
 	}
-	limits := applyLimits(parent, run.cgfd, lim)
+	limits := append(applyLimits(parent, run.cgfd, lim), disk, protocol.Limit{Name: "tmp_bytes", Value: l.cfg.TmpBytes, Enforced: true})
 
 	// 4. Clone the init into new user, mount, pid, net, ipc, uts and cgroup
 	// namespaces. Its uid 0 is the first id of this domain's private range.
@@ -220,7 +210,7 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 		return err
 	}
 	spec := initSpec{
-		Argv: r.Argv, Env: env, Cwd: r.Cwd, UID: l.cfg.WorkerUID, GID: l.cfg.WorkerGID, IDs: l.cfg.UIDPool.Size,
+		Argv: r.Argv, Env: env, Cwd: r.Cwd, UID: l.cfg.WorkerUID, GID: l.cfg.WorkerGID, IDs: l.cfg.UIDPool.Size, TmpBytes: l.cfg.TmpBytes,
 		Floor: floorBytes(), Profile: profile, Notify: notify, HasSocket: sock >= 0,
 	}
 	if spec.Cwd == "" {
@@ -300,6 +290,85 @@ func (l *launcher) startInit(run *domainRun, base uint32, ctl, execCh *os.File) 
 	}
 	run.initPID = cmd.Process.Pid
 	return nil
+}
+
+// mountLayers makes the upper and work dirs of the overlay: upper the
+// worker's (the merged root of /workspace), work the domain root's (it
+// mounts the overlay). They live on a tmpfs of the domain's own, of
+// disk_bytes, so a worker filling /workspace gets ENOSPC and no host disk
+// fills; its pages are charged to the memory cgroup of whoever writes them.
+// Overlay wants both under one mount: the tmpfs is attached at layers/
+// (which the init's overlay uses) and its upper bound at upper/ (which
+// checkpoint and restore use); destroy detaches both (unmountLayers).
+// Overlay in a user namespace keeps whiteouts in user.* xattrs, which tmpfs
+// has only since Linux 6.6: before, the dirs stay on the state disk and
+// the started frame says disk_bytes is not enforced.
+func mountLayers(domfd int, size uint64, wuid, wgid, base uint32) (protocol.Limit, error) {
+	lim := protocol.Limit{Name: "disk_bytes", Value: size}
+	dirs := []struct {
+		name     string
+		mode     uint32
+		uid, gid uint32
+	}{{"upper", 0o755, wuid, wgid}, {"work", 0o700, base, base}}
+	for _, d := range dirs {
+		if err := unix.Mkdirat(domfd, d.name, d.mode); err != nil {
+			return lim, err
+		}
+		if err := unix.Fchownat(domfd, d.name, int(d.uid), int(d.gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return lim, err
+		}
+	}
+	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return lim, err
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigSetString(fs, "size", strconv.FormatUint(size, 10)); err != nil {
+		return lim, err
+	}
+	if err := unix.FsconfigSetString(fs, "mode", "0711"); err != nil { // as the domain dir
+		return lim, err
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return lim, err
+	}
+	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return lim, err
+	}
+	defer unix.Close(mnt)
+	if err := unix.Setxattr(fmt.Sprintf("/proc/self/fd/%d", mnt), "user.autonomic", nil, 0); err != nil {
+		lim.Reason = "tmpfs here has no user xattrs (Linux < 6.6): the upper layer is on the state disk, unbounded"
+		return lim, nil
+	}
+	for _, d := range dirs {
+		if err := unix.Mkdirat(mnt, d.name, d.mode); err != nil {
+			return lim, err
+		}
+		if err := unix.Fchownat(mnt, d.name, int(d.uid), int(d.gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return lim, err
+		}
+	}
+	if err := unix.Mkdirat(domfd, "layers", 0o700); err != nil {
+		return lim, err
+	}
+	if err := unix.MoveMount(mnt, "", domfd, "layers", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return lim, err
+	}
+	b, err := unix.OpenTree(domfd, "layers/upper", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return lim, err
+	}
+	defer unix.Close(b)
+	lim.Enforced = true
+	return lim, unix.MoveMount(b, "", domfd, "upper", unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
+// unmountLayers detaches what mountLayers attached, whichever of it exists.
+func unmountLayers(domfd int) {
+	for _, name := range []string{"upper", "layers"} {
+		_ = unix.Unmount(fmt.Sprintf("/proc/self/fd/%d/%s", domfd, name), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	}
 }
 
 // checkStderr accepts the launcher's stderr as the worker's stdout and
@@ -382,7 +451,7 @@ func (l *launcher) prepareMounts(base uint32, rootfs, lower, domdir, sock int) (
 		// Overlay clones its layers' mounts, which it may only do for
 		// mounts in the mounter's namespace: the upper and work dirs
 		// travel as a detached bind of the domain directory.
-		{domdir, -1, 0, false}}
+		{domdir, -1, 0, true}}
 	if sock >= 0 {
 		// Read-only, owned by the domain's nobody, its group the
 		// worker's: the worker connects (mode 0660) but cannot chmod,

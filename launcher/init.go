@@ -41,7 +41,7 @@ func runInit() int {
 		_ = sendReply(ctl, initReply{Error: string(protocol.CodeNamespaceFailed)}, nil)
 		return 1
 	}
-	if err := assembleRoot(fds, spec.HasSocket); err != nil {
+	if err := assembleRoot(fds, spec.HasSocket, spec.TmpBytes); err != nil {
 		_ = sendReply(ctl, initReply{Error: string(protocol.AsWire(err).Code)}, nil)
 		return 1
 	}
@@ -104,7 +104,7 @@ func boolInt(b bool) int {
 // assembleRoot builds the domain's filesystem from the descriptors the
 // monitor sent. Every host object arrives as a descriptor (a detached mount
 // or an open directory); no host path is resolved by name here.
-func assembleRoot(fds []int, hasSocket bool) error {
+func assembleRoot(fds []int, hasSocket bool, tmpBytes uint64) error {
 	fail := func(step string, err error) error {
 		return protocol.Errorf(protocol.CodeMountFailed, "%s: %w", step, err)
 	}
@@ -129,7 +129,7 @@ func assembleRoot(fds []int, hasSocket bool) error {
 	if err := maskProc(at("/proc")); err != nil {
 		return fail("mask proc", err)
 	}
-	if err := unix.Mount("tmpfs", at("/tmp"), "tmpfs", nosuid, "mode=1777"); err != nil {
+	if err := unix.Mount("tmpfs", at("/tmp"), "tmpfs", nosuid, fmt.Sprintf("mode=1777,size=%d", tmpBytes)); err != nil {
 		return fail("tmp", err)
 	}
 	if err := minimalDev(at("/dev")); err != nil {
@@ -163,7 +163,13 @@ func assembleRoot(fds []int, hasSocket bool) error {
 	if err := unix.MoveMount(fds[fdLayers], "", unix.AT_FDCWD, layersAt, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fail("attach layers", err)
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lowerAt, layersAt, layersAt)
+	// The domain directory holds layers/ (a bounded tmpfs) or, on hosts
+	// whose tmpfs cannot hold overlay's xattrs, upper/ and work/ itself.
+	layers := layersAt
+	if _, err := os.Stat(layersAt + "/layers"); err == nil {
+		layers += "/layers"
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lowerAt, layers, layers)
 	if err := unix.Mount("overlay", at("/workspace"), "overlay", nosuid, opts); err != nil {
 		return fail("overlay", err)
 	}

@@ -149,6 +149,7 @@ func (l *launcher) destroyDomain(id string, deadline time.Time) (existed bool, e
 	} else {
 		l.releaseSlotsOf(id) // a create that died before meta.json
 	}
+	unmountLayers(domfd) // issue 11 hook (launcher-mounts): the upper layer's tmpfs
 	if err := removeBeneath(l.state.domains, id); err != nil {
 		return true, protocol.Errorf(protocol.CodeLauncherFailed, "remove domain: %w", err)
 	}

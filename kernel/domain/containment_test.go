@@ -2,6 +2,7 @@ package domain_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -79,7 +80,19 @@ func TestSharedRootPropagation(t *testing.T) {
 		t.Fatalf("create under a shared /: %v", err)
 	}
 	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "s\n") })
-	same("after create")
+	// The only change: the launcher's own bounded layers tmpfs and its upper,
+	// under its 0700 state directory, until destroy.
+	var layers []string
+	for _, line := range strings.Split(table(), "\n") {
+		if strings.Contains(line, "/domains/"+id+"/") {
+			layers = append(layers, strings.Fields(line)[4])
+		} else if line != "" && !strings.Contains(before, line+"\n") {
+			t.Errorf("after create the launcher's namespace has a new mount: %s", line)
+		}
+	}
+	if want := filepath.Join(bed.State, "domains", id); strings.Join(layers, " ") != want+"/layers "+want+"/upper" {
+		t.Errorf("layer mounts after create: %v", layers)
+	}
 	if _, err := d.Destroy(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -381,4 +394,70 @@ func TestStdinLeftBlocking(t *testing.T) {
 	if fl&unix.O_NONBLOCK != 0 {
 		t.Error("the launcher left its caller's stdin O_NONBLOCK")
 	}
+}
+
+// TestDiskIsBounded: a worker filling /tmp or /workspace gets ENOSPC inside
+// its domain, what it wrote is on the domain's own tmpfs, not the host's
+// disk, and destroy leaves the host's mount table as it was.
+func TestDiskIsBounded(t *testing.T) {
+	d, ctx := setup(t)
+	orig, err := os.ReadFile(bed.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.WriteFile(bed.ConfigPath, orig, 0o644) })
+	var cfg map[string]any
+	if err := json.Unmarshal(orig, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["tmp_bytes"], cfg["disk_bytes"] = 4<<20, 8<<20
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(bed.ConfigPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := workspace(t, nil)
+	mounts := mountCount(t)
+	id, r := startDomain(t, d, ctx, ws, `head -c 16777216 /dev/zero > /tmp/fill; echo TMP=$?; head -c 16777216 /dev/zero > /workspace/fill; echo WS=$?
+stat -c 'SIZES %s' /tmp/fill /workspace/fill; echo DONE; sleep 600`)
+	defer func() { _, _ = d.Destroy(ctx, id); _, _ = r.Wait() }()
+	var disk *protocol.Limit
+	for i, l := range r.Started.Limits {
+		if l.Name == "disk_bytes" {
+			disk = &r.Started.Limits[i]
+		}
+	}
+	if disk == nil || !disk.Enforced || disk.Value != 8<<20 {
+		t.Fatalf("started frame's disk_bytes: %+v (this kernel has tmpfs user xattrs)", disk)
+	}
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "DONE") })
+	out := string(r.Output())
+	if strings.Count(out, "No space left on device") != 2 || !strings.Contains(out, "TMP=1\n") || !strings.Contains(out, "WS=1\n") {
+		t.Errorf("filling /tmp and /workspace did not end in ENOSPC:\n%s", out)
+	}
+	var sizes []int
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, "SIZES "); ok {
+			n, _ := strconv.Atoi(v)
+			sizes = append(sizes, n)
+		}
+	}
+	if len(sizes) != 2 || sizes[0] > 4<<20 || sizes[1] > 8<<20 {
+		t.Errorf("file sizes beyond the bounds: %v", sizes)
+	}
+	var fs, state unix.Statfs_t
+	upper := filepath.Join(bed.State, "domains", id, "upper")
+	if err := unix.Statfs(filepath.Join(upper, "fill"), &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
+		t.Errorf("the upper layer is not on a tmpfs: type %#x, %v", fs.Type, err)
+	}
+	if err := unix.Statfs(bed.State, &state); err == nil && fs.Type == state.Type && fs.Fsid == state.Fsid {
+		t.Errorf("the upper layer is on the host's state disk")
+	}
+	if _, err := d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = r.Wait()
+	if got := mountCount(t); got != mounts {
+		t.Errorf("host mount table: %d entries before create, %d after destroy", mounts, got)
+	}
+	assertNoTrace(t, id)
 }
