@@ -394,7 +394,7 @@ func checkStderr() error {
 // it starts anything: nothing is inherited from whoever ran the launcher,
 // and only the launcher (root on the host) could raise a hard limit the
 // caller had lowered. Memory, CPU time and processes are the cgroup's to
-// bound; these close the rest (protocol/README.md §5.3 lists them).
+// bound; these close the rest (protocol/README.md §5.2 lists them).
 func setRlimits(pid int, lim limitSet) error {
 	inf := uint64(unix.RLIM_INFINITY)
 	for _, r := range []struct {

@@ -295,7 +295,7 @@ chown 1000:1000 %[1]s 2>/dev/null && echo CHOWN=ok || echo CHOWN=refused; %[2]s 
 }
 
 // domainLimits is every resource limit a worker must see (soft, hard),
-// whatever the caller's (protocol/README.md §5.3), with the bed's nproc
+// whatever the caller's (protocol/README.md §5.2), with the bed's nproc
 // and nofile.
 var domainLimits = map[string][2]uint64{
 	"Max cpu time": {inf, inf}, "Max file size": {inf, inf}, "Max data size": {inf, inf},
