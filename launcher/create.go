@@ -305,29 +305,16 @@ func (l *launcher) startInit(run *domainRun, base uint32, ctl, execCh *os.File) 
 // the started frame says disk_bytes is not enforced.
 func mountLayers(domfd int, size uint64, wuid, wgid, base uint32) (protocol.Limit, error) {
 	lim := protocol.Limit{Name: "disk_bytes", Value: size}
-	dirs := []struct {
-		name     string
-		mode     uint32
-		uid, gid uint32
-	}{{"upper", 0o755, wuid, wgid}, {"work", 0o700, base, base}}
-	for _, d := range dirs {
-		if err := unix.Mkdirat(domfd, d.name, d.mode); err != nil {
-			return lim, err
-		}
-		if err := unix.Fchownat(domfd, d.name, int(d.uid), int(d.gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return lim, err
-		}
-	}
 	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return lim, err
 	}
 	defer unix.Close(fs)
-	if err := unix.FsconfigSetString(fs, "size", strconv.FormatUint(size, 10)); err != nil {
-		return lim, err
-	}
-	if err := unix.FsconfigSetString(fs, "mode", "0711"); err != nil { // as the domain dir
-		return lim, err
+	// 0711 as the domain dir: the domain's root reaches work/ through it.
+	for k, v := range map[string]string{"size": strconv.FormatUint(size, 10), "mode": "0711"} {
+		if err := unix.FsconfigSetString(fs, k, v); err != nil {
+			return lim, err
+		}
 	}
 	if err := unix.FsconfigCreate(fs); err != nil {
 		return lim, err
@@ -337,20 +324,31 @@ func mountLayers(domfd int, size uint64, wuid, wgid, base uint32) (protocol.Limi
 		return lim, err
 	}
 	defer unix.Close(mnt)
-	if err := unix.Setxattr(fmt.Sprintf("/proc/self/fd/%d", mnt), "user.autonomic", nil, 0); err != nil {
+	at := domfd
+	if unix.Setxattr(fmt.Sprintf("/proc/self/fd/%d", mnt), "user.autonomic", nil, 0) == nil {
+		at, lim.Enforced = mnt, true
+	} else {
 		lim.Reason = "tmpfs here has no user xattrs (Linux < 6.6): the upper layer is on the state disk, unbounded"
+	}
+	for _, d := range []struct {
+		name     string
+		mode     uint32
+		uid, gid uint32
+	}{{"upper", 0o755, wuid, wgid}, {"work", 0o700, base, base}} {
+		if err := unix.Mkdirat(at, d.name, d.mode); err != nil {
+			return lim, err
+		}
+		if err := unix.Fchownat(at, d.name, int(d.uid), int(d.gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return lim, err
+		}
+	}
+	if !lim.Enforced {
 		return lim, nil
 	}
-	for _, d := range dirs {
-		if err := unix.Mkdirat(mnt, d.name, d.mode); err != nil {
+	for _, name := range []string{"layers", "upper"} {
+		if err := unix.Mkdirat(domfd, name, 0o700); err != nil {
 			return lim, err
 		}
-		if err := unix.Fchownat(mnt, d.name, int(d.uid), int(d.gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return lim, err
-		}
-	}
-	if err := unix.Mkdirat(domfd, "layers", 0o700); err != nil {
-		return lim, err
 	}
 	if err := unix.MoveMount(mnt, "", domfd, "layers", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return lim, err
@@ -360,7 +358,6 @@ func mountLayers(domfd int, size uint64, wuid, wgid, base uint32) (protocol.Limi
 		return lim, err
 	}
 	defer unix.Close(b)
-	lim.Enforced = true
 	return lim, unix.MoveMount(b, "", domfd, "upper", unix.MOVE_MOUNT_F_EMPTY_PATH)
 }
 
