@@ -447,7 +447,8 @@ func (l *launcher) prepareMounts(base uint32, rootfs, lower, domdir, sock int) (
 	steps := []clone{{rootfs, -1, ro, true}, {lower, ownerNS, ro, false},
 		// Overlay clones its layers' mounts, which it may only do for
 		// mounts in the mounter's namespace: the upper and work dirs
-		// travel as a detached bind of the domain directory.
+		// travel as a detached bind of the domain directory (recursive:
+		// with its layers tmpfs).
 		{domdir, -1, 0, true}}
 	if sock >= 0 {
 		// Read-only, owned by the domain's nobody, its group the

@@ -199,7 +199,8 @@ func assembleRoot(fds []int, hasSocket bool, tmpBytes uint64) error {
 // dropPrivileges leaves the init, which from here on only reaps and
 // reports, with no capability in any set, on every thread, and no way to
 // gain one (no_new_privs). It stays the domain's uid 0, which owns nothing
-// of the host: the rootfs is not idmapped.
+// of the host: the rootfs is not idmapped. AllThreadsSyscall needs a binary
+// without cgo, which scripts/build_launcher.sh proves the launcher is.
 func dropPrivileges() error {
 	all := func(trap, a1, a2, a3 uintptr) error {
 		if _, _, e := syscall.AllThreadsSyscall(trap, a1, a2, a3); e != 0 {

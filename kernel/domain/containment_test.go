@@ -165,14 +165,22 @@ func TestDomainRootIsContained(t *testing.T) {
 	ws, _ := workspace(t, nil)
 	id, r := startDomain(t, d, ctx, ws, "sleep 600")
 	defer func() { _, _ = d.Destroy(ctx, id); _, _ = r.Wait() }()
-	st := procStatus(t, r.Started.InitPID)
-	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
-		if st[k] != "0000000000000000" {
-			t.Errorf("init %s = %s, want none", k, st[k])
-		}
+	// Every thread of the init: capabilities are per thread.
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", r.Started.InitPID))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("init threads: %v", err)
 	}
-	if st["NoNewPrivs"] != "1" {
-		t.Errorf("init NoNewPrivs = %s", st["NoNewPrivs"])
+	for _, task := range tasks {
+		tid, _ := strconv.Atoi(task.Name())
+		st := procStatus(t, tid)
+		for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+			if st[k] != "0000000000000000" {
+				t.Errorf("init thread %d: %s = %s, want none", tid, k, st[k])
+			}
+		}
+		if st["NoNewPrivs"] != "1" {
+			t.Errorf("init thread %d: NoNewPrivs = %s", tid, st["NoNewPrivs"])
+		}
 	}
 	pid := workerPID(t, id, r.Started.UIDBase)
 	out, err := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-U", "-m", "--", testbed.ProbePath, "domain-root").CombinedOutput()
