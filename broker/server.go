@@ -53,10 +53,12 @@ type Server struct {
 	wg    sync.WaitGroup
 }
 
-// Listen creates the episode's socket at path, mode 0600, owned by uid:gid
-// (the host uid the domain's worker maps to). The directory must exist and
-// be reachable by nobody else; a leftover socket there is replaced, any
-// other file is refused.
+// Listen creates the episode's socket at path, mode 0660, owned by uid:gid
+// (the kernel's account). The launcher binds it into the domain read-only
+// with the owner mapped to the domain's nobody and the group to the
+// worker's, so the worker connects through the group bit and cannot chmod
+// it. The directory must exist and be reachable by nobody else; a leftover
+// socket there is replaced, any other file is refused.
 func Listen(path string, uid, gid int) (*net.UnixListener, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
@@ -72,7 +74,7 @@ func Listen(path string, uid, gid int) (*net.UnixListener, error) {
 	}
 	ln.SetUnlinkOnClose(true)
 	// The directory keeps everyone else out until the mode is final.
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := os.Chmod(path, 0o660); err != nil {
 		ln.Close()
 		return nil, err
 	}

@@ -26,8 +26,8 @@ type initSpec struct {
 	Cwd       string   `json:"cwd"`
 	UID       uint32   `json:"uid"`
 	GID       uint32   `json:"gid"`
-	NProc     uint64   `json:"nproc"`
-	NoFile    uint64   `json:"nofile"`
+	IDs       uint32   `json:"ids"` // the size of the domain's id range
+	TmpBytes  uint64   `json:"tmp_bytes"`
 	Floor     []byte   `json:"floor"`
 	Profile   []byte   `json:"profile,omitempty"`
 	Notify    bool     `json:"notify"`

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"io"
 	"os"
 	"path"
@@ -54,7 +55,16 @@ type config struct {
 	// MaxCheckpointStoreBytes caps the whole checkpoint store; 0 means
 	// 16 times max_checkpoint_bytes.
 	MaxCheckpointStoreBytes int64 `json:"max_checkpoint_store_bytes,omitempty"`
+	// Memory-backed disk bounds of a domain: its /tmp and its upper layer
+	// (upper and work dirs), each a tmpfs of this size.
+	TmpBytes  uint64 `json:"tmp_bytes,omitempty"`
+	DiskBytes uint64 `json:"disk_bytes,omitempty"`
 }
+
+const (
+	defaultTmpBytes  = 256 << 20
+	defaultDiskBytes = 1 << 30
+)
 
 func loadConfig() (*config, error) {
 	bad := func(why string) error { return protocol.Errorf(protocol.CodeConfigInvalid, "%s", why) }
@@ -115,6 +125,10 @@ func (c *config) validate() error {
 	}
 	if exceeds(c.Defaults, c.Max) != "" {
 		return bad("a default limit exceeds its max")
+	}
+	c.TmpBytes, c.DiskBytes = cmp.Or(c.TmpBytes, defaultTmpBytes), cmp.Or(c.DiskBytes, defaultDiskBytes)
+	if c.TmpBytes < 1<<20 || c.DiskBytes < 1<<20 {
+		return bad("tmp_bytes and disk_bytes must be at least 1 MiB")
 	}
 	if c.MaxCheckpointBytes <= 0 || c.MaxCheckpointEntries <= 0 || c.MaxCheckpointStoreBytes < 0 || c.MaxCheckpointBytes > 1<<40 {
 		return bad("checkpoint caps must be positive and at most 1 TiB")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -36,6 +37,9 @@ func (l *launcher) create() error {
 		if profile, err = r.Seccomp.Decode(); err != nil {
 			return err
 		}
+	}
+	if err := checkStderr(); err != nil {
+		return err
 	}
 	notify := profile != nil && hostSeccompActions()["user_notif"]
 	if profile != nil && !notify && programUsesNotify(profile) {
@@ -147,20 +151,9 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 		return protocol.Errorf(protocol.CodeLauncherFailed, "meta: %w", err)
 	}
 
-	// Upper belongs to the worker (it is the merged root of /workspace);
-	// work belongs to the domain's root, which mounts the overlay.
-	wuid, wgid := base+l.cfg.WorkerUID, base+l.cfg.WorkerGID
-	for _, d := range []struct {
-		name     string
-		mode     uint32
-		uid, gid uint32
-	}{{"upper", 0o755, wuid, wgid}, {"work", 0o700, base, base}} {
-		if err := unix.Mkdirat(domfd, d.name, d.mode); err != nil {
-			return protocol.Errorf(protocol.CodeLauncherFailed, "mkdir %s: %w", d.name, err)
-		}
-		if err := unix.Fchownat(domfd, d.name, int(d.uid), int(d.gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return protocol.Errorf(protocol.CodeLauncherFailed, "chown %s: %w", d.name, err)
-		}
+	disk, err := mountLayers(domfd, l.cfg.DiskBytes, base+l.cfg.WorkerUID, base+l.cfg.WorkerGID, base)
+	if err != nil {
+		return protocol.Errorf(protocol.CodeMountFailed, "layers: %w", err)
 	}
 	upper, err := openDirBeneath(domfd, "upper")
 	if err != nil {
@@ -183,7 +176,7 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 	if run.cgfd, err = makeCgroup(parent, domfd, r.DomainID); err != nil { // hook: launcher-lifecycle (cgroup.go)
 		return err
 	}
-	limits := applyLimits(parent, run.cgfd, lim)
+	limits := append(applyLimits(parent, run.cgfd, lim), disk, protocol.Limit{Name: "tmp_bytes", Value: l.cfg.TmpBytes, Enforced: true})
 
 	// 4. Clone the init into new user, mount, pid, net, ipc, uts and cgroup
 	// namespaces. Its uid 0 is the first id of this domain's private range.
@@ -201,18 +194,21 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 	}
 	ctlInit.Close()
 	execInit.Close()
+	if err := setRlimits(run.initPID, lim); err != nil {
+		return protocol.Errorf(protocol.CodeNamespaceFailed, "prlimit: %w", err)
+	}
 
-	// 5. Mounts, prepared here as detached trees and attached by the init
-	// inside its own namespace: the rootfs read-only and idmapped so its
-	// root-owned files show as the domain's root, the workspace idmapped
-	// so the kernel's clone shows as the worker's own files (copy-up works).
-	fds, err := l.prepareMounts(run.initPID, base, rootfs, lower, domfd, sock)
+	// 5. Mounts, prepared here as private detached trees and attached by
+	// the init inside its own namespace: the rootfs read-only, the
+	// workspace idmapped so the kernel's clone shows as the worker's own
+	// files (copy-up works).
+	fds, err := l.prepareMounts(base, rootfs, lower, domfd, sock)
 	if err != nil {
 		return err
 	}
 	spec := initSpec{
-		Argv: r.Argv, Env: env, Cwd: r.Cwd, UID: l.cfg.WorkerUID, GID: l.cfg.WorkerGID,
-		NProc: lim.NProc, NoFile: lim.NoFile, Floor: floorBytes(), Profile: profile, Notify: notify, HasSocket: sock >= 0,
+		Argv: r.Argv, Env: env, Cwd: r.Cwd, UID: l.cfg.WorkerUID, GID: l.cfg.WorkerGID, IDs: l.cfg.UIDPool.Size, TmpBytes: l.cfg.TmpBytes,
+		Floor: floorBytes(), Profile: profile, Notify: notify, HasSocket: sock >= 0,
 	}
 	if spec.Cwd == "" {
 		spec.Cwd = "/workspace"
@@ -267,9 +263,7 @@ func (l *launcher) startInit(run *domainRun, base uint32, ctl, execCh *os.File) 
 			CgroupFD:                   run.cgfd,
 		},
 	}
-	if out := workerOutput(); out != nil {
-		cmd.Stdout, cmd.Stderr = out, out
-	}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr // checkStderr vouched for it
 	started := make(chan error, 1)
 	run.done = make(chan waitResult, 1)
 	go func() {
@@ -295,80 +289,205 @@ func (l *launcher) startInit(run *domainRun, base uint32, ctl, execCh *os.File) 
 	return nil
 }
 
-// workerOutput is where the worker's stdout and stderr go: the launcher's
-// stderr when it is a pipe to the kernel, never a terminal (a worker holding
-// a terminal descriptor could inject input with TIOCSTI).
-func workerOutput() *os.File {
-	if _, err := unix.IoctlGetTermios(2, unix.TCGETS); err == nil {
-		return nil
+// mountLayers makes the upper and work dirs of the overlay: upper the
+// worker's (the merged root of /workspace), work the domain root's (it
+// mounts the overlay). They live on a tmpfs of the domain's own, of
+// disk_bytes, so a worker filling /workspace gets ENOSPC and no host disk
+// fills; its pages are charged to the memory cgroup of whoever writes them.
+// Overlay wants both under one mount: the tmpfs is attached at layers/
+// (which the init's overlay uses) and its upper bound at upper/ (which
+// checkpoint and restore use); destroy detaches both (unmountLayers).
+// Overlay in a user namespace keeps whiteouts in user.* xattrs, which tmpfs
+// has only since Linux 6.6: before, the dirs stay on the state disk and
+// the started frame says disk_bytes is not enforced.
+func mountLayers(domfd int, size uint64, wuid, wgid, base uint32) (protocol.Limit, error) {
+	lim := protocol.Limit{Name: "disk_bytes", Value: size}
+	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return lim, err
 	}
-	return os.Stderr
+	defer unix.Close(fs)
+	// 0711 as the domain dir: the domain's root reaches work/ through it.
+	for k, v := range map[string]string{"size": strconv.FormatUint(size, 10), "mode": "0711"} {
+		if err := unix.FsconfigSetString(fs, k, v); err != nil {
+			return lim, err
+		}
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return lim, err
+	}
+	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return lim, err
+	}
+	defer unix.Close(mnt)
+	at := domfd
+	if unix.Setxattr(fmt.Sprintf("/proc/self/fd/%d", mnt), "user.autonomic", nil, 0) == nil {
+		at, lim.Enforced = mnt, true
+	} else {
+		lim.Reason = "tmpfs here has no user xattrs (Linux < 6.6): the upper layer is on the state disk, unbounded"
+	}
+	for _, d := range []struct {
+		name     string
+		mode     uint32
+		uid, gid uint32
+	}{{"upper", 0o755, wuid, wgid}, {"work", 0o700, base, base}} {
+		if err := unix.Mkdirat(at, d.name, d.mode); err != nil {
+			return lim, err
+		}
+		if err := unix.Fchownat(at, d.name, int(d.uid), int(d.gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return lim, err
+		}
+	}
+	if !lim.Enforced {
+		return lim, nil
+	}
+	for _, name := range []string{"layers", "upper"} {
+		if err := unix.Mkdirat(domfd, name, 0o700); err != nil {
+			return lim, err
+		}
+	}
+	if err := unix.MoveMount(mnt, "", domfd, "layers", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return lim, err
+	}
+	b, err := unix.OpenTree(domfd, "layers/upper", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return lim, err
+	}
+	defer unix.Close(b)
+	return lim, unix.MoveMount(b, "", domfd, "upper", unix.MOVE_MOUNT_F_EMPTY_PATH)
 }
 
-func (l *launcher) prepareMounts(initPID int, base uint32, rootfs, lower, domdir, sock int) ([]int, error) {
+// unmountLayers detaches what mountLayers attached, whichever of it exists.
+func unmountLayers(domfd int) {
+	for _, name := range []string{"upper", "layers"} {
+		_ = unix.Unmount(fmt.Sprintf("/proc/self/fd/%d/%s", domfd, name), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	}
+}
+
+// checkStderr accepts the launcher's stderr as the worker's stdout and
+// stderr only when it is a pipe or /dev/null: the worker holds whatever it
+// is, and a directory would hand it the host's tree, a file or a socket the
+// caller's object, a terminal input injection (TIOCSTI).
+func checkStderr() error {
+	var st, null unix.Stat_t
+	if err := unix.Fstat(2, &st); err == nil {
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFIFO:
+			return nil
+		case unix.S_IFCHR:
+			if unix.Stat("/dev/null", &null) == nil && null.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == null.Rdev {
+				return nil
+			}
+		}
+	}
+	return protocol.Errorf(protocol.CodePathUnsafe, "stderr is not a pipe or /dev/null")
+}
+
+// setRlimits sets every resource limit of the domain on its init, before
+// it starts anything: nothing is inherited from whoever ran the launcher,
+// and only the launcher (root on the host) could raise a hard limit the
+// caller had lowered. Memory, CPU time and processes are the cgroup's to
+// bound; these close the rest (protocol/README.md §5.2 lists them).
+func setRlimits(pid int, lim limitSet) error {
+	inf := uint64(unix.RLIM_INFINITY)
+	for _, r := range []struct {
+		res      int
+		cur, max uint64
+	}{
+		{unix.RLIMIT_CPU, inf, inf}, {unix.RLIMIT_FSIZE, inf, inf}, {unix.RLIMIT_DATA, inf, inf},
+		{unix.RLIMIT_STACK, 8 << 20, inf}, {unix.RLIMIT_CORE, 0, 0}, {unix.RLIMIT_RSS, inf, inf},
+		{unix.RLIMIT_NPROC, lim.NProc, lim.NProc}, {unix.RLIMIT_NOFILE, lim.NoFile, lim.NoFile},
+		{unix.RLIMIT_MEMLOCK, 8 << 20, 8 << 20}, {unix.RLIMIT_AS, inf, inf}, {unix.RLIMIT_LOCKS, lim.NoFile, lim.NoFile},
+		{unix.RLIMIT_SIGPENDING, 4096, 4096}, {unix.RLIMIT_MSGQUEUE, 819200, 819200},
+		{unix.RLIMIT_NICE, 0, 0}, {unix.RLIMIT_RTPRIO, 0, 0}, {unix.RLIMIT_RTTIME, 0, 0},
+	} {
+		want := unix.Rlimit{Cur: r.cur, Max: r.max}
+		err := unix.Prlimit(pid, r.res, &want, nil)
+		var old unix.Rlimit
+		if err == unix.EPERM && unix.Prlimit(pid, r.res, nil, &old) == nil {
+			// Raising a hard limit needs CAP_SYS_RESOURCE, which some
+			// hosts deny even root; a caller's lower limit is stricter.
+			want.Max = min(want.Max, old.Max)
+			want.Cur = min(want.Cur, want.Max)
+			err = unix.Prlimit(pid, r.res, &want, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *launcher) prepareMounts(base uint32, rootfs, lower, domdir, sock int) ([]int, error) {
 	var fds []int
 	fail := func(err error) ([]int, error) {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
+		closeAll(fds...)
 		return nil, protocol.Errorf(protocol.CodeMountFailed, "%w", err)
 	}
-	domainNS, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", initPID), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fail(err)
-	}
-	defer unix.Close(domainNS)
-	ownerNS, err := l.workspaceUserns(base)
+	nobody := uint32(65534)
+	// The workspace's owner becomes the worker (copy-up works); nothing
+	// else in the clone is mapped, so nothing else becomes the worker's.
+	ownerNS, err := l.idmapUserns(l.cfg.WorkspaceOwnerUID, base+l.cfg.WorkerUID, l.cfg.WorkspaceOwnerGID, base+l.cfg.WorkerGID)
 	if err != nil {
 		return fail(err)
 	}
 	defer unix.Close(ownerNS)
-
 	ro := uint64(unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
-	rootMnt, err := idmappedClone(rootfs, domainNS, ro, true)
-	if err != nil {
-		return fail(err)
+	// The rootfs is not idmapped: its host-root files stay unmapped (the
+	// overflow id) in the domain, so no domain identity owns them.
+	type clone struct {
+		fd, userns int
+		attrs      uint64
+		recursive  bool
 	}
-	fds = append(fds, rootMnt)
-	lowerMnt, err := idmappedClone(lower, ownerNS, ro, false)
-	if err != nil {
-		return fail(err)
-	}
-	fds = append(fds, lowerMnt)
-	// Overlay clones its layers' mounts, which it may only do for mounts in
-	// the mounter's namespace: the upper and work dirs travel as a detached
-	// bind of the domain directory, attached by the init.
-	layers, err := unix.OpenTree(domdir, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
-	if err != nil {
-		return fail(err)
-	}
-	fds = append(fds, layers)
+	steps := []clone{{rootfs, -1, ro, true}, {lower, ownerNS, ro, false},
+		// Overlay clones its layers' mounts, which it may only do for
+		// mounts in the mounter's namespace: the upper and work dirs
+		// travel as a detached bind of the domain directory (recursive:
+		// with its layers tmpfs).
+		{domdir, -1, 0, true}}
 	if sock >= 0 {
-		sockMnt, err := idmappedClone(sock, ownerNS, uint64(unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC), false)
+		// Read-only, owned by the domain's nobody, its group the
+		// worker's: the worker connects (mode 0660) but cannot chmod,
+		// chown or replace it.
+		sockNS, err := l.idmapUserns(l.cfg.WorkspaceOwnerUID, base+nobody, l.cfg.WorkspaceOwnerGID, base+l.cfg.WorkerGID)
 		if err != nil {
 			return fail(err)
 		}
-		fds = append(fds, sockMnt)
+		defer unix.Close(sockNS)
+		steps = append(steps, clone{sock, sockNS, ro | unix.MOUNT_ATTR_NOEXEC, false})
+	}
+	for _, s := range steps {
+		mnt, err := cloneMount(s.fd, s.userns, s.attrs, s.recursive)
+		if err != nil {
+			return fail(err)
+		}
+		fds = append(fds, mnt)
 	}
 	return fds, nil
 }
 
-// idmappedClone makes a detached bind mount of fd with the given attributes
-// and the id mapping of userns.
-func idmappedClone(fd, userns int, attrs uint64, recursive bool) (int, error) {
-	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH)
+// cloneMount makes a detached bind mount of fd with the given attributes
+// and, when userns >= 0, its id mapping. Every clone is made private: a
+// clone of a shared mount joins its peer group, and every mount the domain
+// then makes on it would propagate back into the host (and pivot_root
+// refuses a shared parent).
+func cloneMount(fd, userns int, attrs uint64, recursive bool) (int, error) {
+	flags, setFlags := uint(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH), uint(unix.AT_EMPTY_PATH)
 	if recursive {
 		flags |= unix.AT_RECURSIVE
+		setFlags |= unix.AT_RECURSIVE
 	}
 	mnt, err := unix.OpenTree(fd, "", flags)
 	if err != nil {
 		return -1, fmt.Errorf("open_tree: %w", err)
 	}
-	setFlags := uint(unix.AT_EMPTY_PATH)
-	if recursive {
-		setFlags |= unix.AT_RECURSIVE
+	attr := &unix.MountAttr{Attr_set: attrs, Propagation: unix.MS_PRIVATE}
+	if userns >= 0 {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(userns)
 	}
-	attr := &unix.MountAttr{Attr_set: attrs | unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
 	if err := unix.MountSetattr(mnt, "", setFlags, attr); err != nil {
 		unix.Close(mnt)
 		return -1, fmt.Errorf("mount_setattr: %w", err)
@@ -376,19 +495,17 @@ func idmappedClone(fd, userns int, attrs uint64, recursive bool) (int, error) {
 	return mnt, nil
 }
 
-// workspaceUserns returns a user namespace mapping exactly the kernel's
-// workspace owner to this domain's worker, to idmap the workspace with. No
-// other host id is mapped, so nothing else in the clone becomes the
-// worker's. The namespace's only process is traced: it stops at its exec,
-// before running a single instruction, and is killed once the namespace is
-// open (the descriptor keeps the namespace alive).
-func (l *launcher) workspaceUserns(base uint32) (int, error) {
+// idmapUserns returns a user namespace mapping exactly one host uid and one
+// host gid, to idmap a mount with. The namespace's only process is traced:
+// it stops at its exec, before running a single instruction, and is killed
+// once the namespace is open (the descriptor keeps the namespace alive).
+func (l *launcher) idmapUserns(uid, toUID, gid, toGID uint32) (int, error) {
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe", Args: []string{holdArg0}, Env: []string{},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(l.cfg.WorkspaceOwnerUID), HostID: int(base + l.cfg.WorkerUID), Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(l.cfg.WorkspaceOwnerGID), HostID: int(base + l.cfg.WorkerGID), Size: 1}},
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(toUID), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(toGID), Size: 1}},
 			Ptrace:      true,
 			Pdeathsig:   unix.SIGKILL,
 		},

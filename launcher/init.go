@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -40,7 +41,7 @@ func runInit() int {
 		_ = sendReply(ctl, initReply{Error: string(protocol.CodeNamespaceFailed)}, nil)
 		return 1
 	}
-	if err := assembleRoot(fds, spec.HasSocket); err != nil {
+	if err := assembleRoot(fds, spec.HasSocket, spec.TmpBytes); err != nil {
 		_ = sendReply(ctl, initReply{Error: string(protocol.AsWire(err).Code)}, nil)
 		return 1
 	}
@@ -52,6 +53,9 @@ func runInit() int {
 
 	stage, err := startStage(&spec, execCh)
 	execCh.Close()
+	if err == nil {
+		err = dropPrivileges()
+	}
 	if err != nil {
 		_ = sendReply(ctl, initReply{Error: string(protocol.CodeExecFailed)}, nil)
 		return 1
@@ -100,7 +104,7 @@ func boolInt(b bool) int {
 // assembleRoot builds the domain's filesystem from the descriptors the
 // monitor sent. Every host object arrives as a descriptor (a detached mount
 // or an open directory); no host path is resolved by name here.
-func assembleRoot(fds []int, hasSocket bool) error {
+func assembleRoot(fds []int, hasSocket bool, tmpBytes uint64) error {
 	fail := func(step string, err error) error {
 		return protocol.Errorf(protocol.CodeMountFailed, "%s: %w", step, err)
 	}
@@ -125,7 +129,7 @@ func assembleRoot(fds []int, hasSocket bool) error {
 	if err := maskProc(at("/proc")); err != nil {
 		return fail("mask proc", err)
 	}
-	if err := unix.Mount("tmpfs", at("/tmp"), "tmpfs", nosuid, "mode=1777"); err != nil {
+	if err := unix.Mount("tmpfs", at("/tmp"), "tmpfs", nosuid, fmt.Sprintf("mode=1777,size=%d", tmpBytes)); err != nil {
 		return fail("tmp", err)
 	}
 	if err := minimalDev(at("/dev")); err != nil {
@@ -159,7 +163,13 @@ func assembleRoot(fds []int, hasSocket bool) error {
 	if err := unix.MoveMount(fds[fdLayers], "", unix.AT_FDCWD, layersAt, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fail("attach layers", err)
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lowerAt, layersAt, layersAt)
+	// The domain directory holds layers/ (a bounded tmpfs) or, on hosts
+	// whose tmpfs cannot hold overlay's xattrs, upper/ and work/ itself.
+	layers := layersAt
+	if _, err := os.Stat(layersAt + "/layers"); err == nil {
+		layers += "/layers"
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lowerAt, layers, layers)
 	if err := unix.Mount("overlay", at("/workspace"), "overlay", nosuid, opts); err != nil {
 		return fail("overlay", err)
 	}
@@ -184,6 +194,38 @@ func assembleRoot(fds []int, hasSocket bool) error {
 		return fail("detach old root", err)
 	}
 	return unix.Chdir("/")
+}
+
+// dropPrivileges leaves the init, which from here on only reaps and
+// reports, with no capability in any set, on every thread, and no way to
+// gain one (no_new_privs). It stays the domain's uid 0, which owns nothing
+// of the host: the rootfs is not idmapped. AllThreadsSyscall needs a binary
+// without cgo, which scripts/build_launcher.sh proves the launcher is.
+func dropPrivileges() error {
+	all := func(trap, a1, a2, a3 uintptr) error {
+		if _, _, e := syscall.AllThreadsSyscall(trap, a1, a2, a3); e != 0 {
+			return e
+		}
+		return nil
+	}
+	for c := uintptr(0); ; c++ {
+		err := all(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0)
+		if err == unix.EINVAL {
+			break // past the kernel's last capability
+		}
+		if err != nil {
+			return err
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData // effective, permitted and inheritable: empty
+	if err := all(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
+		return err
+	}
+	if err := all(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+		return err
+	}
+	return all(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
 }
 
 // maskProc hides the procfs entries that describe the host rather than the
@@ -255,7 +297,11 @@ func loopbackUp() error {
 }
 
 // startStage starts the worker stage: this binary again, in a new session,
-// with the spec on fd 3 and the exec channel on fd 4.
+// with the spec on fd 3 and the exec channel on fd 4, in a user namespace
+// nested in the domain's (the same ids) and a mount namespace it owns. The
+// kernel copies the domain's mounts into it and, the new owner being less
+// privileged, locks them: no process there, the domain's uid 0 included,
+// can clear a read-only, nosuid or noexec flag or unmount a mask.
 func startStage(spec *initSpec, execCh *os.File) (int, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -269,8 +315,13 @@ func startStage(spec *initSpec, execCh *os.File) (int, error) {
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe", Args: []string{stageArg0}, Env: []string{},
 		Stdin: devnull, Stdout: os.Stdout, Stderr: os.Stderr,
-		ExtraFiles:  []*os.File{pr, execCh},
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+		ExtraFiles: []*os.File{pr, execCh},
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid: true, Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: int(spec.IDs)}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: int(spec.IDs)}},
+			GidMappingsEnableSetgroups: true, // the stage drops its groups
+		},
 	}
 	err = cmd.Start()
 	pr.Close()

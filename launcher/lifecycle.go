@@ -168,6 +168,7 @@ func (l *launcher) destroyDomain(id string, deadline time.Time, bound *unix.Stat
 	if err := l.releaseSlotsOf(id); err != nil {
 		return true, protocol.Errorf(protocol.CodeLauncherFailed, "release uid slot: %w", err)
 	}
+	unmountLayers(domfd) // issue 11 hook (launcher-mounts): the upper layer's tmpfs
 	if err := removeBeneath(l.state.domains, id); err != nil {
 		return true, protocol.Errorf(protocol.CodeLauncherFailed, "remove domain: %w", err)
 	}

@@ -93,7 +93,11 @@ func serve() int {
 	if os.Geteuid() != 0 {
 		return out.fail(protocol.E(protocol.CodeNotPrivileged))
 	}
-	// A non-blocking stdin lets the Go poller enforce read deadlines.
+	// A non-blocking stdin lets the Go poller enforce read deadlines. The
+	// flag is on the caller's open file, so it is put back on the way out.
+	if fl, err := unix.FcntlInt(0, unix.F_GETFL, 0); err == nil {
+		defer unix.FcntlInt(0, unix.F_SETFL, fl)
+	}
 	_ = unix.SetNonblock(0, true)
 	stdin := os.NewFile(0, "stdin")
 	b, err := protocol.ReadFrame(stdin, protocol.LauncherRequestMax, time.Now().Add(requestDeadline))

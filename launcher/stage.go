@@ -20,9 +20,9 @@ import (
 // inside the domain, as the domain's root. Go's ForkExec has no hook
 // between fork and exec, so everything that must happen on the exec'ing
 // thread happens here, on one locked thread, in this order: drop the
-// bounding set and groups, become the worker, forbid new privileges, set
-// rlimits, install the seccomp floor and the profile, close every inherited
-// descriptor, execve.
+// bounding set and groups, become the worker, forbid new privileges,
+// install the seccomp floor and the profile, close every inherited
+// descriptor, execve. Its rlimits were set on the init by the launcher.
 func runStage() int {
 	runtime.LockOSThread()
 	execCh := os.NewFile(4, "exec")
@@ -59,14 +59,6 @@ func runStage() int {
 	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fail(protocol.CodeExecFailed)
-	}
-	for _, rl := range []struct {
-		res int
-		max uint64
-	}{{unix.RLIMIT_NPROC, spec.NProc}, {unix.RLIMIT_NOFILE, spec.NoFile}, {unix.RLIMIT_CORE, 0}} {
-		if err := unix.Setrlimit(rl.res, &unix.Rlimit{Cur: rl.max, Max: rl.max}); err != nil {
-			return fail(protocol.CodeExecFailed)
-		}
 	}
 	if err := unix.Chdir(spec.Cwd); err != nil {
 		return fail(protocol.CodeExecFailed)

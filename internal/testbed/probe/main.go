@@ -174,9 +174,55 @@ func main() {
 			// notified call is not a signal, so this changes nothing.
 			signal.Notify(make(chan os.Signal, 1), syscall.SIGSYS)
 			report(what, socket(unix.AF_INET))
+		case "connect-effect":
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+			if err == nil {
+				err = unix.Connect(fd, &unix.SockaddrUnix{Name: "/run/autonomic/effect.sock"})
+			}
+			report(what, errnoOf(err))
+		case "domain-root":
+			domainRoot()
 		default:
 			fmt.Fprintln(os.Stderr, "unknown probe", what)
 			os.Exit(2)
 		}
+	}
+}
+
+func errnoOf(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	if e, ok := err.(syscall.Errno); ok {
+		return e
+	}
+	return syscall.EINVAL
+}
+
+// domainRoot runs as a domain's uid 0 (a test nsenters a worker's user and
+// mount namespaces) and tries every way out of the locked mounts.
+func domainRoot() {
+	report("remount-rw", errnoOf(unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND, "")))
+	report("setattr-rw", errnoOf(unix.MountSetattr(unix.AT_FDCWD, "/", 0, &unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY})))
+	fd, err := unix.OpenTree(unix.AT_FDCWD, "/", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err == nil {
+		err = unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID})
+	}
+	report("clone-rw", errnoOf(err))
+	fd, err = unix.Open("/etc/autonomic-planted", unix.O_CREAT|unix.O_WRONLY, 0o644)
+	report("write-rootfs", errnoOf(err))
+	fd, err = unix.Open("/usr/bin/autonomic-suid", unix.O_CREAT|unix.O_WRONLY, 0o4755)
+	report("setuid-rootfs", errnoOf(err))
+	report("chmod-rootfs", errnoOf(unix.Chmod("/usr/bin/cat", 0o4755)))
+	for _, mask := range []string{"/proc/kcore", "/proc/timer_list", "/proc/sched_debug"} {
+		if _, err := os.Stat(mask); err == nil {
+			report("umount-mask", errnoOf(unix.Unmount(mask, unix.MNT_DETACH)))
+			break
+		}
+	}
+	report("umount-procsys", errnoOf(unix.Unmount("/proc/sys", unix.MNT_DETACH)))
+	var st unix.Stat_t
+	if err := unix.Stat("/usr/bin/cat", &st); err == nil {
+		fmt.Printf("rootfs-owner=%d:%d\n", st.Uid, st.Gid)
 	}
 }
