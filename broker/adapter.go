@@ -40,6 +40,9 @@ type Request struct {
 	Target        json.RawMessage
 	Payload       []byte
 	PayloadDigest string
+	// MaxBytes, at prepare, is the lease's budget.bytes_per_effect (0:
+	// none); an adapter that can measure what an effect adds refuses more.
+	MaxBytes int64
 }
 
 // Result is an adapter's answer. Receipt is the target's evidence; it is

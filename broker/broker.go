@@ -39,7 +39,9 @@ type Config struct {
 	Verifier func(ctx context.Context, e store.Effect, payload []byte) (verdict string, body json.RawMessage, err error)
 	// EffectTTL bounds how long an effect may take to commit (0: none).
 	EffectTTL time.Duration
-	Logger    hclog.Logger
+	// Quota bounds what one episode's prepares may cost (quota.go).
+	Quota  Quota
+	Logger hclog.Logger
 	// Hooks are fault-injection points for the crash tests; nil in
 	// production.
 	Hooks *Hooks
@@ -74,6 +76,7 @@ type Broker struct {
 	// saturated counts connections refused as effect_broker_saturated by
 	// every Server on this broker (see Saturations).
 	saturated atomic.Uint64
+	quotas    quotas
 }
 
 // New returns a broker. It admits no work until Reconcile has settled every
@@ -229,8 +232,12 @@ func (b *Broker) adapter(kind, target string) (Adapter, int, error) {
 }
 
 // Prepare proposes (or re-proposes) an effect and captures its version
-// vector. Nothing reaches the store unless the adapter accepted the request
-// against trusted configuration.
+// vector. It is fenced first: the episode's epoch, the lease's validity and
+// its grant of this kind, target and class, and the episode's quotas are
+// checked before the adapter looks at the request, so a refused prepare
+// applies no patch, stores no payload and writes no row. Nothing reaches
+// the store unless the adapter accepted the request against trusted
+// configuration; the store then checks epoch and lease again, atomically.
 func (b *Broker) Prepare(ctx context.Context, episodeID uuid.UUID, req *protocol.WorkerRequest) (store.Effect, error) {
 	a, class, err := b.adapter(req.Kind, req.TargetID)
 	if err != nil {
@@ -240,50 +247,92 @@ func (b *Broker) Prepare(ctx context.Context, episodeID uuid.UUID, req *protocol
 	if err != nil {
 		return store.Effect{}, err
 	}
-	leaseID, err := uuid.Parse(req.LeaseID)
-	if err != nil {
-		return store.Effect{}, protocol.Errorf(protocol.CodeInvalidField, "lease_id")
-	}
-	lease, err := b.cfg.Store.Lease(ctx, leaseID)
+	lease, err := b.fence(ctx, episodeID, req, class)
 	if err != nil {
 		return store.Effect{}, err
 	}
-	if lease.EpisodeID != episodeID {
-		return store.Effect{}, protocol.Errorf(protocol.CodeNotFound, "lease")
-	}
-	if err := grants(lease.Capabilities, req.Kind, req.TargetID, class); err != nil {
-		return store.Effect{}, err
+	var revise uuid.UUID
+	if req.EffectID != "" {
+		if revise, err = uuid.Parse(req.EffectID); err != nil {
+			return store.Effect{}, protocol.Errorf(protocol.CodeInvalidField, "effect_id")
+		}
+		old, err := b.own(ctx, episodeID, revise, req.Epoch)
+		if err != nil {
+			return store.Effect{}, err
+		}
+		if old.Kind != req.Kind || old.TargetID != req.TargetID || old.LeaseID != lease.ID {
+			return store.Effect{}, protocol.Errorf(protocol.CodeInvalidField, "a revision keeps kind, target_id and lease_id")
+		}
 	}
 	digest := Digest(payload)
-	ar := Request{TargetID: req.TargetID, Target: req.Target, Payload: payload, PayloadDigest: digest, Epoch: req.Epoch}
+	release, err := b.quotas.admit(ctx, b, episodeID, digest, int64(len(payload)))
+	if err != nil {
+		return store.Effect{}, err
+	}
+	stored := false
+	defer func() { release(stored) }()
+	ar := Request{TargetID: req.TargetID, Target: req.Target, Payload: payload, PayloadDigest: digest, Epoch: req.Epoch,
+		MaxBytes: leaseBytesPerEffect(lease.Capabilities)}
 	if err := a.Validate(ctx, ar); err != nil {
+		return store.Effect{}, err
+	}
+	if err := diskReserve(b.cfg.Payloads.dir, int64(len(payload)), b.cfg.Quota.DiskReserveBytes); err != nil {
 		return store.Effect{}, err
 	}
 	if _, err := b.cfg.Payloads.Put(payload); err != nil {
 		return store.Effect{}, fmt.Errorf("storing payload: %w", err)
 	}
+	stored = true
 	// Proposal (or revision) and prepare are one transaction: an effect
 	// is recorded prepared, with its version vector, or not at all.
 	tv, regime := b.cfg.Trajectory(ctx, episodeID)
 	tr := &store.Trajectory{Version: tv, Regime: regime}
-	if req.EffectID != "" {
-		id, err := uuid.Parse(req.EffectID)
-		if err != nil {
-			return store.Effect{}, protocol.Errorf(protocol.CodeInvalidField, "effect_id")
-		}
-		old, err := b.own(ctx, episodeID, id, req.Epoch)
-		if err != nil {
-			return store.Effect{}, err
-		}
-		if old.Kind != req.Kind || old.TargetID != req.TargetID || old.LeaseID != leaseID {
-			return store.Effect{}, protocol.Errorf(protocol.CodeInvalidField, "a revision keeps kind, target_id and lease_id")
-		}
-		return b.cfg.Store.ReviseEffect(ctx, store.Revision{EffectID: id, FromRevision: req.Revision, Epoch: req.Epoch,
+	if revise != uuid.Nil {
+		return b.cfg.Store.ReviseEffect(ctx, store.Revision{EffectID: revise, FromRevision: req.Revision, Epoch: req.Epoch,
 			Target: req.Target, PayloadDigest: digest, Prepare: tr})
 	}
-	return b.cfg.Store.ProposeEffect(ctx, store.Proposal{EpisodeID: episodeID, Epoch: req.Epoch, LeaseID: leaseID,
+	return b.cfg.Store.ProposeEffect(ctx, store.Proposal{EpisodeID: episodeID, Epoch: req.Epoch, LeaseID: lease.ID,
 		Kind: req.Kind, Class: class, TargetID: req.TargetID, Target: req.Target, PayloadDigest: digest, TTL: b.cfg.EffectTTL,
 		Prepare: tr})
+}
+
+// fence is prepare's first check, read-only: the request's epoch is the
+// episode's current one and the episode is active; the lease is the
+// episode's, of this epoch, neither revoked nor expired, and grants kind on
+// target at class.
+func (b *Broker) fence(ctx context.Context, episodeID uuid.UUID, req *protocol.WorkerRequest, class int) (store.Lease, error) {
+	leaseID, err := uuid.Parse(req.LeaseID)
+	if err != nil {
+		return store.Lease{}, protocol.Errorf(protocol.CodeInvalidField, "lease_id")
+	}
+	ep, err := b.cfg.Store.Episode(ctx, episodeID)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	if req.Epoch != ep.Epoch {
+		return store.Lease{}, protocol.Errorf(protocol.CodeStaleRequestEpoch, "request epoch %d, current %d", req.Epoch, ep.Epoch)
+	}
+	if ep.State != store.EpisodeActive {
+		return store.Lease{}, protocol.Errorf(protocol.CodeStaleAuthority, "episode is %s", ep.State)
+	}
+	lease, err := b.cfg.Store.Lease(ctx, leaseID)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	switch {
+	case lease.EpisodeID != episodeID:
+		return store.Lease{}, protocol.Errorf(protocol.CodeNotFound, "lease")
+	case lease.RevokedAt != nil:
+		return store.Lease{}, protocol.Errorf(protocol.CodeStaleAuthority, "lease revoked")
+	case lease.Epoch != ep.Epoch:
+		return store.Lease{}, protocol.Errorf(protocol.CodeStaleAuthority, "lease of epoch %d, current %d", lease.Epoch, ep.Epoch)
+	case !time.Now().Before(lease.ExpiresAt):
+		return store.Lease{}, protocol.Errorf(protocol.CodeStaleAuthority, "lease expired")
+	}
+	if err := grants(lease.Capabilities, req.Kind, req.TargetID, class); err != nil {
+		return store.Lease{}, err
+	}
+	return lease, nil
 }
 
 // Evaluate moves a prepared effect to ready once the evaluation its class

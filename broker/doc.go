@@ -8,8 +8,12 @@
 // Invariants:
 //
 //   - A connection is bound to the episode's current domain generation by
-//     the kernel's view of the peer (SO_PEERCRED, SO_PEERPIDFD and the
+//     the kernel's view of the peer (SO_PEERCRED, a pidfd — SO_PEERPIDFD, or
+//     pidfd_open and the start time where the kernel lacks it — and the
 //     peer's cgroup), never by anything a frame claims.
+//   - Prepare is fenced first: a prepare refused for its epoch, its lease,
+//     the lease's grant or the episode's quotas has applied no patch,
+//     stored no payload and written no row.
 //   - No adapter acts unless the store has durably recorded commit_intent
 //     and then committing for that exact effect revision, under the current
 //     epoch, after the nine commit checks passed inside the store's locks.
@@ -37,6 +41,10 @@
 //     configuration are disabled on every git invocation in addition. The
 //     path allow/forbid check runs on the resulting tree diff (renames as
 //     delete+add, modes included), not on the patch text.
+//   - What a patch adds is measured from the patch itself (scanPatch)
+//     before git runs; git then runs under rlimits with its new objects in
+//     a quarantine object directory, which only a commit moves into the
+//     repository. A prepare therefore never grows the repository.
 //   - Unrelated movement of a git ref inside the commit window (after
 //     commit_intent) is commit_unknown ("ambiguous"), even when our own
 //     compare-and-swap failed: whether the other writer's history contains

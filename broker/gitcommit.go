@@ -5,12 +5,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -25,6 +23,8 @@ type GitTarget struct {
 	AuthorName     string
 	AuthorEmail    string
 	Class          int // 0: 3
+	// AllowBinary admits GIT binary patches (still under the result cap).
+	AllowBinary bool
 }
 
 // GitCommit applies an exact patch on an exact base OID and moves a ref by
@@ -37,6 +37,8 @@ type GitCommit struct {
 	// BeforeUpdateRef is a fault-injection point for tests: it runs after
 	// the commit object exists and before the ref moves.
 	BeforeUpdateRef func()
+	// Limits bound every git this adapter runs.
+	Limits GitLimits
 }
 
 type gitCommitRequest struct {
@@ -92,41 +94,9 @@ func (g *GitCommit) parse(r Request) (GitTarget, gitCommitRequest, error) {
 }
 
 // git runs git on the repository with every configurable execution path
-// disabled: no system or global configuration, no hooks, no fsmonitor, no
-// attributes file, no pager, no prompt, no external diff, no network
-// protocols, and an environment of our own rather than the kernel's.
+// disabled (see gitRun) and the target's limits.
 func (g *GitCommit) git(ctx context.Context, t GitTarget, index string, stdin []byte, args ...string) ([]byte, error) {
-	return runGit(ctx, g.Git, t.Repo, index, stdin, nil, args...)
-}
-
-func runGit(ctx context.Context, bin, repo, index string, stdin []byte, extraEnv []string, args ...string) ([]byte, error) {
-	if bin == "" {
-		bin = "git"
-	}
-	argv := append([]string{
-		"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null",
-		"-c", "core.pager=cat", "-c", "diff.external=", "-c", "protocol.allow=never", "-c", "protocol.file.allow=always",
-		"-c", "protocol.git.allow=always", "-c", "protocol.https.allow=always", "-c", "safe.directory=*", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
-		"--git-dir=" + repo,
-	}, args...)
-	cmd := exec.CommandContext(ctx, bin, argv...)
-	cmd.Env = append([]string{
-		"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent", "LC_ALL=C", "TZ=UTC",
-		"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0", "GIT_ATTR_NOSYSTEM=1",
-		"GIT_NO_REPLACE_OBJECTS=1", "GIT_OPTIONAL_LOCKS=0",
-	}, extraEnv...)
-	if index != "" {
-		cmd.Env = append(cmd.Env, "GIT_INDEX_FILE="+index)
-	}
-	cmd.Dir = "/"
-	cmd.Stdin = bytes.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
-		return out.Bytes(), fmt.Errorf("git %s: %w: %.400s", args[0], err, errb.String())
-	}
-	return out.Bytes(), nil
+	return gitRun{bin: g.Git, repo: t.Repo, index: index, stdin: stdin, limits: g.Limits}.run(ctx, args...)
 }
 
 // checkRepoConfig refuses a repository whose own configuration could pull
@@ -146,65 +116,100 @@ func (g *GitCommit) checkRepoConfig(ctx context.Context, t GitTarget) error {
 }
 
 // build applies the patch on the base in a temporary index and returns the
-// new tree, after checking every changed path of the result.
-func (g *GitCommit) build(ctx context.Context, t GitTarget, req gitCommitRequest, patch []byte) (string, error) {
+// new tree, after checking every changed path of the result. What the
+// patch adds is measured from the patch itself before git runs (scanPatch):
+// over the cap, or binary where the target does not allow it, is refused
+// with nothing written. git then writes its objects into a quarantine q,
+// never into the repository; the caller removes q, or migrates it at
+// commit. maxBytes, when positive, lowers the cap (the lease's
+// bytes_per_effect).
+func (g *GitCommit) build(ctx context.Context, t GitTarget, req gitCommitRequest, patch []byte, maxBytes int64) (tree, q string, err error) {
+	lim := g.Limits.withDefaults()
+	scan, err := scanPatch(patch)
+	if err != nil {
+		return "", "", err
+	}
+	limit := lim.MaxResultBytes
+	if maxBytes > 0 {
+		limit = min(limit, maxBytes)
+	}
+	switch {
+	case scan.Binary && !t.AllowBinary:
+		return "", "", protocol.Errorf(protocol.CodeForbidden, "binary patches are not allowed on this target")
+	case scan.ResultBytes > limit || scan.LargestHunk > limit:
+		return "", "", protocol.Errorf(protocol.CodeLimitExceeded, "patch adds %d bytes, over the cap of %d", max(scan.ResultBytes, scan.LargestHunk), limit)
+	}
+	if err := diskReserve(t.Repo, 2*scan.ResultBytes+int64(len(patch)), lim.DiskReserveBytes); err != nil {
+		return "", "", err
+	}
 	if err := g.checkRepoConfig(ctx, t); err != nil {
-		return "", err
+		return "", "", err
 	}
-	tmp, err := os.MkdirTemp("", "autonomic-git-")
+	if q, err = newQuarantine(t.Repo); err != nil {
+		return "", "", err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(q)
+			q = ""
+		}
+	}()
+	run := gitRun{bin: g.Git, repo: t.Repo, index: filepath.Join(q, "index"), quarantine: q, limits: g.Limits}
+	if _, err := run.run(ctx, "read-tree", req.BaseOID+"^{commit}"); err != nil {
+		return "", q, protocol.Errorf(protocol.CodeEffectFailed, "base: %w", err)
+	}
+	run.stdin = patch
+	if _, err := run.run(ctx, "apply", "--cached", "--whitespace=nowarn", "-"); err != nil {
+		return "", q, protocol.Errorf(protocol.CodeEffectFailed, "patch does not apply: %w", err)
+	}
+	run.stdin = nil
+	out, err := run.run(ctx, "write-tree")
 	if err != nil {
-		return "", err
+		return "", q, err
 	}
-	defer os.RemoveAll(tmp)
-	index := filepath.Join(tmp, "index")
-	if _, err := g.git(ctx, t, index, nil, "read-tree", req.BaseOID+"^{commit}"); err != nil {
-		return "", protocol.Errorf(protocol.CodeEffectFailed, "base: %w", err)
-	}
-	if _, err := g.git(ctx, t, index, patch, "apply", "--cached", "--whitespace=nowarn", "-"); err != nil {
-		return "", protocol.Errorf(protocol.CodeEffectFailed, "patch does not apply: %w", err)
-	}
-	tree, err := g.git(ctx, t, index, nil, "write-tree")
+	treeOID := strings.TrimSpace(string(out))
+	run.index = ""
+	raw, err := run.run(ctx, "diff-tree", "-r", "-z", "--no-renames", "--raw", req.BaseOID+"^{tree}", treeOID)
 	if err != nil {
-		return "", err
-	}
-	treeOID := strings.TrimSpace(string(tree))
-	raw, err := g.git(ctx, t, "", nil, "diff-tree", "-r", "-z", "--no-renames", "--raw", req.BaseOID+"^{tree}", treeOID)
-	if err != nil {
-		return "", err
+		return "", q, err
 	}
 	// Records are ":<old mode> <new mode> <old oid> <new oid> <status>\0<path>\0".
 	fields := bytes.Split(bytes.TrimSuffix(raw, []byte{0}), []byte{0})
 	if len(raw) == 0 {
-		return "", protocol.Errorf(protocol.CodeEffectFailed, "patch changes nothing")
+		return "", q, protocol.Errorf(protocol.CodeEffectFailed, "patch changes nothing")
 	}
 	for i := 0; i+1 < len(fields); i += 2 {
 		meta := strings.Fields(string(fields[i]))
 		p := string(fields[i+1])
 		if len(meta) < 5 {
-			return "", fmt.Errorf("diff-tree record %q", fields[i])
+			return "", q, fmt.Errorf("diff-tree record %q", fields[i])
 		}
 		for _, mode := range meta[:2] {
 			// Symlinks and submodules are refused outright: their targets
 			// escape any path glob.
 			if strings.TrimPrefix(mode, ":") == "120000" || strings.TrimPrefix(mode, ":") == "160000" {
-				return "", protocol.Errorf(protocol.CodeForbidden, "patch touches a symlink or submodule")
+				return "", q, protocol.Errorf(protocol.CodeForbidden, "patch touches a symlink or submodule")
 			}
 		}
 		if !pathAllowed(p, t.AllowedPaths, t.ForbiddenPaths) {
-			return "", protocol.Errorf(protocol.CodeForbidden, "patch touches a path outside the allowed set")
+			return "", q, protocol.Errorf(protocol.CodeForbidden, "patch touches a path outside the allowed set")
 		}
 	}
-	return treeOID, nil
+	return treeOID, q, nil
 }
 
 // Validate implements Adapter: the patch must apply on the base and touch
-// only allowed paths. It writes only unreferenced objects.
+// only allowed paths. It writes nothing to the repository: its objects
+// stay in a quarantine that is removed here.
 func (g *GitCommit) Validate(ctx context.Context, r Request) error {
 	t, req, err := g.parse(r)
 	if err != nil {
 		return err
 	}
-	_, err = g.build(ctx, t, req, r.Payload)
+	_, q, err := g.build(ctx, t, req, r.Payload, r.MaxBytes)
+	if q != "" {
+		_ = os.RemoveAll(q)
+	}
 	return err
 }
 
@@ -238,7 +243,10 @@ func (g *GitCommit) Commit(ctx context.Context, r Request) Result {
 	if err != nil {
 		return notCommitted(err, nil)
 	}
-	tree, err := g.build(ctx, t, req, r.Payload)
+	tree, q, err := g.build(ctx, t, req, r.Payload, r.MaxBytes)
+	if q != "" {
+		defer os.RemoveAll(q)
+	}
 	if err != nil {
 		return notCommitted(err, nil)
 	}
@@ -248,9 +256,15 @@ func (g *GitCommit) Commit(ctx context.Context, r Request) Result {
 		name, email = "Autonomic", "autonomic@localhost"
 	}
 	env := []string{"GIT_AUTHOR_NAME=" + name, "GIT_AUTHOR_EMAIL=" + email, "GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email}
-	out, err := runGit(ctx, g.Git, t.Repo, "", []byte(msg), env, "commit-tree", tree, "-p", req.BaseOID, "-F", "-")
+	out, err := gitRun{bin: g.Git, repo: t.Repo, stdin: []byte(msg), env: env, quarantine: q, limits: g.Limits}.run(ctx,
+		"commit-tree", tree, "-p", req.BaseOID, "-F", "-")
 	if err != nil {
 		return notCommitted(protocol.Errorf(protocol.CodeEffectFailed, "%w", err), nil)
+	}
+	// Only now do the new objects enter the repository, before the ref
+	// that makes them reachable moves.
+	if err := migrateQuarantine(q, t.Repo); err != nil {
+		return notCommitted(protocol.Errorf(protocol.CodeEffectFailed, "moving objects in: %w", err), nil)
 	}
 	oid := strings.TrimSpace(string(out))
 	if g.BeforeUpdateRef != nil {

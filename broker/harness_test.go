@@ -34,6 +34,11 @@ func TestMain(m *testing.M) {
 	if pid := os.Getenv(peerAliveEnv); pid != "" {
 		peerAliveHelper(pid)
 	}
+	// TestPeerPidfdFallback re-executes it as a peer that connects and
+	// waits to be killed.
+	if path := os.Getenv(peerConnectEnv); path != "" {
+		peerConnectHelper(path)
+	}
 	testHarness = storetest.StartShared("autonomic-broker-")
 	os.Exit(testHarness.Run(m))
 }

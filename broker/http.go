@@ -122,8 +122,7 @@ func (h *HTTP) parse(r Request) (HTTPTarget, httpRequest, *url.URL, error) {
 	switch {
 	case !slices.Contains(t.Methods, req.Method) || h.Mutation == slices.Contains(reads, req.Method):
 		return t, req, nil, protocol.Errorf(protocol.CodeForbidden, "method not allowed")
-	case !strings.HasPrefix(req.Path, "/") || path.Clean(req.Path) != req.Path || len(req.Path) > 2048 ||
-		strings.ContainsAny(req.Path, "?#%\\\x00\r\n"):
+	case !canonicalPath(req.Path):
 		return t, req, nil, protocol.Errorf(protocol.CodeInvalidField, "target.path")
 	case len(req.Query) > 2048 || strings.ContainsAny(req.Query, "#\x00\r\n "):
 		return t, req, nil, protocol.Errorf(protocol.CodeInvalidField, "target.query")
@@ -185,11 +184,58 @@ func (h *HTTP) Precondition(_ context.Context, r Request) error {
 	return nil
 }
 
-func addrAllowed(a netip.Addr, nets []netip.Prefix) bool {
-	a = a.Unmap()
-	if len(nets) == 0 {
-		return a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast()
+// canonicalPath reports whether p is a request path every server reads the
+// same way, so the allow-list matches what the server will serve: absolute,
+// at most 2048 bytes, already in the form path.Clean and URL escaping give
+// it (no "..", ".", "//" or trailing slash; nothing a URL must escape), and
+// none of the bytes servers interpret beyond RFC 3986: no "%" at all (so no
+// "%2e", "%2f", "%5c" in any case), no ";" (Tomcat, Jetty and Spring read
+// "/public/..;/admin" as "/admin"), no backslash, "?", "#" or control
+// characters.
+func canonicalPath(p string) bool {
+	if !strings.HasPrefix(p, "/") || len(p) > 2048 || strings.ContainsAny(p, "%;\\?#") {
+		return false
 	}
+	for i := 0; i < len(p); i++ {
+		if p[i] <= 0x20 || p[i] >= 0x7f {
+			return false
+		}
+	}
+	return path.Clean(p) == p && (&url.URL{Path: p}).EscapedPath() == p
+}
+
+// specialUse are the ranges a target with no allowed_nets never reaches:
+// besides private, loopback, link-local and multicast (the netip checks),
+// shared address space (100.64.0.0/10, where a cloud's metadata service
+// lives), benchmarking, reserved and documentation ranges, and every IPv6
+// form that embeds or routes to an IPv4 address (IPv4-compatible and
+// -mapped, NAT64, 6to4, Teredo) or is deprecated site-local.
+var specialUse = func() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range []string{
+		"0.0.0.0/8", "100.64.0.0/10", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "198.18.0.0/15",
+		"198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4",
+		"::/96", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32",
+		"2002::/16", "3fff::/20", "fec0::/10",
+	} {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}()
+
+func addrAllowed(a netip.Addr, nets []netip.Prefix) bool {
+	if len(nets) == 0 {
+		if !a.IsGlobalUnicast() || a.IsPrivate() || a.IsLoopback() || a.IsLinkLocalUnicast() {
+			return false
+		}
+		for _, n := range specialUse {
+			if n.Contains(a) {
+				return false
+			}
+		}
+		return true
+	}
+	a = a.Unmap()
 	for _, n := range nets {
 		if n.Contains(a) {
 			return true

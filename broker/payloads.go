@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
@@ -19,6 +21,9 @@ import (
 // always holds exactly its digest's content.
 type Payloads struct {
 	dir string
+	// mu orders a sweep's removal against a Put of the same digest: a
+	// payload stored again is never removed under its new effect.
+	mu sync.Mutex
 }
 
 // OpenPayloads opens (creating if needed) a payload store in dir, which
@@ -56,7 +61,12 @@ func (p *Payloads) path(digest string) (string, error) {
 func (p *Payloads) Put(b []byte) (string, error) {
 	d := Digest(b)
 	path, _ := p.path(d)
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if _, err := os.Stat(path); err == nil {
+		// Stored again: its retention starts again.
+		now := time.Now()
+		_ = os.Chtimes(path, now, now)
 		return d, nil
 	}
 	tmp, err := os.CreateTemp(p.dir, ".tmp-")
@@ -143,4 +153,35 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// sweep removes every payload file last written or re-stored before cutoff
+// whose digest is not held, and leftover temporary files older than cutoff.
+func (p *Payloads) sweep(held map[string]bool, cutoff time.Time) (int, error) {
+	ents, err := os.ReadDir(p.dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil || !fi.Mode().IsRegular() || !fi.ModTime().Before(cutoff) {
+			continue
+		}
+		name := e.Name()
+		if !strings.HasPrefix(name, ".tmp-") && (!protocol.ValidDigest(name) || held["sha256:"+name]) {
+			continue
+		}
+		p.mu.Lock()
+		if fi, err := os.Lstat(filepath.Join(p.dir, name)); err == nil && fi.ModTime().Before(cutoff) {
+			if os.Remove(filepath.Join(p.dir, name)) == nil {
+				n++
+			}
+		}
+		p.mu.Unlock()
+	}
+	if n > 0 {
+		return n, syncDir(p.dir)
+	}
+	return 0, nil
 }

@@ -190,45 +190,127 @@ func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 	s.answer(c, s.Broker.Handle(rctx, s.Binding.EpisodeID, req))
 }
 
-// checkPeer binds the connection to the episode's current domain. The pid
-// comes from the kernel (SO_PEERCRED, recorded at connect), the cgroup from
-// /proc; SO_PEERPIDFD then proves the pid was not recycled between the two
-// reads, since a pidfd refers to one process for its whole life.
+// checkPeer binds the connection to the episode's current domain: the
+// peer's cgroup (see peerCgroup) must be the bound generation's or below it.
 func (s *Server) checkPeer(ctx context.Context, c *net.UnixConn) error {
 	want, ok := s.bound(ctx)
 	if !ok {
 		return protocol.Errorf(protocol.CodePeerRefused, "no live domain generation")
 	}
-	raw, err := c.SyscallConn()
+	pid, got, err := peerCgroup(c)
 	if err != nil {
-		return protocol.Errorf(protocol.CodePeerRefused, "%w", err)
-	}
-	var cred *unix.Ucred
-	pidfd := -1
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-		if serr == nil {
-			pidfd, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
-		}
-	}); err != nil || serr != nil {
-		return protocol.Errorf(protocol.CodePeerRefused, "peer credentials: %v %v", err, serr)
-	}
-	defer unix.Close(pidfd)
-	if cred.Pid <= 0 {
-		return protocol.Errorf(protocol.CodePeerRefused, "peer has no pid in our namespace")
-	}
-	got, err := cgroupOf(int(cred.Pid))
-	if err != nil {
-		return protocol.Errorf(protocol.CodePeerRefused, "%w", err)
-	}
-	if err := peerAlive(pidfd); err != nil {
 		return err
 	}
 	if got != want && !strings.HasPrefix(got, want+"/") {
-		return protocol.Errorf(protocol.CodePeerRefused, "peer pid %d in cgroup %q", cred.Pid, got)
+		return protocol.Errorf(protocol.CodePeerRefused, "peer pid %d in cgroup %q", pid, got)
 	}
 	return nil
+}
+
+// peerFallback forces the path for kernels without SO_PEERPIDFD (tests);
+// peerHook, when set, runs at the named steps of peerCgroup (tests).
+var (
+	peerFallback bool
+	peerHook     func(step string, pid int)
+	peerClock    = bootTicks
+)
+
+// peerCgroup reads the peer's pid and cgroup as the kernel knows them,
+// never as a frame claims them. The pid comes from SO_PEERCRED (recorded
+// at connect), the cgroup from /proc/<pid>/cgroup; what proves the pid was
+// not recycled between the two is a pidfd that is still alive after the
+// read, since a pid cannot be reused while a process holding it exists.
+// The pidfd is SO_PEERPIDFD (Linux ≥ 6.5), which names the connecting
+// process itself. Where the kernel lacks it (ENOPROTOOPT: Debian 12's 6.1),
+// pidfd_open on the pid stands in, and the pid's start time (read before
+// and after the cgroup, and not after the connection was accepted) ties
+// that pidfd to the process that was there at connect.
+func peerCgroup(c *net.UnixConn) (int, string, error) {
+	accepted := peerClock()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, "", protocol.Errorf(protocol.CodePeerRefused, "%w", err)
+	}
+	var cred *unix.Ucred
+	pidfd := -1
+	var serr, perr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if serr == nil && !peerFallback {
+			pidfd, perr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+		}
+	}); err != nil || serr != nil {
+		return 0, "", protocol.Errorf(protocol.CodePeerRefused, "peer credentials: %v %v", err, serr)
+	}
+	if cred.Pid <= 0 {
+		return 0, "", protocol.Errorf(protocol.CodePeerRefused, "peer has no pid in our namespace")
+	}
+	pid := int(cred.Pid)
+	fallback := peerFallback || errors.Is(perr, unix.ENOPROTOOPT)
+	if perr != nil && !fallback {
+		return 0, "", protocol.Errorf(protocol.CodePeerRefused, "peer pidfd: %v", perr)
+	}
+	if peerHook != nil {
+		peerHook("credentials", pid)
+	}
+	var started uint64
+	if fallback {
+		if pidfd, err = unix.PidfdOpen(pid, 0); err != nil {
+			return 0, "", protocol.Errorf(protocol.CodePeerRefused, "peer exited before identification: %v", err)
+		}
+		if started, err = startTicks(pid); err != nil || started > accepted {
+			unix.Close(pidfd)
+			return 0, "", protocol.Errorf(protocol.CodePeerRefused, "pid %d is not the connecting process", pid)
+		}
+	}
+	defer unix.Close(pidfd)
+	got, err := cgroupOf(pid)
+	if err != nil {
+		return 0, "", protocol.Errorf(protocol.CodePeerRefused, "%w", err)
+	}
+	if peerHook != nil {
+		peerHook("cgroup", pid)
+	}
+	if err := peerAlive(pidfd); err != nil {
+		return 0, "", err
+	}
+	if fallback {
+		if again, err := startTicks(pid); err != nil || again != started {
+			return 0, "", protocol.Errorf(protocol.CodePeerRefused, "peer exited during identification")
+		}
+	}
+	return pid, got, nil
+}
+
+// startTicks is field 22 of /proc/<pid>/stat: when the process started, in
+// clock ticks since boot.
+func startTicks(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces and parentheses: count
+	// fields after its last ")".
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("stat unreadable")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, errors.New("stat unreadable")
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// bootTicks is now, in the clock ticks (USER_HZ, 100 on Linux) /proc
+// counts start times in, since boot; rounded up so that a process started
+// in this tick is not taken for a later one.
+func bootTicks() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return ^uint64(0)
+	}
+	return uint64(ts.Sec)*100 + uint64(ts.Nsec)/1e7 + 1
 }
 
 // bound is the current generation's cgroup, waiting up to BindWait for

@@ -53,6 +53,7 @@ type Config struct {
 	DecisionKeys          map[string]string `json:"decision_keys"`
 	Regulator             Regulator         `json:"regulator"`
 	API                   API               `json:"api"`
+	Broker                Broker            `json:"broker"` // broker.go
 }
 
 // Regulator tunes the system regulator (kernel/regulator): the autonomy
@@ -143,14 +144,20 @@ type GitCommitTarget struct {
 	AuthorEmail    string   `json:"author_email"`
 	VerifyArgv     []string `json:"verify_argv"`
 	Class          int      `json:"class"`
+	AllowBinary    bool     `json:"allow_binary"`
 }
 
 // GitRemoteTarget mirrors broker.GitRemoteTarget.
 type GitRemoteTarget struct {
-	Repo        string   `json:"repo"`
-	URL         string   `json:"url"`
-	AllowedRefs []string `json:"allowed_refs"`
-	Class       int      `json:"class"`
+	Repo          string   `json:"repo"`
+	URL           string   `json:"url"`
+	AllowedRefs   []string `json:"allowed_refs"`
+	SourceRefs    []string `json:"source_refs"`
+	RewindRefs    []string `json:"rewind_refs"`
+	CredentialEnv string   `json:"credential_env"`
+	Username      string   `json:"username"`
+	CAFile        string   `json:"ca_file"`
+	Class         int      `json:"class"`
 }
 
 // HTTPTarget mirrors broker.HTTPTarget. A credential is named by

@@ -167,6 +167,7 @@ func (cfg *Config) validate() []Problem {
 	c.defaulted("owner_ttl_ms", &cfg.OwnerTTLMS, DefaultOwnerTTLMS, 1000, 600000)
 
 	checkRegulator(c, &cfg.Regulator)
+	checkBroker(c, &cfg.Broker)
 
 	if _, err := policy.ParseKeys(cfg.PolicyKeys); err != nil {
 		c.add("policy_keys", "%s", strings.TrimPrefix(err.Error(), "policy_keys: "))
@@ -265,6 +266,20 @@ func checkTargets(c *checker, t *Targets) {
 		if len(g.AllowedRefs) == 0 {
 			c.add(k+".allowed_refs", "must name at least one ref")
 		}
+		for key, refs := range map[string][]string{".allowed_refs": g.AllowedRefs, ".source_refs": g.SourceRefs, ".rewind_refs": g.RewindRefs} {
+			for _, r := range refs {
+				if !strings.HasPrefix(r, "refs/") {
+					c.add(k+key, "%q is not a full ref name (refs/...)", r)
+				}
+			}
+		}
+		if g.CredentialEnv != "" && !envPattern.MatchString(g.CredentialEnv) {
+			c.add(k+".credential_env", "must be an environment variable name")
+		}
+		if strings.ContainsAny(g.Username, "\r\n\x00") || len(g.Username) > 256 {
+			c.add(k+".username", "must be one line of at most 256 bytes")
+		}
+		c.absPath(k+".ca_file", g.CAFile, false)
 		c.class(k+".class", g.Class, 3)
 	}
 	for _, kind := range []string{"http_read", "http_mutation"} {

@@ -83,7 +83,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		// speculation_ms is the window between prepare and the commit
 		// horizon: an effect not committed within it expires, so a worker
 		// cannot bank an old evaluation for later.
-		EffectTTL: time.Duration(cfg.SpeculationMSValue()) * time.Millisecond}
+		EffectTTL: time.Duration(cfg.SpeculationMSValue()) * time.Millisecond, Quota: brokerQuota(cfg.Broker)}
 	if cfg.AutomaticVerification {
 		bc.Verifier = obs.Verify
 	}
@@ -299,17 +299,25 @@ func buildAdapters(cfg *config.Config, payloads *broker.Payloads) ([]broker.Adap
 	t := cfg.Targets
 	var out []broker.Adapter
 	if len(t.GitCommit) > 0 {
-		a := &broker.GitCommit{Targets: map[string]broker.GitTarget{}}
+		a := &broker.GitCommit{Targets: map[string]broker.GitTarget{}, Limits: gitLimits(cfg.Broker)}
 		for id, g := range t.GitCommit {
 			a.Targets[id] = broker.GitTarget{Repo: g.Repo, AllowedRefs: g.AllowedRefs, AllowedPaths: g.AllowedPaths,
-				ForbiddenPaths: g.ForbiddenPaths, AuthorName: g.AuthorName, AuthorEmail: g.AuthorEmail, Class: g.Class}
+				ForbiddenPaths: g.ForbiddenPaths, AuthorName: g.AuthorName, AuthorEmail: g.AuthorEmail, Class: g.Class,
+				AllowBinary: g.AllowBinary}
 		}
 		out = append(out, a)
 	}
 	if len(t.GitRemote) > 0 {
 		a := &broker.GitRemote{Targets: map[string]broker.GitRemoteTarget{}}
 		for id, g := range t.GitRemote {
-			a.Targets[id] = broker.GitRemoteTarget{Repo: g.Repo, URL: g.URL, AllowedRefs: g.AllowedRefs, Class: g.Class}
+			rt := broker.GitRemoteTarget{Repo: g.Repo, URL: g.URL, AllowedRefs: g.AllowedRefs, SourceRefs: g.SourceRefs,
+				RewindRefs: g.RewindRefs, Username: g.Username, CAFile: g.CAFile, Class: g.Class}
+			// By reference, as for HTTP: read at commit, handed to git by
+			// the broker's credential helper.
+			if g.CredentialEnv != "" {
+				rt.Credential = &broker.Credential{Env: g.CredentialEnv}
+			}
+			a.Targets[id] = rt
 		}
 		out = append(out, a)
 	}
@@ -339,6 +347,24 @@ func buildAdapters(cfg *config.Config, payloads *broker.Payloads) ([]broker.Adap
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// gitLimits and brokerQuota carry the broker section of the configuration
+// (validated, defaults applied) to the broker.
+func gitLimits(b config.Broker) broker.GitLimits {
+	return broker.GitLimits{MaxResultBytes: int64(b.MaxPatchResultBytes), MemoryBytes: int64(b.GitMemoryBytes),
+		Timeout: time.Duration(b.GitTimeoutMS) * time.Millisecond, MaxOutputBytes: b.GitMaxOutputBytes,
+		DiskReserveBytes: int64(b.DiskReserveBytesValue())}
+}
+
+func brokerQuota(b config.Broker) broker.Quota {
+	q := broker.Quota{PreparesPerEpisode: int64(b.PreparesPerEpisode), PreparesPerMinute: b.PreparesPerMinute,
+		PayloadBytesPerEpisode: int64(b.PayloadBytesPerEpisode), Retention: time.Duration(b.PayloadRetentionHours) * time.Hour,
+		DiskReserveBytes: int64(b.DiskReserveBytesValue())}
+	if q.DiskReserveBytes == 0 {
+		q.DiskReserveBytes = -1 // configured none (the broker's zero means its default)
+	}
+	return q
 }
 
 func httpTarget(h config.HTTPTarget) (broker.HTTPTarget, error) {

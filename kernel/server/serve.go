@@ -55,6 +55,9 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 	if err := k.recoverAtStart(ctx, log); err != nil {
 		return err
 	}
+	// Payloads of settled effects and ended episodes go after
+	// broker.payload_retention_hours.
+	go k.broker.RunRetention(ctx, time.Hour)
 	if k.episodes != nil {
 		r := cfg.Regulator
 		log.Info("system regulator", "level", k.episodes.Regulator().Level.String(), "max_level", r.MaxLevel,

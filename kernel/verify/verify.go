@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -140,6 +141,9 @@ func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Bod
 		return "", err
 	}
 	defer func() { _ = workspace.Remove(r.WorkspacesRoot, id) }()
+	if err := r.rawCheckout(ctx, dir); err != nil {
+		return "", err
+	}
 
 	// The exact patch, applied the way the git_commit adapter applies it
 	// (git apply, no hooks, no configuration but the fresh clone's), and
@@ -271,4 +275,36 @@ func (r *Runner) git(ctx context.Context, dir string, stdin []byte, args ...stri
 		return "", fmt.Errorf("verify: git %s: %w", args[0], err)
 	}
 	return out.String(), nil
+}
+
+// rawAttributes, as the clone's info/attributes (which outranks every
+// .gitattributes in the tree, the worker's own included), turns off every
+// conversion between blob and file: the check runs on the bytes the
+// adapter commits.
+const rawAttributes = "* -text !eol -ident !filter !working-tree-encoding\n"
+
+// rawCheckout makes the clone's files the base's blobs byte for byte: the
+// checkout in workspace.Prepare honoured the base's .gitattributes, so
+// every tracked file is written again with conversion off.
+func (r *Runner) rawCheckout(ctx context.Context, dir string) error {
+	info := filepath.Join(dir, ".git", "info")
+	if err := os.MkdirAll(info, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(info, "attributes"), []byte(rawAttributes), 0o644); err != nil {
+		return err
+	}
+	files, err := r.git(ctx, dir, nil, "ls-files", "-z")
+	if err != nil {
+		return err
+	}
+	for p := range strings.SplitSeq(strings.TrimSuffix(files, "\x00"), "\x00") {
+		if p != "" {
+			if err := os.Remove(filepath.Join(dir, p)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	_, err = r.git(ctx, dir, nil, "checkout-index", "--force", "--all")
+	return err
 }

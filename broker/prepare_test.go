@@ -1,0 +1,130 @@
+package broker
+
+import (
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// snapshot is everything a prepare could write: the repository's object
+// files (quarantines included), the payload store, and the episode's
+// effects and ledger.
+type snapshot struct {
+	objects, payloads []string
+	effects, events   int
+}
+
+func listFiles(t testing.TB, dir string) []string {
+	t.Helper()
+	var out []string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, strings.TrimPrefix(p, dir))
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out
+}
+
+func (e *env) snapshot(repo string) snapshot {
+	e.t.Helper()
+	effs, err := e.store.ListEffects(ctxT(e.t), e.ep.ID, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	evs, err := e.store.Events(ctxT(e.t), e.ep.ID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return snapshot{objects: listFiles(e.t, filepath.Join(repo, "objects")), payloads: listFiles(e.t, e.payloads.dir),
+		effects: len(effs), events: len(evs)}
+}
+
+func (s snapshot) same(t testing.TB, after snapshot) {
+	t.Helper()
+	if strings.Join(s.objects, ",") != strings.Join(after.objects, ",") {
+		t.Errorf("repository objects changed: %d files → %d", len(s.objects), len(after.objects))
+	}
+	if strings.Join(s.payloads, ",") != strings.Join(after.payloads, ",") {
+		t.Errorf("payload store changed: %v → %v", s.payloads, after.payloads)
+	}
+	if s.effects != after.effects || s.events != after.events {
+		t.Errorf("tables changed: effects %d → %d, events %d → %d", s.effects, after.effects, s.events, after.events)
+	}
+}
+
+// TestPrepareFencedFirst: the epoch, the lease's validity and its grant are
+// checked before the adapter applies anything or the payload is stored. A
+// prepare refused for a stale epoch, a revoked lease or a target the lease
+// does not grant leaves the repository's objects, the payload store and the
+// tables exactly as they were. (Before the fence moved first, the stale and
+// revoked prepares wrote their patch's objects and the revoked one's
+// payload was stored.)
+func TestPrepareFencedFirst(t *testing.T) {
+	f := newGitFixture(t)
+	e := gitEnv(t, f, nil)
+	patch := func(name string) []byte {
+		return f.patch(func(d string) {
+			_ = os.WriteFile(filepath.Join(d, "lib", name), []byte(strings.Repeat("package lib // "+name+"\n", 1000)), 0o644)
+		})
+	}
+	grantOnly := func(target string) {
+		caps, _ := json.Marshal(Capabilities{Effects: []Capability{{Kind: "git_commit", TargetID: target, MaxClass: 3}}})
+		l, err := e.store.GrantLease(ctxT(t), store.LeaseGrant{EpisodeID: e.ep.ID, Epoch: e.epoch(), Capabilities: caps, TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.lease = l
+	}
+	cases := []struct {
+		name string
+		set  func() *protocol.WorkerRequest
+		code protocol.Code
+	}{
+		{"stale epoch", func() *protocol.WorkerRequest {
+			req := prepareReq(e, "git_commit", "repo", gitTarget(f.head()), patch("a.go"))
+			if _, err := e.store.AdvanceEpoch(ctxT(t), store.AdvanceEpoch{EpisodeID: e.ep.ID, FromEpoch: req.Epoch, Reason: "fence"}); err != nil {
+				t.Fatal(err)
+			}
+			return req // the old epoch and its (now revoked) lease
+		}, protocol.CodeStaleRequestEpoch},
+		{"revoked lease", func() *protocol.WorkerRequest {
+			e.grant(e.epoch())
+			if _, err := e.store.RevokeLease(ctxT(t), e.lease.ID, "test"); err != nil {
+				t.Fatal(err)
+			}
+			return prepareReq(e, "git_commit", "repo", gitTarget(f.head()), patch("b.go"))
+		}, protocol.CodeStaleAuthority},
+		{"wrong target", func() *protocol.WorkerRequest {
+			grantOnly("elsewhere")
+			return prepareReq(e, "git_commit", "repo", gitTarget(f.head()), patch("c.go"))
+		}, protocol.CodeForbidden},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := c.set()
+			before := e.snapshot(f.bare)
+			wantErr(t, e.do(req), c.code)
+			before.same(t, e.snapshot(f.bare))
+		})
+	}
+	// The same patch under a live lease is prepared, and still writes no
+	// object into the repository (its objects lived in a quarantine).
+	e.grant(e.epoch())
+	before := e.snapshot(f.bare)
+	mustOK(t, e.do(prepareReq(e, "git_commit", "repo", gitTarget(f.head()), patch("d.go"))))
+	after := e.snapshot(f.bare)
+	if strings.Join(before.objects, ",") != strings.Join(after.objects, ",") || after.effects != before.effects+1 || len(after.payloads) != len(before.payloads)+1 {
+		t.Fatalf("prepare: objects %d → %d, effects %d → %d, payloads %d → %d", len(before.objects), len(after.objects),
+			before.effects, after.effects, len(before.payloads), len(after.payloads))
+	}
+}
