@@ -71,6 +71,9 @@ type Episode struct {
 	hmu     sync.Mutex
 	home    *homeostat.Homeostat
 	history []sensor.Event
+	// slow is the last slow-loop verdict's contraction (Throttle, say),
+	// which holds at the commit horizon until the next evaluation.
+	slow authority.Signal
 }
 
 // WorkerExit is a worker's end in one generation.

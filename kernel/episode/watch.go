@@ -315,6 +315,7 @@ func (e *Episode) semantic(ctx context.Context, eff store.Effect, payload []byte
 		}
 	}
 	v := authority.Decide(signals)
+	e.holdSlow(v)
 
 	// What may commit is what the effective lease still allows: never
 	// wider than the lease, whatever the bank said.
