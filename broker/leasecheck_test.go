@@ -15,7 +15,9 @@ import (
 // algebra over the lease document, under a verdict the test sets.
 
 // testVerdict is the standing verdict a test's lease check applies.
-type testVerdict struct{ v atomic.Pointer[authority.Verdict] }
+type testVerdict struct {
+	v atomic.Pointer[authority.Verdict]
+}
 
 func (tv *testVerdict) set(signals ...authority.Signal) {
 	v := authority.Decide(signals)

@@ -1,8 +1,8 @@
 package store
 
 import (
-	"fmt"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/fstest"

@@ -101,4 +101,6 @@ func (s *Spec) validate(keys policy.Keys) (pol *policy.Policy, envelope, repair 
 // encodeLease and decodeLease: the lease row's document (kernel/authority).
 func encodeLease(c authority.Capability) (json.RawMessage, error) { return authority.EncodeLease(c) }
 
-func decodeLease(raw json.RawMessage) (authority.Capability, error) { return authority.DecodeLease(raw) }
+func decodeLease(raw json.RawMessage) (authority.Capability, error) {
+	return authority.DecodeLease(raw)
+}
