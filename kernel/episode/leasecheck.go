@@ -62,11 +62,14 @@ func (e *Episode) commitVerdict() authority.Verdict {
 }
 
 // holdSlow keeps the contraction of a slow-loop verdict for the commit
-// horizon: a Throttle or Narrow the bank asked for stands until the next
-// evaluation says otherwise. Semantic observation only ever contracts.
+// horizon: a Throttle, Narrow or Interrupt stands until the next
+// evaluation says otherwise (a Revoke there is about that effect's own
+// paths, and refused it). It is held as a semantic signal, which can only
+// ever contract.
 func (e *Episode) holdSlow(v authority.Verdict) {
 	s := authority.Signal{Source: authority.SourceSemantic, Code: "slow_loop"}
-	if v.Action == authority.Throttle || v.Action == authority.Narrow {
+	switch v.Action {
+	case authority.Throttle, authority.Narrow, authority.Interrupt:
 		s.Action, s.Ceiling = v.Action, v.Ceiling
 	}
 	e.hmu.Lock()

@@ -36,7 +36,10 @@ type Episode struct {
 	// scope is the admitted policy's allow list, the sensors' view of
 	// what the episode is for.
 	scope []string
-	log   hclog.Logger
+	// maxRisk is the signed policy's semantic.max_risk (0 without an
+	// admitted policy: then every reading is above it).
+	maxRisk float64
+	log     hclog.Logger
 
 	mu        sync.Mutex
 	state     State

@@ -293,11 +293,8 @@ func (e *Episode) semantic(ctx context.Context, eff store.Effect, payload []byte
 	e.mu.Lock()
 	lease := e.leaseCap
 	e.mu.Unlock()
-	signals := make([]authority.Signal, 0, len(readings)*sensor.BankSize+4+len(paths))
-	for i := range readings {
-		s := readings[i].Signals()
-		signals = append(signals, s[:]...)
-	}
+	signals := make([]authority.Signal, 0, len(readings)*sensor.BankSize+5+len(paths))
+	signals = append(signals, bankSignals(readings, e.maxRisk)...)
 	signals = append(signals, regime.Signal(), level.Signal())
 	req := authority.Request{Class: class, Kind: eff.Kind, Target: eff.TargetID, Bytes: int64(len(payload))}
 	if r := lease.Check(&req); r == authority.Allowed {
