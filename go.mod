@@ -11,6 +11,7 @@ require (
 	github.com/seccomp/libseccomp-golang v0.11.1
 	github.com/tidwall/gjson v1.20.2
 	golang.org/x/sys v0.50.0
+	golang.org/x/text v0.41.0
 )
 
 require (
@@ -22,5 +23,4 @@ require (
 	github.com/opencontainers/runtime-spec v1.2.1 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.3.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
 )

@@ -37,6 +37,9 @@ type Config struct {
 	// effects; its verdict is recorded as a decision bound to the revision
 	// and required at commit.
 	Verifier func(ctx context.Context, e store.Effect, payload []byte) (verdict string, body json.RawMessage, err error)
+	// LeaseCheck is the whole-lease check of the commit horizon (see
+	// LeaseCheck); without it nothing commits.
+	LeaseCheck LeaseCheck
 	// EffectTTL bounds how long an effect may take to commit (0: none).
 	EffectTTL time.Duration
 	// Quota bounds what one episode's prepares may cost (quota.go).
@@ -402,10 +405,10 @@ func (b *Broker) Evaluate(ctx context.Context, e store.Effect, revision int, epo
 	return e, nil
 }
 
-// commitCheck is checks 4, 6, 7 and 9 (and the lease's grant), run inside
-// BeginCommit with episode, effect and lease locked; the store ran 1-3, 5
-// and 8.
-func (b *Broker) commitCheck(a Adapter, ar *Request) store.CommitCheck {
+// commitCheck is checks 4, 6, 7 and 9 and the whole lease (grant, class,
+// paths, bytes, durable budgets), run inside BeginCommit with episode,
+// effect and lease locked; the store ran 1-3, 5 and 8.
+func (b *Broker) commitCheck(a Adapter, ar *Request, touches []Touch) store.CommitCheck {
 	return func(ctx context.Context, v store.CommitView) error {
 		e := v.Effect
 		if !b.cfg.PolicyCompatible(e.VersionVector.PolicyVersion, v.Episode.PolicyVersion) {
@@ -417,6 +420,9 @@ func (b *Broker) commitCheck(a Adapter, ar *Request) store.CommitCheck {
 		_, regime := b.cfg.Trajectory(ctx, e.EpisodeID)
 		if max, ok := b.cfg.RegimeMaxClass[regime]; !ok || e.Class > max {
 			return protocol.Errorf(protocol.CodeStaleAuthority, "regime %q does not permit class %d", regime, e.Class)
+		}
+		if err := b.leaseCheck(ctx, v, touches, int64(len(ar.Payload))); err != nil {
+			return err
 		}
 		if err := b.decisionsSuffice(e, v.Decisions); err != nil {
 			return err
@@ -481,8 +487,13 @@ func (b *Broker) Commit(ctx context.Context, e store.Effect, revision int, epoch
 	if err != nil {
 		return store.Effect{}, err
 	}
+	touches, err := b.touches(ctx, a, ar)
+	if err != nil {
+		return store.Effect{}, err
+	}
 	s := b.cfg.Store
-	view, err := s.BeginCommit(ctx, store.CommitRequest{EffectID: e.ID, Revision: revision, Epoch: epoch}, b.commitCheck(a, &ar))
+	view, err := s.BeginCommit(ctx, store.CommitRequest{EffectID: e.ID, Revision: revision, Epoch: epoch, Bytes: int64(len(ar.Payload))},
+		b.commitCheck(a, &ar, touches))
 	if err != nil {
 		return store.Effect{}, err
 	}

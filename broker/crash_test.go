@@ -87,7 +87,8 @@ func crashChild() int {
 	hooks := &Hooks{AfterIntent: die("after_intent"), BeforeAdapter: die("before_adapter")}
 	hooks.AfterAdapter = func(e store.Effect, _ Result) { die("after_adapter")(e) }
 	b, err := New(Config{Store: s, Payloads: pl, Adapters: spec.adapters(pl), Hooks: hooks,
-		DecisionKeys: map[string]ed25519.PublicKey{"operator": spec.DecisionKey}, RegimeMaxClass: DefaultRegimeMaxClass()})
+		DecisionKeys: map[string]ed25519.PublicKey{"operator": spec.DecisionKey}, RegimeMaxClass: DefaultRegimeMaxClass(),
+		LeaseCheck: (&testVerdict{}).check})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/broker/client"
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
@@ -65,6 +66,7 @@ type env struct {
 	cgroup   atomic.Value // string: the "current domain" cgroup
 	server   *Server
 	seq      atomic.Int64
+	verdict  testVerdict // the lease check's standing verdict
 }
 
 func openStore(t testing.TB, db string) *store.Postgres {
@@ -96,7 +98,8 @@ func newEnv(t testing.TB, adapt func(e *env, cfg *Config)) *env {
 		t.Fatal(err)
 	}
 	e.grant(1)
-	e.cfg = Config{Store: e.store, Payloads: e.payloads, DecisionKeys: map[string]ed25519.PublicKey{"operator": pub}}
+	e.cfg = Config{Store: e.store, Payloads: e.payloads, DecisionKeys: map[string]ed25519.PublicKey{"operator": pub},
+		LeaseCheck: e.verdict.check}
 	if adapt != nil {
 		adapt(e, &e.cfg)
 	}
@@ -116,10 +119,13 @@ func newEnv(t testing.TB, adapt func(e *env, cfg *Config)) *env {
 
 func (e *env) grant(epoch int64) {
 	e.t.Helper()
-	caps, _ := json.Marshal(Capabilities{Effects: []Capability{
-		{Kind: "artifact", TargetID: "*", MaxClass: 4}, {Kind: "git_commit", TargetID: "*", MaxClass: 3},
-		{Kind: "git_remote", TargetID: "*", MaxClass: 3}, {Kind: "http_read", TargetID: "*", MaxClass: 2},
-		{Kind: "http_mutation", TargetID: "*", MaxClass: 3}}})
+	e.grantSpec(epoch, wideSpec())
+}
+
+// grantSpec grants a lease whose document is spec's, as the kernel mints.
+func (e *env) grantSpec(epoch int64, spec authority.Spec) {
+	e.t.Helper()
+	caps := leaseDoc(e.t, spec)
 	l, err := e.store.GrantLease(ctxT(e.t), store.LeaseGrant{EpisodeID: e.ep.ID, Epoch: epoch, Capabilities: caps, TTL: time.Hour})
 	if err != nil {
 		e.t.Fatal(err)

@@ -3,7 +3,6 @@ package gates
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -21,7 +20,9 @@ import (
 	"github.com/autonomic-kernel/autonomic/broker/client"
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 )
@@ -67,7 +68,12 @@ func TestEffectBrokerFromInsideADomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps, _ := json.Marshal(broker.Capabilities{Effects: []broker.Capability{{Kind: "http_read", TargetID: "web", MaxClass: 2}}})
+	caps, err := authority.EncodeLease(authority.MustCompile(authority.Spec{MaxClass: authority.ClassObservable, Allow: []string{"**"},
+		Forbid: []string{}, Grants: []authority.Grant{{Kind: "http_read", Target: "web", MaxClass: 2}},
+		Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 30, EffectsPerMinute: 1000}}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: ep.Epoch, Capabilities: caps, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +86,7 @@ func TestEffectBrokerFromInsideADomain(t *testing.T) {
 		Payloads: payloads,
 		Targets: map[string]broker.HTTPTarget{"web": {BaseURL: web.URL, Methods: []string{"GET"}, Paths: []string{"data"},
 			AllowedNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}},
-	}}})
+	}}, LeaseCheck: episode.LeaseCheckWith(func(uuid.UUID) authority.Verdict { return authority.Decide(nil) })})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,13 +63,20 @@ func (p *Postgres) BeginCommit(ctx context.Context, req CommitRequest, check Com
 		if decisions == nil {
 			decisions = []Decision{}
 		}
-		view = CommitView{Episode: m.ep, Effect: e, Lease: l, Decisions: decisions, Now: m.now}
+		spent, err := readSpend(m)
+		if err != nil {
+			return err
+		}
+		view = CommitView{Episode: m.ep, Effect: e, Lease: l, Decisions: decisions, Now: m.now, Spent: spent}
 		if err := check(ctx, view); err != nil {
 			var pe *protocol.Error
 			if errors.As(err, &pe) {
 				return err
 			}
 			return protocol.Errorf(protocol.CodeStaleAuthority, "commit check: %w", err)
+		}
+		if err := recordSpend(m, e, req.Bytes); err != nil {
+			return err
 		}
 		e.CommitIntentAt = &m.now
 		if err := m.saveEffect(&e, CommitIntent, map[string]any{"lease_id": l.ID, "policy_version": m.ep.PolicyVersion}); err != nil {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -39,6 +40,22 @@ func setFS(t *testing.T, extra map[string]string, edit bool) []migrations.Migrat
 		t.Fatal(err)
 	}
 	return set
+}
+
+// embeddedCount is how many migrations this binary carries; a test's
+// extra migration is the next one.
+func embeddedCount(t *testing.T) int {
+	t.Helper()
+	base, err := migrations.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(base)
+}
+
+func nextName(label string) string {
+	base, _ := migrations.Embedded()
+	return fmt.Sprintf("%04d_%s.sql", len(base)+1, label)
 }
 
 func TestMigrations(t *testing.T) {
@@ -126,8 +143,8 @@ func TestMigrations(t *testing.T) {
 	t.Run("newer schema refused, unchanged", func(t *testing.T) {
 		e, admin := emptyDB(t)
 		conn := admin()
-		newer := setFS(t, map[string]string{"0002_future.sql": `CREATE TABLE future (x int);`}, false)
-		if n, err := migrations.Apply(ctx, conn, newer); err != nil || n != 2 {
+		newer := setFS(t, map[string]string{nextName("future"): `CREATE TABLE future (x int);`}, false)
+		if n, err := migrations.Apply(ctx, conn, newer); err != nil || n != embeddedCount(t)+1 {
 			t.Fatalf("apply newer: %d %v", n, err)
 		}
 		for _, cfg := range []Config{
@@ -139,7 +156,7 @@ func TestMigrations(t *testing.T) {
 			}
 		}
 		var n int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil || n != 2 {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil || n != embeddedCount(t)+1 {
 			t.Fatalf("schema_migrations has %d rows, %v", n, err)
 		}
 	})
@@ -147,7 +164,7 @@ func TestMigrations(t *testing.T) {
 	t.Run("failing migration rolls back entirely", func(t *testing.T) {
 		_, admin := emptyDB(t)
 		conn := admin()
-		bad := setFS(t, map[string]string{"0002_bad.sql": `CREATE TABLE half (x int); SELECT 1/0;`}, false)
+		bad := setFS(t, map[string]string{nextName("bad"): `CREATE TABLE half (x int); SELECT 1/0;`}, false)
 		if _, err := migrations.Apply(ctx, conn, bad); err == nil {
 			t.Fatal("bad migration applied")
 		}
@@ -156,7 +173,7 @@ func TestMigrations(t *testing.T) {
 		if err := conn.QueryRow(ctx, `SELECT to_regclass('half')::text, (SELECT max(version) FROM schema_migrations)`).Scan(&half, &version); err != nil {
 			t.Fatal(err)
 		}
-		if half != nil || version != 1 {
+		if half != nil || version != embeddedCount(t) {
 			t.Fatalf("partial migration left behind: table=%v version=%d", half, version)
 		}
 	})

@@ -378,6 +378,9 @@ type CommitRequest struct {
 	EffectID uuid.UUID
 	Revision int
 	Epoch    int64
+	// Bytes is what this commit spends of the episode's byte budget (the
+	// payload's size); recorded with commit_intent (see Spend).
+	Bytes int64
 }
 
 // CommitView is what BeginCommit re-read under its locks: everything the
@@ -390,6 +393,9 @@ type CommitView struct {
 	Decisions []Decision
 	// Now is the database's clock inside the transaction.
 	Now time.Time
+	// Spent is the episode's durable spend before this commit, read
+	// under the episode's lock.
+	Spent Spend
 }
 
 // CommitCheck runs inside BeginCommit's transaction, with the episode,

@@ -17,6 +17,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 )
@@ -44,7 +46,8 @@ func newApprovalEnv(t *testing.T) *approvalEnv {
 		}
 		b, err := broker.New(broker.Config{Store: st, Payloads: payloads, DecisionKeys: map[string]ed25519.PublicKey{"operator": pubKey},
 			Adapters: []broker.Adapter{&broker.Artifact{Targets: map[string]broker.ArtifactTarget{
-				"releases": {Dir: a.pub}, "reports": {Dir: a.pub, Class: 2}}}}})
+				"releases": {Dir: a.pub}, "reports": {Dir: a.pub, Class: 2}}}},
+			LeaseCheck: episode.LeaseCheckWith(func(uuid.UUID) authority.Verdict { return authority.Decide(nil) })})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +62,7 @@ func newApprovalEnv(t *testing.T) *approvalEnv {
 		t.Fatal(err)
 	}
 	if a.lease, err = a.store.GrantLease(ctx, store.LeaseGrant{EpisodeID: a.ep.ID, Epoch: 1, TTL: time.Hour,
-		Capabilities: []byte(`{"effects":[{"kind":"artifact","target_id":"*","max_class":4}]}`)}); err != nil {
+		Capabilities: artifactLease(t)}); err != nil {
 		t.Fatal(err)
 	}
 	return a
@@ -263,4 +266,21 @@ func TestEffectApprovalUnavailable(t *testing.T) {
 	e := newEnv(t, Access{KernelUID: uint32(os.Getuid()), OperatorGID: -1})
 	_, err := e.client.Approve(context.Background(), uuid.New().String(), &protocol.Approval{})
 	wantCode(t, err, protocol.CodeUnknownAction)
+}
+
+// artifactLease is a lease document, as the kernel mints one, granting
+// artifacts on both targets with budgets no test reaches.
+func artifactLease(t *testing.T) json.RawMessage {
+	t.Helper()
+	c, err := authority.Compile(authority.Spec{MaxClass: authority.MaxClass, Allow: []string{"**"}, Forbid: []string{},
+		Grants: []authority.Grant{{Kind: "artifact", Target: "releases", MaxClass: 4}, {Kind: "artifact", Target: "reports", MaxClass: 4}},
+		Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 30, EffectsPerMinute: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := authority.EncodeLease(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
 }

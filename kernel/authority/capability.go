@@ -52,6 +52,9 @@ type Spec struct {
 	Allow    []string `json:"allow"`
 	Forbid   []string `json:"forbid"`
 	Budget   Budget   `json:"budget"`
+	// Lift names default forbid rules (DefaultForbids) this spec lifts.
+	// A lease lifts a rule only when every input does.
+	Lift []string `json:"lift,omitempty"`
 }
 
 // Capability is a compiled, immutable Spec or an intersection of them.
@@ -63,8 +66,9 @@ type Capability struct {
 	maxClass Class
 	grants   []Grant  // sorted by (Target, Kind), unique, each ≤ maxClass
 	allow    [][]glob // CNF: a path must match some glob of every clause
-	forbid   []glob   // a path matching any of these is refused
+	forbid   []glob   // a path matching any of these (folded) is refused
 	budget   Budget
+	lifted   lifts // default rules lifted by every input
 }
 
 // Compile checks a Spec and compiles its globs.
@@ -81,7 +85,11 @@ func Compile(s Spec) (Capability, error) {
 			return Capability{}, fmt.Errorf("budget value %d outside 0..%d", v, int64(MaxBudget))
 		}
 	}
-	c := Capability{ok: true, maxClass: s.MaxClass, budget: b}
+	lifted, err := parseLifts(s.Lift)
+	if err != nil {
+		return Capability{}, err
+	}
+	c := Capability{ok: true, maxClass: s.MaxClass, budget: b, lifted: lifted}
 	for _, g := range s.Grants {
 		if !validName(g.Target) || !validName(g.Kind) {
 			return Capability{}, fmt.Errorf("grant names an invalid target or kind")
@@ -100,7 +108,7 @@ func Compile(s Spec) (Capability, error) {
 	}
 	clause := make([]glob, 0, len(s.Allow))
 	for _, a := range s.Allow {
-		g, err := compileGlob(a)
+		g, err := compileAllow(a)
 		if err != nil {
 			return Capability{}, fmt.Errorf("allow: %w", err)
 		}
@@ -108,12 +116,13 @@ func Compile(s Spec) (Capability, error) {
 	}
 	c.allow = [][]glob{clause}
 	for _, f := range s.Forbid {
-		g, err := compileGlob(f)
+		g, err := compileForbid(f)
 		if err != nil {
 			return Capability{}, fmt.Errorf("forbid: %w", err)
 		}
-		c.forbid = append(c.forbid, g)
+		c.forbid = appendGlobs(c.forbid, []glob{g})
 	}
+	c.forbid = appendGlobs(c.forbid, defaultForbids(lifted))
 	return c, nil
 }
 
@@ -164,6 +173,7 @@ func Intersect(caps ...Capability) Capability {
 		out.grants = intersectGrants(out.grants, c.grants)
 		out.allow = appendClauses(out.allow, c.allow)
 		out.forbid = appendGlobs(out.forbid, c.forbid)
+		out.lifted &= c.lifted
 		out.budget = Budget{
 			BytesPerEffect:   min(out.budget.BytesPerEffect, c.budget.BytesPerEffect),
 			BytesTotal:       min(out.budget.BytesTotal, c.budget.BytesTotal),
@@ -251,7 +261,7 @@ func appendClauses(a, b [][]glob) [][]glob {
 
 func appendGlobs(a, b []glob) []glob {
 	for _, g := range b {
-		if !slices.ContainsFunc(a, func(x glob) bool { return x.src == g.src }) {
+		if !slices.ContainsFunc(a, func(x glob) bool { return x.String() == g.String() }) {
 			a = append(a, g)
 		}
 	}
@@ -259,7 +269,7 @@ func appendGlobs(a, b []glob) []glob {
 }
 
 func sameGlobs(a, b []glob) bool {
-	return slices.EqualFunc(a, b, func(x, y glob) bool { return x.src == y.src })
+	return slices.EqualFunc(a, b, func(x, y glob) bool { return x.String() == y.String() })
 }
 
 // MaxClass is the highest class c allows at all.
@@ -277,6 +287,7 @@ type Description struct {
 	Allow    [][]string `json:"allow"`
 	Forbid   []string   `json:"forbid"`
 	Budget   Budget     `json:"budget"`
+	Lift     []string   `json:"lift,omitempty"`
 }
 
 // Describe returns c in recordable form. The zero Capability describes
@@ -294,12 +305,13 @@ func (c Capability) Describe() Description {
 	for _, clause := range c.allow {
 		srcs := make([]string, 0, len(clause))
 		for _, g := range clause {
-			srcs = append(srcs, g.src)
+			srcs = append(srcs, g.String())
 		}
 		d.Allow = append(d.Allow, srcs)
 	}
 	for _, g := range c.forbid {
-		d.Forbid = append(d.Forbid, g.src)
+		d.Forbid = append(d.Forbid, g.String())
 	}
+	d.Lift = c.lifted.names()
 	return d
 }

@@ -10,7 +10,10 @@ type Request struct {
 	Target string // configured target id; only for brokered classes
 	// Path is a clean, relative, slash-separated path, or "" when the effect
 	// names no path (an HTTP read, say). A patch is checked once per path.
-	Path          string
+	Path string
+	// Executable: the effect leaves Path an executable file that was not
+	// one before (a new 100755 file or a mode change to it).
+	Executable    bool
 	Bytes         int64 // payload size of this effect
 	Spent         int64 // bytes of brokered effects already made under the lease
 	RecentEffects int64 // brokered effects made in the last minute
@@ -29,6 +32,7 @@ const (
 	DenyPathNotAllowed
 	DenyBytes
 	DenyRate
+	DenyExecutable
 )
 
 func (r Reason) String() string {
@@ -51,14 +55,18 @@ func (r Reason) String() string {
 		return "byte_budget"
 	case DenyRate:
 		return "rate_budget"
+	case DenyExecutable:
+		return "executable_bit"
 	}
 	return "unknown"
 }
 
-// Check answers a Request. It is the hot path: pure, allocation-free, and
-// bounded by the capability limits (MaxGlobs, MaxClauses, MaxPathLen).
+// Check answers a Request. It is the hot path: pure, bounded by the
+// capability limits (MaxGlobs, MaxClauses, MaxPathLen), and
+// allocation-free except for one folded copy of a path that is not
+// already folded (upper-case or non-ASCII: pathglob.FoldString).
 // Order: cheap structural refusals first, then the grant, then paths (a
-// forbid beats every allow), then budgets.
+// forbid, compared folded, beats every allow), then budgets.
 func (c *Capability) Check(r *Request) Reason {
 	if !c.ok {
 		return DenyNoLease
@@ -73,14 +81,22 @@ func (c *Capability) Check(r *Request) Reason {
 		}
 	}
 	if r.Path != "" {
-		var sp splitPath
-		if !sp.split(r.Path) {
+		var sp, folded splitPath
+		if !sp.Split(r.Path) {
 			return DenyBadPath
 		}
+		if !folded.Fold(&sp) {
+			// Its folded form is no path (a compatibility slash, say):
+			// it cannot be checked against the forbids, so it is one.
+			return DenyPathForbidden
+		}
 		for i := range c.forbid {
-			if c.forbid[i].match(&sp) {
+			if c.forbid[i].Match(&folded) {
 				return DenyPathForbidden
 			}
+		}
+		if r.Executable && !c.lifted.has(LiftExecutable) {
+			return DenyExecutable
 		}
 		for _, clause := range c.allow {
 			if !anyMatch(clause, &sp) {
@@ -102,7 +118,7 @@ func (c *Capability) Check(r *Request) Reason {
 
 func anyMatch(clause []glob, sp *splitPath) bool {
 	for i := range clause {
-		if clause[i].match(sp) {
+		if clause[i].Match(sp) {
 			return true
 		}
 	}

@@ -125,11 +125,16 @@ func TestCompileRefuses(t *testing.T) {
 
 func TestDescribe(t *testing.T) {
 	d := seedLease(t, MaxClass).Describe()
-	if len(d.Allow) != 2 || d.Allow[0][0] != "lib/**" || d.Allow[1][0] != "**" || len(d.Forbid) != 5 || d.Budget.BytesPerEffect != 512<<10 || d.Budget.EffectsPerMinute != 10 {
+	defaults := 0
+	for _, globs := range DefaultForbids() {
+		defaults += len(globs)
+	}
+	// The five of policy and envelope, and the default rules once.
+	if len(d.Allow) != 2 || d.Allow[0][0] != "lib/**" || d.Allow[1][0] != "**" || len(d.Forbid) != 5+defaults || d.Budget.BytesPerEffect != 512<<10 || d.Budget.EffectsPerMinute != 10 {
 		t.Fatalf("describe: %+v", d)
 	}
 	self := seedLease(t, MaxClass)
-	if got := Intersect(self, self).Describe(); len(got.Allow) != 2 || len(got.Forbid) != 5 {
+	if got := Intersect(self, self).Describe(); len(got.Allow) != 2 || len(got.Forbid) != 5+defaults {
 		t.Fatalf("self-intersection grew: %+v", got)
 	}
 }

@@ -117,6 +117,8 @@ func TestRefusals(t *testing.T) {
 		{"policy key", `{` + base + `,"policy_keys":{"k1":"bm90IGEga2V5"}}`, "policy_keys", "Ed25519", protocol.CodeInvalidField},
 		{"cluster with url", `{` + base + `,"store":{"url":"postgres://h/db","cluster_dir":"/c"}}`, "store.cluster_dir", "must be empty", protocol.CodeInvalidField},
 		{"git ref", `{` + base + `,"targets":{"git_commit":{"r":{"repo":"/g","allowed_refs":["main"],"allowed_paths":["**"]}}}}`, "targets.git_commit.r.allowed_refs", "full ref", protocol.CodeInvalidField},
+		{"malformed forbid glob", `{` + base + `,"targets":{"git_commit":{"r":{"repo":"/g","allowed_refs":["refs/heads/main"],"allowed_paths":["**"],"forbidden_paths":["secrets[/**"]}}}}`, "targets.git_commit.r.forbidden_paths", "not a valid glob", protocol.CodeInvalidField},
+		{"malformed http glob", `{` + base + `,"targets":{"http_read":{"d":{"base_url":"https://h","methods":["GET"],"paths":["a/**b"]}}}}`, "targets.http_read.d.paths", "not a valid glob", protocol.CodeInvalidField},
 		{"target id", `{` + base + `,"targets":{"artifact":{"A B":{"dir":"/a"}}}}`, "targets.artifact", "target id", protocol.CodeInvalidField},
 		{"mutation reconcile", `{` + base + `,"targets":{"http_mutation":{"api":{"base_url":"https://h","methods":["POST"],"paths":["x"]}}}}`, "targets.http_mutation.api.reconcile_path", "required", protocol.CodeInvalidField},
 		{"operator group", `{` + base + `,"api":{"operator_group":"no-such-group-autonomic"}}`, "api.operator_group", "does not exist", protocol.CodeInvalidField},

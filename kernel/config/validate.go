@@ -250,6 +250,8 @@ func checkTargets(c *checker, t *Targets) {
 		if len(g.AllowedPaths) == 0 {
 			c.add(k+".allowed_paths", "must hold at least one glob")
 		}
+		c.globs(k+".allowed_paths", g.AllowedPaths)
+		c.globs(k+".forbidden_paths", g.ForbiddenPaths)
 		c.class(k+".class", g.Class, 3)
 	}
 	ids("git_remote", mapKeys(t.GitRemote))
@@ -305,6 +307,7 @@ func checkTargets(c *checker, t *Targets) {
 			if len(h.Paths) == 0 {
 				c.add(k+".paths", "must hold at least one glob")
 			}
+			c.globs(k+".paths", h.Paths)
 			for _, n := range h.AllowedNets {
 				if _, err := netip.ParsePrefix(n); err != nil {
 					c.add(k+".allowed_nets", "%q is not a CIDR prefix", n)

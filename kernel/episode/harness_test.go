@@ -271,7 +271,7 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
 		AllowedPaths: paths, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
 	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{obs.Wrap(gitc)},
-		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), Hooks: r.opts.hooks}
+		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), LeaseCheck: obs.CheckLease, Hooks: r.opts.hooks}
 	var runner *verify.Runner
 	if r.opts.verifyArgv != nil {
 		bc.Verifier = obs.Verify

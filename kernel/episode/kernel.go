@@ -304,6 +304,7 @@ func (k *Kernel) newEpisode(id uuid.UUID, spec Spec) *Episode {
 	// longer verifies has none (and Recover contains it).
 	if pol, _, _, err := spec.validate(k.cfg.PolicyKeys); err == nil {
 		e.scope = pol.Document.Capability.Allow
+		e.maxRisk = pol.Document.Semantic.MaxRisk
 	}
 	// Both were validated by New.
 	e.frames, _ = sensor.NewQueue[frame](k.cfg.SensorQueue)

@@ -36,7 +36,10 @@ type Episode struct {
 	// scope is the admitted policy's allow list, the sensors' view of
 	// what the episode is for.
 	scope []string
-	log   hclog.Logger
+	// maxRisk is the signed policy's semantic.max_risk (0 without an
+	// admitted policy: then every reading is above it).
+	maxRisk float64
+	log     hclog.Logger
 
 	mu        sync.Mutex
 	state     State
@@ -71,6 +74,9 @@ type Episode struct {
 	hmu     sync.Mutex
 	home    *homeostat.Homeostat
 	history []sensor.Event
+	// slow is the last slow-loop verdict's contraction (Throttle, say),
+	// which holds at the commit horizon until the next evaluation.
+	slow authority.Signal
 }
 
 // WorkerExit is a worker's end in one generation.

@@ -98,46 +98,9 @@ func (s *Spec) validate(keys policy.Keys) (pol *policy.Policy, envelope, repair 
 	return pol, envelope, repair, nil
 }
 
-// leaseDoc is what a lease row stores: the capability in recordable form,
-// plus the grants in the shape the broker reads ("effects").
-type leaseDoc struct {
-	authority.Description
-	Effects []brokerGrant `json:"effects"`
-}
+// encodeLease and decodeLease: the lease row's document (kernel/authority).
+func encodeLease(c authority.Capability) (json.RawMessage, error) { return authority.EncodeLease(c) }
 
-type brokerGrant struct {
-	Kind     string `json:"kind"`
-	TargetID string `json:"target_id"`
-	MaxClass int    `json:"max_class"`
-}
-
-func encodeLease(c authority.Capability) (json.RawMessage, error) {
-	d := leaseDoc{Description: c.Describe(), Effects: []brokerGrant{}}
-	for _, g := range d.Grants {
-		d.Effects = append(d.Effects, brokerGrant{Kind: g.Kind, TargetID: g.Target, MaxClass: int(g.MaxClass)})
-	}
-	return json.Marshal(d)
-}
-
-// decodeLease reads back what encodeLease stored, as a capability. A
-// description's CNF allow clauses become one capability per clause,
-// intersected, which is the same set.
 func decodeLease(raw json.RawMessage) (authority.Capability, error) {
-	var d leaseDoc
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return authority.Capability{}, err
-	}
-	clauses := d.Allow
-	if len(clauses) == 0 {
-		clauses = [][]string{{}}
-	}
-	caps := make([]authority.Capability, 0, len(clauses))
-	for _, allow := range clauses {
-		c, err := authority.Compile(authority.Spec{MaxClass: d.MaxClass, Grants: d.Grants, Allow: allow, Forbid: d.Forbid, Budget: d.Budget})
-		if err != nil {
-			return authority.Capability{}, err
-		}
-		caps = append(caps, c)
-	}
-	return authority.Intersect(caps...), nil
+	return authority.DecodeLease(raw)
 }

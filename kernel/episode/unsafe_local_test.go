@@ -107,7 +107,7 @@ func newUnsafeRig(t *testing.T, ctx context.Context, name string) *unsafeRig {
 	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
 		AllowedPaths: []string{"calc.sh"}, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
 	b, err := broker.New(broker.Config{Store: st, Payloads: payloads, Adapters: []broker.Adapter{obs.Wrap(gitc)},
-		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass()})
+		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), LeaseCheck: obs.CheckLease})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -326,11 +326,8 @@ func (e *Episode) semantic(ctx context.Context, eff store.Effect, payload []byte
 	e.mu.Lock()
 	lease := e.leaseCap
 	e.mu.Unlock()
-	signals := make([]authority.Signal, 0, len(readings)*sensor.BankSize+4+len(paths))
-	for i := range readings {
-		s := readings[i].Signals()
-		signals = append(signals, s[:]...)
-	}
+	signals := make([]authority.Signal, 0, len(readings)*sensor.BankSize+5+len(paths))
+	signals = append(signals, bankSignals(readings, e.maxRisk)...)
 	signals = append(signals, regime.Signal(), level.Signal())
 	req := authority.Request{Class: class, Kind: eff.Kind, Target: eff.TargetID, Bytes: int64(len(payload))}
 	leaseDenial := "" // the first thing the lease refused, if any
@@ -352,6 +349,7 @@ func (e *Episode) semantic(ctx context.Context, eff store.Effect, payload []byte
 		}
 	}
 	v := authority.Decide(signals)
+	e.holdSlow(v)
 
 	// What may commit is what the effective lease still allows: never
 	// wider than the lease, whatever the bank said.

@@ -189,6 +189,8 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 			Allow    []string          `json:"allow"`
 			Forbid   []string          `json:"forbid"`
 			Budget   *authority.Budget `json:"budget"`
+			// Lift is optional: absent, every default forbid holds.
+			Lift []string `json:"lift"`
 		} `json:"capability"`
 		Semantic *struct {
 			MaxRisk *float64 `json:"max_risk"`
@@ -232,6 +234,7 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 		Capability: authority.Spec{
 			MaxClass: *w.Capability.MaxClass, Grants: w.Capability.Grants,
 			Allow: w.Capability.Allow, Forbid: w.Capability.Forbid, Budget: *w.Capability.Budget,
+			Lift: w.Capability.Lift,
 		},
 		Semantic: Semantic{MaxRisk: *w.Semantic.MaxRisk},
 	}

@@ -1,4 +1,4 @@
-package authority
+package pathglob
 
 import (
 	"math/rand/v2"
@@ -43,7 +43,7 @@ func TestGlobMatch(t *testing.T) {
 		{"**/x", "a/x/y", false},
 	}
 	for _, c := range cases {
-		g, err := compileGlob(c.glob)
+		g, err := Compile(c.glob)
 		if err != nil {
 			t.Fatalf("%q: %v", c.glob, err)
 		}
@@ -54,8 +54,8 @@ func TestGlobMatch(t *testing.T) {
 }
 
 func TestCompileGlobRefuses(t *testing.T) {
-	for _, bad := range []string{"", "/abs", "a//b", "a/./b", "../x", "a/..", "a**b", "a/[", "x\\y", "a\x00b", strings.Repeat("a", MaxGlobLen+1)} {
-		if _, err := compileGlob(bad); err == nil {
+	for _, bad := range []string{"", "/abs", "a//b", "a/./b", "../x", "a/..", "a**b", "a/[", "secrets[/**", "a/\u200bb", "a\nb", "x\\y", "a\x00b", strings.Repeat("a", MaxGlobLen+1)} {
+		if _, err := Compile(bad); err == nil {
 			t.Errorf("%q compiled", bad)
 		}
 	}
@@ -67,14 +67,15 @@ func TestValidPath(t *testing.T) {
 		"": false, "/a": false, "a/": false, "a//b": false, "./a": false, "a/../b": false,
 		"..": false, "a/.": false, "a\x00": false, "a\\b": false, strings.Repeat("a", MaxPathLen+1): false,
 	} {
-		if got := validPath(p); got != want {
-			t.Errorf("validPath(%q) = %v, want %v", p, got, want)
+		if got := ValidPath(p); got != want {
+			t.Errorf("ValidPath(%q) = %v, want %v", p, got, want)
 		}
 	}
 }
 
-// refMatch is the obvious recursive matcher (the broker's): the greedy
-// matcher must agree with it on every input.
+// refMatch is the obvious recursive matcher over path.Match segments (what
+// the broker once had): the greedy matcher must agree with it on every
+// input.
 func refMatch(pat, name []string) bool {
 	for len(pat) > 0 {
 		if pat[0] == "**" {
@@ -109,7 +110,7 @@ func TestGlobAgreesWithReference(t *testing.T) {
 			ns = append(ns, names[r.IntN(len(names))])
 		}
 		pat, name := strings.Join(ps, "/"), strings.Join(ns, "/")
-		g, err := compileGlob(pat)
+		g, err := Compile(pat)
 		if err != nil {
 			t.Fatalf("%q: %v", pat, err)
 		}
@@ -119,14 +120,55 @@ func TestGlobAgreesWithReference(t *testing.T) {
 	}
 }
 
-func matchString(g glob, p string) bool {
-	var sp splitPath
-	return sp.split(p) && g.match(&sp)
-}
+func matchString(g Glob, p string) bool { return g.MatchString(p) }
 
 func TestPathDepthBound(t *testing.T) {
-	deep := strings.Repeat("a/", MaxPathSegments-1) + "a"
-	if !validPath(deep) || validPath(deep+"/a") {
+	deep := strings.Repeat("a/", MaxSegments-1) + "a"
+	if !ValidPath(deep) || ValidPath(deep+"/a") {
 		t.Fatal("segment bound is off")
+	}
+}
+
+// TestNamesRefused: control characters, invisible and default-ignorable
+// code points and invalid UTF-8 never make a path.
+func TestNamesRefused(t *testing.T) {
+	for _, p := range []string{".g\u200cit/hooks/x", "a\nb", "a\tb", "a\x7fb", "a\u200db", "a\u202eb", "a\ufe0fb",
+		"a\u00adb", "a\u2028b", "\ufeffa", "a\xffb", "a\u3164b", "a\ue000b", "a\u0085b"} {
+		if ValidPath(p) {
+			t.Errorf("%q is a valid path", p)
+		}
+	}
+	for _, p := range []string{"a/b", "ünïcode/ß.go", "日本/語.txt", "a b/c"} {
+		if !ValidPath(p) {
+			t.Errorf("%q refused", p)
+		}
+	}
+}
+
+func TestFoldedMatch(t *testing.T) {
+	g, err := CompileFolded("secrets/**")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"secrets/x", "Secrets/x", "SECRETS/x", "ｓｅｃｒｅｔｓ/x", "ＳＥＣＲＥＴＳ/x", "sEcReTs/a/b"} {
+		var sp, f Path
+		if !sp.Split(p) || !f.Fold(&sp) || !g.Match(&f) {
+			t.Errorf("%q escapes folded secrets/**", p)
+		}
+	}
+	exact, _ := Compile("secrets/**")
+	if exact.MatchString("Secrets/x") {
+		t.Error("an exact glob matched a case variant")
+	}
+	if g.String() != "secrets/**" {
+		t.Errorf("folded glob reads %q", g.String())
+	}
+}
+
+func TestMatchDoesNotAllocate(t *testing.T) {
+	g, _ := Compile("lib/**/*.go")
+	var p Path
+	if n := testing.AllocsPerRun(100, func() { p.Split("lib/a/b/c.go"); g.Match(&p) }); n != 0 {
+		t.Fatalf("%v allocs", n)
 	}
 }

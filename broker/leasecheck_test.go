@@ -1,0 +1,77 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/google/uuid"
+)
+
+// The broker's tests compose the lease check as the kernel does
+// (episode.LeaseCheckWith, which the broker cannot import): the authority
+// algebra over the lease document, under a verdict the test sets.
+
+// testVerdict is the standing verdict a test's lease check applies.
+type testVerdict struct {
+	v atomic.Pointer[authority.Verdict]
+}
+
+func (tv *testVerdict) set(signals ...authority.Signal) {
+	v := authority.Decide(signals)
+	tv.v.Store(&v)
+}
+
+func (tv *testVerdict) check(_ context.Context, q LeaseQuery) error {
+	v := authority.Decide(nil)
+	if p := tv.v.Load(); p != nil {
+		v = *p
+	}
+	touches := make([]authority.Touch, len(q.Touches))
+	for i, t := range q.Touches {
+		touches[i] = authority.Touch{Path: t.Path, Executable: t.Executable}
+	}
+	r := authority.Request{Class: authority.Class(q.Class), Kind: q.Kind, Target: q.TargetID, Bytes: q.Bytes,
+		Spent: q.Spent.Bytes, RecentEffects: q.Spent.LastMinute}
+	return authority.CheckCommit(q.Lease, v, r, touches).Err()
+}
+
+var _ = uuid.Nil
+
+// leaseDoc is a lease document for spec, as the kernel records one.
+func leaseDoc(t testing.TB, spec authority.Spec) json.RawMessage {
+	t.Helper()
+	c, err := authority.Compile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := authority.EncodeLease(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+// wideSpec grants every kind the broker tests use on their targets, every
+// path but the defaults, and budgets no test reaches.
+func wideSpec() authority.Spec {
+	var grants []authority.Grant
+	for kind, g := range map[string]struct {
+		class   authority.Class
+		targets []string
+	}{
+		"artifact":      {4, []string{"releases", "reports", "rel", "etc", "pub"}},
+		"git_commit":    {3, []string{"repo"}},
+		"git_remote":    {3, []string{"pub", "remote", "origin"}},
+		"http_read":     {2, []string{"docs", "api", "web", "evil", "sneaky", "public-only", "tls", "untrusted"}},
+		"http_mutation": {3, []string{"api", "docs", "web"}},
+	} {
+		for _, target := range g.targets {
+			grants = append(grants, authority.Grant{Kind: kind, Target: target, MaxClass: g.class})
+		}
+	}
+	return authority.Spec{MaxClass: authority.MaxClass, Grants: grants, Allow: []string{"**"}, Forbid: []string{},
+		Budget: authority.Budget{BytesPerEffect: authority.MaxBudget, BytesTotal: authority.MaxBudget, EffectsPerMinute: 1 << 20}}
+}

@@ -1,0 +1,103 @@
+package authority
+
+import (
+	"fmt"
+	"slices"
+)
+
+// lifts is a set of default forbid rules, one bit per rule.
+type lifts uint8
+
+// The default forbid rules. Each is forbidden in every capability unless
+// the spec lifts it by name; since Intersect keeps every input's forbids, a
+// lease lifts a rule only when the policy, the hard envelope (and a repair
+// capability) all do.
+//
+//   - git_attributes, git_modules: .gitattributes can make git run filters
+//     and change what a checkout contains; .gitmodules points the
+//     repository at other repositories.
+//   - ci: CI configuration runs with the repository's CI secrets on the
+//     next push, outside every boundary of ours.
+//   - executable: a change that makes a file executable (a new file with
+//     mode 100755, or a mode change to it) is a program someone else may run.
+const (
+	LiftGitAttributes = "git_attributes"
+	LiftGitModules    = "git_modules"
+	LiftCI            = "ci"
+	LiftExecutable    = "executable"
+)
+
+var defaultRules = []struct {
+	name  string
+	globs []string
+}{
+	{LiftGitAttributes, []string{".gitattributes", "**/.gitattributes"}},
+	{LiftGitModules, []string{".gitmodules", "**/.gitmodules"}},
+	{LiftCI, []string{".github/workflows/**", ".github/actions/**", ".gitlab-ci.yml", ".circleci/**", ".travis.yml",
+		".drone.yml", ".buildkite/**", "azure-pipelines.yml", "Jenkinsfile"}},
+	{LiftExecutable, nil},
+}
+
+// DefaultForbids lists the default rules and their globs, for operators.
+func DefaultForbids() map[string][]string {
+	out := map[string][]string{}
+	for _, r := range defaultRules {
+		out[r.name] = slices.Clone(r.globs)
+	}
+	return out
+}
+
+func parseLifts(names []string) (lifts, error) {
+	var l lifts
+	for _, n := range names {
+		i := slices.IndexFunc(defaultRules, func(r struct {
+			name  string
+			globs []string
+		}) bool {
+			return r.name == n
+		})
+		if i < 0 {
+			return 0, fmt.Errorf("lift: %q is not a default rule", n)
+		}
+		l |= 1 << i
+	}
+	return l, nil
+}
+
+func (l lifts) has(name string) bool {
+	for i, r := range defaultRules {
+		if r.name == name {
+			return l&(1<<i) != 0
+		}
+	}
+	return false
+}
+
+func (l lifts) names() []string {
+	var out []string
+	for i, r := range defaultRules {
+		if l&(1<<i) != 0 {
+			out = append(out, r.name)
+		}
+	}
+	return out
+}
+
+// defaultForbids compiles the globs of every rule not lifted. They are
+// fixed and known to compile.
+func defaultForbids(l lifts) []glob {
+	var out []glob
+	for i, r := range defaultRules {
+		if l&(1<<i) != 0 {
+			continue
+		}
+		for _, src := range r.globs {
+			g, err := compileForbid(src)
+			if err != nil {
+				panic(err)
+			}
+			out = append(out, g)
+		}
+	}
+	return out
+}

@@ -1,0 +1,82 @@
+package episode
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+
+	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
+)
+
+// CheckLease is broker.Config.LeaseCheck: the whole lease, as the
+// episode's current verdict leaves it standing, asked about the effect and
+// each path it touches, with the durable spend the store read under the
+// commit's locks. The verdict is the homeostat's regime, the regulator's
+// level and the last slow-loop contraction, so a Throttle halves
+// effects_per_minute here, where it is counted. An episode this
+// controller does not drive is in containment: nothing commits for it.
+func (o *Observer) CheckLease(ctx context.Context, q broker.LeaseQuery) error {
+	return LeaseCheckWith(o.verdict)(ctx, q)
+}
+
+// LeaseCheckWith is the lease check under the verdicts verdict gives per
+// episode (CheckLease uses the controller's; a broker composed without a
+// controller, in a test or a gate, names its own).
+func LeaseCheckWith(verdict func(episodeID uuid.UUID) authority.Verdict) broker.LeaseCheck {
+	return func(_ context.Context, q broker.LeaseQuery) error {
+		touches := make([]authority.Touch, len(q.Touches))
+		for i, t := range q.Touches {
+			touches[i] = authority.Touch{Path: t.Path, Executable: t.Executable}
+		}
+		r := authority.Request{Class: authority.Class(q.Class), Kind: q.Kind, Target: q.TargetID, Bytes: q.Bytes,
+			Spent: q.Spent.Bytes, RecentEffects: q.Spent.LastMinute}
+		return authority.CheckCommit(q.Lease, verdict(q.EpisodeID), r, touches).Err()
+	}
+}
+
+func (o *Observer) verdict(id uuid.UUID) authority.Verdict {
+	contained := authority.Decide([]authority.Signal{homeostat.Containment.Signal()})
+	k := o.k.Load()
+	if k == nil {
+		return contained
+	}
+	e, ok := k.Episode(id)
+	if !ok {
+		return contained
+	}
+	return e.commitVerdict()
+}
+
+// commitVerdict is the fast loop's standing verdict for the episode.
+func (e *Episode) commitVerdict() authority.Verdict {
+	level := e.k.regulatorState().Level
+	e.hmu.Lock()
+	signals := []authority.Signal{e.home.State().Regime.Signal(), level.Signal()}
+	if e.slow.Source != authority.SourceInvalid { // none before the first evaluation
+		signals = append(signals, e.slow)
+	}
+	e.hmu.Unlock()
+	return authority.Decide(signals)
+}
+
+// holdSlow keeps the contraction of a slow-loop verdict for the commit
+// horizon: a Throttle, Narrow or Interrupt stands until the next
+// evaluation says otherwise (a Revoke there is about that effect's own
+// paths, and refused it). It is held as a semantic signal, which can only
+// ever contract.
+func (e *Episode) holdSlow(v authority.Verdict) {
+	s := authority.Signal{Source: authority.SourceSemantic, Code: "slow_loop"}
+	switch v.Action {
+	case authority.Throttle, authority.Narrow, authority.Interrupt:
+		s.Action, s.Ceiling = v.Action, v.Ceiling
+	}
+	e.hmu.Lock()
+	e.slow = s
+	e.hmu.Unlock()
+}
+
+// Unwrap gives the broker the adapter itself (its optional interfaces,
+// such as broker.Toucher).
+func (a *observed) Unwrap() broker.Adapter { return a.Adapter }
