@@ -2,21 +2,28 @@
 # Installs Autonomic on this host: the launcher (root, static) and its sudoers
 # rule, the kernel command, the worker rootfs and the launcher configuration.
 # Idempotent. Needs root. Run scripts/provision_host.sh first.
+#   scripts/install.sh                  builds the binaries into bin/ here
+#   scripts/install.sh --prebuilt DIR   installs the binaries in DIR, built
+#       elsewhere by scripts/build_binaries.sh DIR (a host without Go, e.g.
+#       a guest of the host matrix)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || exec sudo -E "$0" "$@"
 export PATH=$PATH:/usr/local/go/bin
 
-scripts/build_launcher.sh bin/autonomic-launcher
-go build -o bin/autonomic ./kernel/cmd/autonomic
-go build -o bin/autonomic-rootfs ./rootfs-builder/cmd/autonomic-rootfs
-go build -o bin/autonomic-scenario ./gates/cmd/autonomic-scenario
-# The in-domain effect client: static, it runs inside the worker rootfs.
-CGO_ENABLED=0 go build -trimpath -o bin/autonomic-effect ./broker/cmd/autonomic-effect
+bin=bin
+if [ "${1:-}" = --prebuilt ]; then
+	bin=${2:?usage: install.sh [--prebuilt DIR]}
+	for b in autonomic-launcher autonomic autonomic-rootfs autonomic-scenario autonomic-effect; do
+		[ -x "$bin/$b" ] || { echo "install: $bin/$b missing" >&2; exit 1; }
+	done
+else
+	scripts/build_binaries.sh bin
+fi
 
 install -d -o root -g root -m 0755 /usr/local/libexec /etc/autonomic
-install -o root -g root -m 0755 bin/autonomic-launcher /usr/local/libexec/autonomic-launcher
-install -o root -g root -m 0755 bin/autonomic bin/autonomic-rootfs bin/autonomic-scenario /usr/local/bin/
+install -o root -g root -m 0755 "$bin/autonomic-launcher" /usr/local/libexec/autonomic-launcher
+install -o root -g root -m 0755 "$bin/autonomic" "$bin/autonomic-rootfs" "$bin/autonomic-scenario" /usr/local/bin/
 visudo -cqf sudoers.d/autonomic
 install -o root -g root -m 0440 sudoers.d/autonomic /etc/sudoers.d/autonomic
 
@@ -32,9 +39,9 @@ install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic/sockets
 rootfs=/var/lib/autonomic-rootfs/worker
 tmp=$(mktemp -d /var/lib/autonomic-rootfs/.build-XXXXXX)
 rmdir "$tmp"
-digest=$(bin/autonomic-rootfs build --quiet --spec rootfs-builder/specs/worker.json \
-	--add bin/autonomic-effect=/usr/local/bin/autonomic-effect --dest "$tmp")
-if [ -f "$rootfs/manifest.json" ] && [ "$(bin/autonomic-rootfs digest "$rootfs" 2>/dev/null)" = "$digest" ]; then
+digest=$("$bin/autonomic-rootfs" build --quiet --spec rootfs-builder/specs/worker.json \
+	--add "$bin/autonomic-effect"=/usr/local/bin/autonomic-effect --dest "$tmp")
+if [ -f "$rootfs/manifest.json" ] && [ "$("$bin/autonomic-rootfs" digest "$rootfs" 2>/dev/null)" = "$digest" ]; then
 	rm -rf "$tmp"
 else
 	rm -rf "$rootfs.old"
