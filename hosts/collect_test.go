@@ -85,6 +85,7 @@ func TestCollectPassesOnlyWhatRan(t *testing.T) {
 		{"not debian's kernel", "kernel", "6.18.0\n", "kernel 6.18.0"},
 		{"hybrid cgroups", "mountinfo", mountHybrid, "cgroup layout hybrid"},
 		{"not systemd", "pid1", "/bin/busybox\n", "PID 1 is /bin/busybox"},
+		{"diagnostic run", "diagnostic", "private-root\n", "diagnostic run (private-root)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

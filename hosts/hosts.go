@@ -128,6 +128,9 @@ func Collect(g Guest, dir string) (*Host, error) {
 	h.CgroupControllers = strings.Fields(read("cgroup_subtree_control"))
 	h.CgroupLayout = CgroupLayout(read("mountinfo"))
 
+	if d := read("diagnostic"); d != "" {
+		h.Problems = append(h.Problems, "diagnostic run ("+d+"): its facts were changed before the steps ran")
+	}
 	figures := map[string]map[string]any{}
 	for _, name := range Steps {
 		st := Step{Name: name}

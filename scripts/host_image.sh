@@ -47,9 +47,17 @@ work=$(mktemp -d "$cache_root/.build-$guest-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 tree=$work/tree
 t0=$(date +%s)
-echo "host_image: debootstrap $suite from $mirror into $tree (packages: $pkgs)" >&2
-debootstrap --variant=minbase --include="$pkgs" --cache-dir="$cache_root/debs" "$suite" "$tree" "$mirror" >"$work/debootstrap.log" 2>&1 ||
-	{ tail -n 30 "$work/debootstrap.log" >&2; exit 1; }
+# The debootstrapped tree is cached too, by its own inputs (package list,
+# suite, mirror), so a change to the rest of the recipe reuses it.
+base=$cache_root/base-$({ sha256sum "$recipe/packages" | cut -d' ' -f1; echo "$suite $mirror"; } | sha256sum | cut -c1-16)
+if [ ! -d "$base" ]; then
+	echo "host_image: debootstrap $suite from $mirror (packages: $pkgs)" >&2
+	debootstrap --variant=minbase --include="$pkgs" --cache-dir="$cache_root/debs" "$suite" "$work/base" "$mirror" >"$work/debootstrap.log" 2>&1 ||
+		{ tail -n 30 "$work/debootstrap.log" >&2; exit 1; }
+	rm -f "$work"/base/var/cache/apt/archives/*.deb
+	mv "$work/base" "$base"
+fi
+cp -a "$base" "$tree"
 
 # Debian's kernel modules, as its package installed them here.
 mkdir -p "$tree/lib/modules"
@@ -58,7 +66,7 @@ cp -a "/lib/modules/$kver" "$tree/lib/modules/"
 # systemd as PID 1 (systemd-sysv), a root on /dev/vda, no login prompts, no
 # timers or services the matrix does not use; the payload unit runs at boot.
 echo "guest-${guest#guest-}" >"$tree/etc/hostname"
-printf '/dev/vda / ext4 rw,errors=remount-ro 0 1\n' >"$tree/etc/fstab"
+printf '/dev/vda / ext4 rw,errors=remount-ro 0 0\n' >"$tree/etc/fstab"
 install -m 0755 "$recipe/autonomic-guest" "$tree/usr/local/sbin/autonomic-guest"
 install -m 0644 "$recipe/autonomic-guest.service" "$tree/etc/systemd/system/autonomic-guest.service"
 chroot "$tree" systemctl enable autonomic-guest.service >/dev/null 2>&1
@@ -69,7 +77,7 @@ done
 rm -f "$tree"/var/cache/apt/archives/*.deb "$tree"/var/lib/apt/lists/*_Packages
 
 # Root filesystem: ext4 built from the tree (no loop mount), 8 GiB sparse.
-mkfs.ext4 -q -F -L guest-root -d "$tree" "$work/rootfs.img" 8G
+mkfs.ext4 -q -F -L guest-root -d "$tree" "$work/rootfs.img" 8G >/dev/null
 
 # The initramfs: static busybox, the init, and the modules it loads in order.
 ird=$work/initrd
@@ -89,7 +97,7 @@ done
 (cd "$ird" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) >"$work/initrd.img"
 cp "/boot/vmlinuz-$kver" "$work/vmlinuz"
 
-versions=$(chroot "$tree" dpkg-query -W -f='${Package}=${Version}\n' | sort | awk '{printf "%s\"%s\"", NR > 1 ? "," : "", $0}')
+versions=$(chroot "$tree" dpkg-query -W -f='${Package}=${Version}\n' | sort | awk '{printf "%s\"%s\"", (NR > 1 ? "," : ""), $0}')
 img=$(sha256sum "$work/rootfs.img" | cut -d' ' -f1)
 cat >"$work/image.json" <<JSON
 {

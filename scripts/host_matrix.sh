@@ -42,6 +42,7 @@ grep -vE '^\s*(#|$)' hosts/guest/plan | awk '{print $2}' | sort -u | while read 
 done
 git ls-files -z -co --exclude-standard | tar --null -T - -cf - | tar -C "$p/src" -xf -
 install -m 0755 hosts/guest/run.sh "$p/run.sh"
+[ -z "${AUTONOMIC_HOSTS_DIAGNOSTIC:-}" ] || echo "$AUTONOMIC_HOSTS_DIAGNOSTIC" >"$p/diagnostic"
 (cd "$p" && find . -type f ! -name manifest -print0 | sort -z | xargs -0 sha256sum) >"$p/manifest"
 size=$(($(du -sm "$p" | cut -f1) + 256))
 mkfs.ext4 -q -F -L payload -d "$p" "$out/payload.img" "${size}M"

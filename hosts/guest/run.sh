@@ -44,6 +44,15 @@ grep MemTotal /proc/meminfo >"$res/memtotal"
 cp "$payload/manifest" "$res/payload_manifest" 2>/dev/null
 echo "AUTONOMIC-STEP facts kernel=$(cat "$res/kernel") propagation=$(cat "$res/root_propagation") controllers=$(cat "$res/cgroup_subtree_control")"
 
+# A diagnostic run (AUTONOMIC_HOSTS_DIAGNOSTIC=private-root on the host)
+# makes / private before anything runs, to measure what a launcher that
+# keeps its clones private would meet. Such a run never passes the matrix.
+if [ "$(cat "$payload/diagnostic" 2>/dev/null)" = private-root ]; then
+	mount --make-rprivate /
+	echo private-root >"$res/diagnostic"
+	echo "AUTONOMIC-STEP diagnostic: / made private (this run cannot pass the matrix)"
+fi
+
 # Installed the way a user installs it.
 mkdir -p /opt/autonomic
 cp -a "$payload/src" "$src"
