@@ -69,7 +69,8 @@ type Host struct {
 	PID1              string            `json:"pid1"`
 	Systemd           string            `json:"systemd"`
 	CgroupLayout      string            `json:"cgroup_layout"`
-	CgroupControllers []string          `json:"cgroup_controllers"` // enabled for the root's children
+	CgroupControllers []string          `json:"cgroup_controllers"`           // enabled for the root's children, as booted
+	InstalledCtrls    []string          `json:"cgroup_controllers_installed"` // and once Autonomic is installed
 	RootPropagation   string            `json:"root_propagation"`
 	Image             map[string]any    `json:"image"`
 	Timing            map[string]string `json:"timing"`
@@ -126,6 +127,7 @@ func Collect(g Guest, dir string) (*Host, error) {
 	h.Kernel, h.Debian, h.PID1, h.Systemd = read("kernel"), read("debian_version"), read("pid1"), read("systemd")
 	h.RootPropagation = read("root_propagation")
 	h.CgroupControllers = strings.Fields(read("cgroup_subtree_control"))
+	h.InstalledCtrls = strings.Fields(read("cgroup_subtree_control_installed"))
 	h.CgroupLayout = CgroupLayout(read("mountinfo"))
 
 	if d := read("diagnostic"); d != "" {

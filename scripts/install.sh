@@ -53,6 +53,22 @@ chmod 0755 "$rootfs"
 
 cgroup2=$(findmnt -n -t cgroup2 -o TARGET | head -n 1)
 [ -n "$cgroup2" ] || { echo "install: no cgroup v2 mount on this host" >&2; exit 1; }
+# The domains' cgroups sit under $cgroup2/autonomic, and the launcher can
+# enforce only the controllers the root offers its children. systemd (Debian
+# 12's 252) enables memory and pids there but cpu only when a unit asks for a
+# CPU weight; this drop-in asks, with the default weight (no change in
+# scheduling), so that cpu_millis is enforced. Measured by the host matrix.
+if [ "$cgroup2" = /sys/fs/cgroup ] && [ -d /run/systemd/system ] && ! grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control; then
+	install -d -m 0755 /etc/systemd/system/system.slice.d
+	cat >/etc/systemd/system/system.slice.d/autonomic-cpu.conf <<'UNIT'
+# Installed by Autonomic: systemd enables the cpu controller for the root's
+# children, so that domains can be held to cpu_millis.
+[Slice]
+CPUWeight=100
+UNIT
+	systemctl daemon-reload
+	grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo "install: systemd did not enable the cpu controller: cpu_millis is not enforced" >&2
+fi
 cat >/etc/autonomic/launcher.json.new <<JSON
 {
   "state_root": "/var/lib/autonomic-launcher",

@@ -58,6 +58,7 @@ mkdir -p /opt/autonomic
 cp -a "$payload/src" "$src"
 step provision "$src" scripts/provision_host.sh --prebuilt
 step install "$src" scripts/install.sh --prebuilt "$payload/bin"
+cat /sys/fs/cgroup/cgroup.subtree_control >"$res/cgroup_subtree_control_installed" 2>/dev/null
 step preflight / runuser -u autonomic -- autonomic preflight
 
 # The test binaries built on the host, against testbeds of prebuilt
