@@ -2,21 +2,28 @@
 # Installs Autonomic on this host: the launcher (root, static) and its sudoers
 # rule, the kernel command, the worker rootfs and the launcher configuration.
 # Idempotent. Needs root. Run scripts/provision_host.sh first.
+#   scripts/install.sh                  builds the binaries into bin/ here
+#   scripts/install.sh --prebuilt DIR   installs the binaries in DIR, built
+#       elsewhere by scripts/build_binaries.sh DIR (a host without Go, e.g.
+#       a guest of the host matrix)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || exec sudo -E "$0" "$@"
 export PATH=$PATH:/usr/local/go/bin
 
-scripts/build_launcher.sh bin/autonomic-launcher
-go build -o bin/autonomic ./kernel/cmd/autonomic
-go build -o bin/autonomic-rootfs ./rootfs-builder/cmd/autonomic-rootfs
-go build -o bin/autonomic-scenario ./gates/cmd/autonomic-scenario
-# The in-domain effect client: static, it runs inside the worker rootfs.
-CGO_ENABLED=0 go build -trimpath -o bin/autonomic-effect ./broker/cmd/autonomic-effect
+bin=bin
+if [ "${1:-}" = --prebuilt ]; then
+	bin=${2:?usage: install.sh [--prebuilt DIR]}
+	for b in autonomic-launcher autonomic autonomic-rootfs autonomic-scenario autonomic-effect; do
+		[ -x "$bin/$b" ] || { echo "install: $bin/$b missing" >&2; exit 1; }
+	done
+else
+	scripts/build_binaries.sh bin
+fi
 
 install -d -o root -g root -m 0755 /usr/local/libexec /etc/autonomic
-install -o root -g root -m 0755 bin/autonomic-launcher /usr/local/libexec/autonomic-launcher
-install -o root -g root -m 0755 bin/autonomic bin/autonomic-rootfs bin/autonomic-scenario /usr/local/bin/
+install -o root -g root -m 0755 "$bin/autonomic-launcher" /usr/local/libexec/autonomic-launcher
+install -o root -g root -m 0755 "$bin/autonomic" "$bin/autonomic-rootfs" "$bin/autonomic-scenario" /usr/local/bin/
 visudo -cqf sudoers.d/autonomic
 install -o root -g root -m 0440 sudoers.d/autonomic /etc/sudoers.d/autonomic
 
@@ -33,9 +40,9 @@ install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic/sockets
 rootfs=/var/lib/autonomic-rootfs/worker
 tmp=$(mktemp -d /var/lib/autonomic-rootfs/.build-XXXXXX)
 rmdir "$tmp"
-digest=$(bin/autonomic-rootfs build --quiet --spec rootfs-builder/specs/worker.json \
-	--add bin/autonomic-effect=/usr/local/bin/autonomic-effect --dest "$tmp")
-if [ -f "$rootfs/manifest.json" ] && [ "$(bin/autonomic-rootfs verify "$rootfs" 2>/dev/null)" = "$digest" ]; then
+digest=$("$bin/autonomic-rootfs" build --quiet --spec rootfs-builder/specs/worker.json \
+	--add "$bin/autonomic-effect"=/usr/local/bin/autonomic-effect --dest "$tmp")
+if [ -f "$rootfs/manifest.json" ] && [ "$("$bin/autonomic-rootfs" verify "$rootfs" 2>/dev/null)" = "$digest" ]; then
 	rm -rf "$tmp"
 else
 	rm -rf "$rootfs.old"
@@ -44,10 +51,26 @@ else
 	rm -rf "$rootfs.old"
 fi
 chmod 0755 "$rootfs"
-[ "$(bin/autonomic-rootfs verify "$rootfs")" = "$digest" ] || { echo "install: $rootfs does not verify against its manifest" >&2; exit 1; }
+[ "$("$bin/autonomic-rootfs" verify "$rootfs")" = "$digest" ] || { echo "install: $rootfs does not verify against its manifest" >&2; exit 1; }
 
 cgroup2=$(findmnt -n -t cgroup2 -o TARGET | head -n 1)
 [ -n "$cgroup2" ] || { echo "install: no cgroup v2 mount on this host" >&2; exit 1; }
+# The domains' cgroups sit under $cgroup2/autonomic, and the launcher can
+# enforce only the controllers the root offers its children. systemd (Debian
+# 12's 252) enables memory and pids there but cpu only when a unit asks for a
+# CPU weight; this drop-in asks, with the default weight (no change in
+# scheduling), so that cpu_millis is enforced. Measured by the host matrix.
+if [ "$cgroup2" = /sys/fs/cgroup ] && [ -d /run/systemd/system ] && ! grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control; then
+	install -d -m 0755 /etc/systemd/system/system.slice.d
+	cat >/etc/systemd/system/system.slice.d/autonomic-cpu.conf <<'UNIT'
+# Installed by Autonomic: systemd enables the cpu controller for the root's
+# children, so that domains can be held to cpu_millis.
+[Slice]
+CPUWeight=100
+UNIT
+	systemctl daemon-reload
+	grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo "install: systemd did not enable the cpu controller: cpu_millis is not enforced" >&2
+fi
 cat >/etc/autonomic/launcher.json.new <<JSON
 {
   "state_root": "/var/lib/autonomic-launcher",

@@ -6,4 +6,8 @@
 // Invariant: a testbed touches nothing of the host outside its own temp
 // directory and its own cgroup under the cgroup v2 mount, and Close removes
 // both. It never touches a cgroup v1 hierarchy.
+//
+// Where no Go toolchain is (the host matrix's guests), $AUTONOMIC_TESTBED_PREBUILT
+// names the static binaries to install instead of building them, and
+// $AUTONOMIC_MODULE_ROOT the source tree (specs, sudoers rule).
 package testbed

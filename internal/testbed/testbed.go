@@ -66,8 +66,26 @@ type Options struct {
 // EffectClientPath is where Options.EffectClient puts the client.
 const EffectClientPath = "/usr/local/bin/autonomic-effect"
 
-// ModuleRoot finds the repository root from the current directory.
+// ModuleRootEnv names the repository root for test binaries run where no
+// Go toolchain is (the host matrix's guests run prebuilt test binaries).
+const ModuleRootEnv = "AUTONOMIC_MODULE_ROOT"
+
+// PrebuiltEnv names a directory of prebuilt static binaries (PrebuiltLauncher,
+// the probe and the effect client, named as their paths' bases) that New
+// installs instead of building them with the Go toolchain. The launcher
+// there must be built with -X main.configPath=PrebuiltConfigPath.
+const PrebuiltEnv = "AUTONOMIC_TESTBED_PREBUILT"
+
+// PrebuiltConfigPath is the configuration path baked into a prebuilt
+// testbed launcher; one prebuilt bed exists at a time.
+const PrebuiltConfigPath = "/run/autonomic-testbed/launcher.json"
+
+// ModuleRoot finds the repository root: $AUTONOMIC_MODULE_ROOT, else from
+// the current directory through the Go toolchain.
 func ModuleRoot() (string, error) {
+	if dir := os.Getenv(ModuleRootEnv); dir != "" {
+		return dir, nil
+	}
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", err
@@ -101,7 +119,24 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 	if err := os.Mkdir(b.State, 0o700); err != nil {
 		return nil, err
 	}
-	if err := buildStatic(ctx, mod, "./launcher", b.Launcher, "-ldflags", "-s -w -X main.configPath="+b.ConfigPath); err != nil {
+	prebuilt := os.Getenv(PrebuiltEnv)
+	build := func(pkg, out string, flags ...string) error {
+		if prebuilt == "" {
+			return buildStatic(ctx, mod, pkg, out, flags...)
+		}
+		return copyFile(filepath.Join(prebuilt, filepath.Base(out)), out)
+	}
+	if prebuilt != "" {
+		// The launcher's configuration path is fixed at build time.
+		b.ConfigPath = PrebuiltConfigPath
+		if err := os.MkdirAll(filepath.Dir(b.ConfigPath), 0o755); err != nil {
+			return nil, err
+		}
+		if _, err := os.Lstat(b.ConfigPath); err == nil {
+			return nil, fmt.Errorf("%s exists: another prebuilt testbed is live", b.ConfigPath)
+		}
+	}
+	if err := build("./launcher", b.Launcher, "-ldflags", "-s -w -X main.configPath="+b.ConfigPath); err != nil {
 		return nil, err
 	}
 	// The probe makes raw syscalls inside domains; tests assert on them.
@@ -112,7 +147,7 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 	add := opts.Add
 	for pkg, dest := range statics {
 		out := filepath.Join(dir, "bin", filepath.Base(dest))
-		if err := buildStatic(ctx, mod, pkg, out); err != nil {
+		if err := build(pkg, out); err != nil {
 			return nil, err
 		}
 		add = append(add, rootfs.Add{Src: out, Dest: dest})
@@ -172,6 +207,14 @@ func buildStatic(ctx context.Context, mod, pkg, out string, flags ...string) err
 	return nil
 }
 
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
+}
+
 // Domains is the Linux backend pointed at this bed's launcher, run directly
 // (the test process is root).
 func (b *Bed) Domains() *domain.Linux {
@@ -206,6 +249,9 @@ func (b *Bed) Workspace(id string, files map[string]string) (string, error) {
 // Close removes the bed: its cgroup parent (only if empty) and its files.
 func (b *Bed) Close() error {
 	b.RemoveCgroups()
+	if b.ConfigPath == PrebuiltConfigPath {
+		_ = os.Remove(b.ConfigPath)
+	}
 	return os.RemoveAll(b.Dir)
 }
 

@@ -7,6 +7,12 @@
 //	qc --handoff   report honestly what ran, failed or could not run here;
 //	               never sets release_ready (exit 1 only if a gate failed)
 //
+// Its hosts section lists every host of the matrix: this machine (its own
+// facts and the gates run here) and each guest of hosts.Guests from
+// artifacts/hosts.json (written by hosts.TestHostMatrix, which `make test`
+// runs before qc). release_ready also requires every guest present, its
+// limits enforced and proven, and its steps, tests and gates passed.
+//
 // It must run as root from the module root (scripts/qc does both).
 package main
 
@@ -27,6 +33,7 @@ import (
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/gates"
+	"github.com/autonomic-kernel/autonomic/hosts"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
@@ -61,6 +68,7 @@ type report struct {
 	SourceDirty  bool         `json:"source_dirty"`
 	Host         hostFacts    `json:"host"`
 	Gates        []gateResult `json:"gates"`
+	Hosts        []hosts.Host `json:"hosts"`
 	ReleaseReady bool         `json:"release_ready"`
 }
 
@@ -104,7 +112,9 @@ func main() {
 		allPassed = allPassed && g.Status == "passed"
 		failed = failed || g.Status == "failed"
 	}
-	r.ReleaseReady = *strict && allPassed
+	var guestsOK bool
+	r.Hosts, guestsOK = matrix(r.Host, r.Gates, filepath.Join(*out, "hosts.json"))
+	r.ReleaseReady = *strict && allPassed && guestsOK
 	b, _ := json.MarshalIndent(r, "", "  ")
 	path := filepath.Join(*out, "conformance_report.json")
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
@@ -116,6 +126,19 @@ func main() {
 	}
 	for _, n := range r.Host.NotEnforced {
 		fmt.Printf("not enforced on this host: %s\n", n)
+	}
+	for _, h := range r.Hosts {
+		var enforced []string
+		for _, l := range h.Limits {
+			if l.Enforced {
+				enforced = append(enforced, l.Name)
+			}
+		}
+		fmt.Printf("host %-12s kernel %-22s cgroup %-8s / %-8s limits enforced [%s] passed=%v\n", h.Name, h.Kernel, h.CgroupLayout,
+			h.RootPropagation, strings.Join(enforced, " "), h.Passed)
+		for _, p := range h.Problems {
+			fmt.Printf("host %-12s %s\n", h.Name, p)
+		}
 	}
 	fmt.Printf("release_ready: %v (%s mode); report: %s\n", r.ReleaseReady, mode, path)
 	if (*strict && !r.ReleaseReady) || failed {
@@ -278,4 +301,51 @@ func cgroupLayout() string {
 		return "legacy (cgroup v1 only)"
 	}
 	return "unknown"
+}
+
+// matrix is the report's hosts section: this machine, then every guest of
+// hosts.Guests as artifacts/hosts.json recorded it (a guest missing there
+// is listed as not run). ok is true only when every guest passed.
+func matrix(here hostFacts, gs []gateResult, path string) ([]hosts.Host, bool) {
+	self := hosts.Host{Name: "this-machine", Description: "the machine qc runs on", Kernel: here.Kernel, Passed: true, Tests: map[string]string{}}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		self.CgroupLayout = hosts.CgroupLayout(string(b))
+		self.RootPropagation = hosts.RootPropagation(string(b))
+	}
+	for _, l := range here.Limits {
+		self.Limits = append(self.Limits, hosts.Limit{Name: l.Name, Status: "preflight", Enforced: l.Enforced, Figures: map[string]any{"reason": l.Reason}})
+	}
+	for _, g := range gs {
+		self.Gates = append(self.Gates, hosts.Gate{Name: g.Name, Status: g.Status, Scope: "qc's gate run on this machine"})
+		self.Passed = self.Passed && g.Status == "passed"
+	}
+	out := []hosts.Host{self}
+	m, err := hosts.Load(path)
+	ok := err == nil
+	for _, g := range hosts.Guests {
+		var found *hosts.Host
+		if m != nil {
+			for i := range m.Hosts {
+				if m.Hosts[i].Name == g.Name {
+					found = &m.Hosts[i]
+				}
+			}
+		}
+		if found == nil {
+			why := "not in " + path + " (make test-hosts runs the matrix)"
+			if err != nil {
+				why = err.Error() + " (make test-hosts runs the matrix)"
+			}
+			out = append(out, hosts.Host{Name: g.Name, Description: g.Description, Problems: []string{"not run: " + why}})
+			ok = false
+			continue
+		}
+		failedGate := false
+		for _, gt := range found.Gates {
+			failedGate = failedGate || gt.Status == "failed"
+		}
+		ok = ok && found.Passed && !failedGate
+		out = append(out, *found)
+	}
+	return out, ok
 }

@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strconv"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -77,10 +81,11 @@ var families = map[string]uintptr{
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: autonomic-probe socket-inet|socket-inet6|socket-unix|floor|clone-newuser|fork|tiocsti|x32|sigsys-inet")
+		fmt.Fprintln(os.Stderr, "usage: autonomic-probe socket-inet|socket-inet6|socket-unix|floor|clone-newuser|fork|tiocsti|x32|sigsys-inet|hog MIB|forks N|spin MS")
 		os.Exit(2)
 	}
-	for _, what := range os.Args[1:] {
+	for i := 1; i < len(os.Args); i++ {
+		what := os.Args[i]
 		switch what {
 		case "socket-inet":
 			report(what, socket(unix.AF_INET))
@@ -182,6 +187,12 @@ func main() {
 			report(what, errnoOf(err))
 		case "domain-root":
 			domainRoot()
+		case "hog":
+			hog(arg(&i))
+		case "forks":
+			forks(arg(&i))
+		case "spin":
+			spin(arg(&i))
 		default:
 			fmt.Fprintln(os.Stderr, "unknown probe", what)
 			os.Exit(2)
@@ -225,4 +236,97 @@ func domainRoot() {
 	if err := unix.Stat("/usr/bin/cat", &st); err == nil {
 		fmt.Printf("rootfs-owner=%d:%d\n", st.Uid, st.Gid)
 	}
+}
+
+// arg consumes the numeric argument after os.Args[*i].
+func arg(i *int) int {
+	*i++
+	if *i >= len(os.Args) {
+		fmt.Fprintln(os.Stderr, "missing number after", os.Args[*i-1])
+		os.Exit(2)
+	}
+	n, err := strconv.Atoi(os.Args[*i])
+	if err != nil || n < 0 {
+		fmt.Fprintln(os.Stderr, "bad number", os.Args[*i])
+		os.Exit(2)
+	}
+	return n
+}
+
+// hog maps and touches mib MiB of anonymous memory, one MiB at a time,
+// reporting every 4 MiB: a memory limit stops it (the OOM killer), nothing
+// else does.
+func hog(mib int) {
+	for i := 1; i <= mib; i++ {
+		b, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			fmt.Printf("hog_error=%s\n", unix.ErrnoName(err.(syscall.Errno)))
+			return
+		}
+		for p := 0; p < len(b); p += 4096 {
+			b[p] = 1
+		}
+		if i%4 == 0 {
+			fmt.Printf("hog_mib=%d\n", i)
+		}
+	}
+	fmt.Printf("hog_done=%d\n", mib)
+}
+
+// forks forks up to n children that wait for a signal, stopping at the
+// first refused fork: a pids limit refuses with EAGAIN. The children stay
+// until the domain is destroyed.
+func forks(n int) {
+	// No new runtime threads while forking: a thread is a task too.
+	runtime.GOMAXPROCS(1)
+	debug.SetGCPercent(-1)
+	made, errno := 0, syscall.Errno(0)
+	for made < n {
+		pid, _, e := unix.RawSyscall6(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+		if e != 0 {
+			errno = e
+			break
+		}
+		if pid == 0 {
+			for {
+				unix.RawSyscall(unix.SYS_PAUSE, 0, 0, 0)
+			}
+		}
+		made++
+	}
+	name := "none"
+	if errno != 0 {
+		name = unix.ErrnoName(errno)
+	}
+	fmt.Printf("forks=%d fork_err=%s\n", made, name)
+}
+
+// spin busies every CPU the runtime sees for ms milliseconds of wall time
+// and reports the CPU time this process used in that window.
+func spin(ms int) {
+	var before, after unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &before)
+	start := time.Now()
+	deadline := start.Add(time.Duration(ms) * time.Millisecond)
+	done := make(chan struct{})
+	n := runtime.GOMAXPROCS(0)
+	for g := 0; g < n; g++ {
+		go func() {
+			x := 0
+			for time.Now().Before(deadline) {
+				for j := 0; j < 10000; j++ {
+					x += j
+				}
+			}
+			_ = x
+			done <- struct{}{}
+		}()
+	}
+	for g := 0; g < n; g++ {
+		<-done
+	}
+	wall := time.Since(start)
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &after)
+	cpu := func(r unix.Rusage) int64 { return r.Utime.Nano()/1000 + r.Stime.Nano()/1000 }
+	fmt.Printf("spin_cpu_us=%d spin_wall_us=%d spin_threads=%d\n", cpu(after)-cpu(before), wall.Microseconds(), n)
 }

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds the binaries scripts/install.sh installs into DIR (default bin/):
+# the static launcher, the kernel command, the rootfs builder, the scenario
+# driver and the static in-domain effect client.
+# usage: scripts/build_binaries.sh [DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=$PATH:/usr/local/go/bin
+dir=${1:-bin}
+mkdir -p "$dir"
+scripts/build_launcher.sh "$dir/autonomic-launcher"
+go build -o "$dir/autonomic" ./kernel/cmd/autonomic
+go build -o "$dir/autonomic-rootfs" ./rootfs-builder/cmd/autonomic-rootfs
+go build -o "$dir/autonomic-scenario" ./gates/cmd/autonomic-scenario
+# The in-domain effect client: static, it runs inside the worker rootfs.
+CGO_ENABLED=0 go build -trimpath -o "$dir/autonomic-effect" ./broker/cmd/autonomic-effect
