@@ -70,13 +70,15 @@ func TestSharedRootPropagation(t *testing.T) {
 	same := func(when string) {
 		t.Helper()
 		if got := table(); got != before {
-			t.Errorf("mount table changed %s:\n--- before\n%s--- after\n%s", when, before, got)
+			t.Errorf("mount table changed %s: %d -> %d entries; new:\n%s\ngone:\n%s", when,
+				strings.Count(before, "\n"), strings.Count(got, "\n"), newLines(before, got), newLines(got, before))
 		}
 	}
 
 	id := newID("sh")
 	r, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/sh", "-c", "cat /workspace/secret; sleep 600"}})
 	if err != nil {
+		same("after the create failed")
 		t.Fatalf("create under a shared /: %v", err)
 	}
 	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "s\n") })
@@ -121,6 +123,17 @@ func limitEnforced(st *protocol.Started, name string) bool {
 		}
 	}
 	return false
+}
+
+// newLines lists the lines of after that are not in before.
+func newLines(before, after string) string {
+	var out []string
+	for _, l := range strings.Split(after, "\n") {
+		if l != "" && !strings.Contains(before, l+"\n") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // procStatus returns the named fields of /proc/<pid>/status.
