@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -191,6 +192,9 @@ func (g *GitCommit) build(ctx context.Context, t GitTarget, req gitCommitRequest
 				return "", q, protocol.Errorf(protocol.CodeForbidden, "patch touches a symlink or submodule")
 			}
 		}
+		if !visibleName(p) {
+			return "", q, protocol.Errorf(protocol.CodeForbidden, "patch touches a path with control or invisible characters")
+		}
 		if !pathAllowed(p, t.AllowedPaths, t.ForbiddenPaths) {
 			return "", q, protocol.Errorf(protocol.CodeForbidden, "patch touches a path outside the allowed set")
 		}
@@ -311,4 +315,23 @@ func (g *GitCommit) Reconcile(ctx context.Context, r Request) Result {
 	}
 	return unknown(protocol.Errorf(protocol.CodeCommitUnknown, "ref moved by someone else"),
 		map[string]any{"ref": req.Ref, "ambiguous": true, "ref_oid": cur, "base_oid": req.BaseOID})
+}
+
+// visibleName reports whether every character of a path is valid UTF-8 and
+// visible: no control characters (a newline splits a name in every
+// line-oriented tool) and no format or other invisible code points (a
+// zero-width joiner makes ".g\u200cit/hooks" look like ".git/hooks" and
+// escape any glob that names it).
+func visibleName(p string) bool {
+	if !utf8.ValidString(p) {
+		return false
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Co, r) || unicode.Is(unicode.Cs, r) ||
+			r == utf8.RuneError || (r != ' ' && unicode.IsSpace(r)) || unicode.Is(unicode.Variation_Selector, r) ||
+			r == '\u115f' || r == '\u1160' || r == '\u3164' || r == '\uffa0' {
+			return false
+		}
+	}
+	return true
 }

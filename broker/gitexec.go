@@ -142,7 +142,8 @@ func (r gitRun) run(ctx context.Context, args ...string) ([]byte, error) {
 		res int
 		v   uint64
 	}{{unix.RLIMIT_AS, uint64(lim.MemoryBytes)}, {unix.RLIMIT_FSIZE, fsize}, {unix.RLIMIT_CPU, cpu}} {
-		if err := unix.Prlimit(pid, l.res, &unix.Rlimit{Cur: l.v, Max: l.v}, nil); err != nil {
+		// ESRCH: a git that needs no input may already have exited.
+		if err := unix.Prlimit(pid, l.res, &unix.Rlimit{Cur: l.v, Max: l.v}, nil); err != nil && !errors.Is(err, unix.ESRCH) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			_ = cmd.Wait()
 			return nil, fmt.Errorf("git limits: %w", err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,6 +40,14 @@ func TestMain(m *testing.M) {
 	// waits to be killed.
 	if path := os.Getenv(peerConnectEnv); path != "" {
 		peerConnectHelper(path)
+	}
+	// A fuzzing worker runs only the fuzz target (FuzzScanPatch): no
+	// cluster, which it would start anew each time the coordinator
+	// restarts it.
+	for _, a := range os.Args[1:] {
+		if strings.HasPrefix(a, "-test.fuzzworker") {
+			os.Exit(m.Run())
+		}
 	}
 	testHarness = storetest.StartShared("autonomic-broker-")
 	os.Exit(testHarness.Run(m))

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -127,4 +128,28 @@ func TestPrepareFencedFirst(t *testing.T) {
 		t.Fatalf("prepare: objects %d → %d, effects %d → %d, payloads %d → %d", len(before.objects), len(after.objects),
 			before.effects, after.effects, len(before.payloads), len(after.payloads))
 	}
+}
+
+// TestGitCommitRefusesHiddenNames: git accepts a path with a zero-width
+// character (".g\u200cit/hooks/…" reads as ".git/hooks/…") or a newline;
+// the adapter refuses any path of the result with a control character or
+// an invisible code point, wherever the allow globs would admit it.
+func TestGitCommitRefusesHiddenNames(t *testing.T) {
+	f := newGitFixture(t)
+	e := newEnv(t, func(e *env, cfg *Config) {
+		cfg.Adapters = append(cfg.Adapters, &GitCommit{Targets: map[string]GitTarget{"repo": {Repo: f.bare,
+			AllowedRefs: []string{"refs/heads/main"}, AllowedPaths: []string{"**"}}}})
+	})
+	for _, name := range []string{".g\u200cit/hooks/pre-commit", "lib/a\nb.go", "lib/\u202egol.exe", "lib/x\u00a0y", "lib/\u3164", "lib/a\x7f"} {
+		t.Run(fmt.Sprintf("%q", name), func(t *testing.T) {
+			p := f.patch(func(d string) {
+				_ = os.MkdirAll(filepath.Dir(filepath.Join(d, name)), 0o755)
+				_ = os.WriteFile(filepath.Join(d, name), []byte("x\n"), 0o644)
+			})
+			wantErr(t, e.do(prepareReq(e, "git_commit", "repo", gitTarget(f.head()), p)), protocol.CodeForbidden)
+		})
+	}
+	mustOK(t, e.do(prepareReq(e, "git_commit", "repo", gitTarget(f.head()), f.patch(func(d string) {
+		_ = os.WriteFile(filepath.Join(d, "lib", "naïve café.go"), []byte("package lib\n"), 0o644)
+	}))))
 }

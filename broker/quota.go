@@ -156,12 +156,19 @@ func (q *quotas) admit(ctx context.Context, b *Broker, episodeID uuid.UUID, dige
 	}, nil
 }
 
-// forget drops an episode's accounting (its episode ended); the store's
-// record seeds it again if it is ever asked about.
-func (q *quotas) forget(episodeID uuid.UUID) {
+// forget drops the accounting of episodes that prepared nothing since
+// cutoff (ended ones, mostly), so it does not grow with every episode ever
+// run; the store's record seeds it again if the episode is ever heard
+// from. An active episode keeps its count (stored bytes included: the
+// quota is on what an episode ever stored) and its rate window.
+func (q *quotas) forget(cutoff time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	delete(q.episodes, episodeID)
+	for id, u := range q.episodes {
+		if u.pending == 0 && (len(u.recent) == 0 || u.recent[len(u.recent)-1].Before(cutoff)) {
+			delete(q.episodes, id)
+		}
+	}
 }
 
 // SweepPayloads deletes every stored payload and response body older than
@@ -180,11 +187,8 @@ func (b *Broker) SweepPayloads(ctx context.Context, now time.Time) (int, error) 
 		return 0, err
 	}
 	n, err := b.cfg.Payloads.sweep(held, cutoff)
+	b.quotas.forget(cutoff)
 	if n > 0 {
-		// Accounting restarts from the store's record.
-		b.quotas.mu.Lock()
-		b.quotas.episodes = nil
-		b.quotas.mu.Unlock()
 		b.log.Info("payload retention", "removed", n)
 	}
 	return n, err
