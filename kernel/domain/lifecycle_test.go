@@ -542,12 +542,19 @@ func TestOneShotMonitorSparesItsSuccessor(t *testing.T) {
 func TestRootfsContentIsItsIdentity(t *testing.T) {
 	d, ctx := setup(t)
 	ws, _ := workspace(t, nil)
-	for name, change := range map[string]func(root string) error{
-		"untouched": func(string) error { return nil },
-		"added": func(root string) error {
+	// Each copy takes the place (and often the inode number) of the one
+	// before it, as a replaced rootfs would; the untouched copy goes first
+	// so that its verification is on record when the changed ones come.
+	type variant struct {
+		name   string
+		change func(root string) error
+	}
+	for _, v := range []variant{
+		{"untouched", func(string) error { return nil }},
+		{"added", func(root string) error {
 			return os.WriteFile(filepath.Join(root, "usr", "bin", "extra"), []byte("#!/bin/sh\n"), 0o755)
-		},
-		"modified": func(root string) error {
+		}},
+		{"modified", func(root string) error {
 			p := filepath.Join(root, "etc", "hosts")
 			b, err := os.ReadFile(p)
 			if err != nil {
@@ -555,11 +562,12 @@ func TestRootfsContentIsItsIdentity(t *testing.T) {
 			}
 			b[0] ^= 1 // same size, other content
 			return os.WriteFile(p, b, 0o644)
-		},
-		"chmod": func(root string) error { return os.Chmod(filepath.Join(root, "etc", "hosts"), 0o666) },
+		}},
+		{"chmod", func(root string) error { return os.Chmod(filepath.Join(root, "etc", "hosts"), 0o666) }},
 	} {
+		name, change := v.name, v.change
 		t.Run(name, func(t *testing.T) {
-			root := filepath.Join(bed.Dir, "rootfs-"+name)
+			root := filepath.Join(bed.Dir, "rootfs-copy")
 			if out, err := exec.Command("cp", "-a", bed.Rootfs, root).CombinedOutput(); err != nil {
 				t.Fatalf("cp: %v %s", err, out)
 			}
