@@ -436,9 +436,17 @@ func TestCheckpointStoreCap(t *testing.T) {
 	withConfig(t, func(c string) string {
 		return strings.Replace(c, `"max_checkpoint_bytes"`, fmt.Sprintf(`"max_checkpoint_store_bytes": %d, "max_checkpoint_bytes"`, limit), 1)
 	})
+	// What a crashed checkpoint left behind is not the store's content.
+	stale := filepath.Join(store, ".tmp-0123456789abcdef")
+	if err := os.WriteFile(stale, make([]byte, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cp, err := d.Checkpoint(ctx, id)
 	if err != nil {
 		t.Fatalf("first checkpoint, within the cap: %v", err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a crashed checkpoint's temporary archive is still there: %v", err)
 	}
 	t.Cleanup(func() { _ = os.Remove(filepath.Join(store, cp.SHA256+".tar")) })
 	// A second, different archive would pass the cap.
