@@ -155,6 +155,11 @@ func (a *archiver) walk(dir int, prefix string, depth int) error {
 }
 
 func (a *archiver) entry(dir int, name, full string, depth int) error {
+	// A restore opens each entry's parent by its whole path: a longer one
+	// would make an archive that can never be restored.
+	if len(full) >= unix.PathMax-1 {
+		return protocol.Errorf(protocol.CodeCheckpointTooLarge, "path longer than PATH_MAX")
+	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return protocol.Errorf(protocol.CodeLauncherFailed, "stat: %w", err)

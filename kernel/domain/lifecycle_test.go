@@ -309,6 +309,27 @@ func TestDeepTreeIsDestroyed(t *testing.T) {
 	assertNoTrace(t, id)
 }
 
+// TestOverlongPathIsNotArchived: a path longer than PATH_MAX in the upper
+// layer could be archived but never restored (restore opens each parent by
+// its whole path), so checkpoint refuses it with checkpoint_too_large.
+func TestOverlongPathIsNotArchived(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, testbed.ProbePath+" longpath && sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "longpath=") })
+	if out := string(r.Output()); !strings.Contains(out, "longpath=<nil>") {
+		t.Fatalf("worker could not make the path: %s", out)
+	}
+	if _, err := d.Checkpoint(ctx, id); !errors.Is(err, protocol.E(protocol.CodeCheckpointTooLarge)) {
+		t.Fatalf("checkpoint of a 5,000-byte path: %v, want checkpoint_too_large", err)
+	}
+	if st, err := d.Destroy(ctx, id); err != nil || !st.Destroyed {
+		t.Fatalf("destroy: %+v %v", st, err)
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
+
 // storeCheckpoint writes an archive into the bed's store under its digest.
 func storeCheckpoint(t *testing.T, archive []byte) string {
 	t.Helper()
