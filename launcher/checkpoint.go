@@ -155,6 +155,11 @@ func (a *archiver) walk(dir int, prefix string, depth int) error {
 }
 
 func (a *archiver) entry(dir int, name, full string, depth int) error {
+	// A restore opens each entry's parent by its whole path: a longer one
+	// would make an archive that can never be restored.
+	if len(full) >= unix.PathMax-1 {
+		return protocol.Errorf(protocol.CodeCheckpointTooLarge, "path longer than PATH_MAX")
+	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return protocol.Errorf(protocol.CodeLauncherFailed, "stat: %w", err)
@@ -269,6 +274,8 @@ func checkpointWriteError(err error) error {
 }
 
 // storeBytes is the total size of the checkpoint store, every file in it.
+// Called under the store's lock, so a temporary archive is one a crashed
+// checkpoint left: it is removed rather than counted.
 func storeBytes(dir int) (int64, error) {
 	names, err := readNames(dir)
 	if err != nil {
@@ -276,6 +283,9 @@ func storeBytes(dir int) (int64, error) {
 	}
 	var total int64
 	for _, n := range names {
+		if strings.HasPrefix(n, ".tmp-") && unix.Unlinkat(dir, n, 0) == nil {
+			continue
+		}
 		var st unix.Stat_t
 		if err := unix.Fstatat(dir, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil && !errors.Is(err, unix.ENOENT) {
 			return 0, err

@@ -87,8 +87,15 @@ func (l *launcher) create() error {
 	}
 	run := &domainRun{domfd: -1, cgfd: -1, listener: -1}
 	if err := l.build(run, r, lim, env, profile, notify, rootfs, lower, sock, ckpt, digest); err != nil {
+		// Clean up only the directory this create made, not one a destroy
+		// and a new create of the id may have put there meanwhile.
+		var st unix.Stat_t
+		bound := &st
+		if run.domfd < 0 || unix.Fstat(run.domfd, &st) != nil {
+			bound = nil
+		}
 		run.release() // drops the domain lock, so destroy can take it
-		_, _ = l.destroyDomain(r.DomainID, time.Now().Add(actionDeadline), nil)
+		_, _ = l.destroyDomain(r.DomainID, time.Now().Add(actionDeadline), bound)
 		return err
 	}
 	return l.monitor(run)
@@ -173,7 +180,7 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 		return err
 	}
 	defer unix.Close(parent)
-	if run.cgfd, err = makeCgroup(parent, domfd, r.DomainID); err != nil { // hook: launcher-lifecycle (cgroup.go)
+	if run.cgfd, err = makeCgroup(parent, domfd, r.DomainID); err != nil {
 		return err
 	}
 	limits := append(applyLimits(parent, run.cgfd, lim), disk, protocol.Limit{Name: "tmp_bytes", Value: l.cfg.TmpBytes, Enforced: true})

@@ -13,8 +13,12 @@
 //   - Nothing is acted on before the request is admitted (protocol package);
 //     every error it reports is a code from the closed catalogue.
 //   - A domain's processes are born in its cgroup and die with it: destroy
-//     proves the cgroup empty before deleting anything, and the monitor's
-//     death (or the kernel's) kills the domain.
+//     proves the cgroup empty before deleting anything or freeing its uid
+//     range, and stops at any failure; the monitor's death (or the
+//     kernel's) kills the domain. The launcher acts only on the cgroup it
+//     recorded making, never on a same-named one it did not.
+//   - A rootfs is used only if its manifest has the configured digest and
+//     its tree matches that manifest (checked in full once per boot).
 //   - The worker starts with no capabilities, no_new_privs, a new session,
 //     descriptors 0-2 only, an allowlisted environment, the mandatory
 //     seccomp floor and the requested profile; it never runs a shell string.

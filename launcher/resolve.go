@@ -175,6 +175,7 @@ type verifiedRecord struct {
 	BootID   string `json:"boot_id"`
 	Digest   string `json:"digest"`
 	Dev, Ino uint64
+	Ctime    int64 // a new directory that reuses a freed inode has another
 }
 
 const verifiedName = "rootfs-verified.json"
@@ -194,7 +195,7 @@ func (l *launcher) verifyRootfs(rootfs int, digest string) error {
 	if err != nil {
 		return err
 	}
-	want := verifiedRecord{BootID: strings.TrimSpace(string(boot)), Digest: digest, Dev: st.Dev, Ino: st.Ino}
+	want := verifiedRecord{BootID: strings.TrimSpace(string(boot)), Digest: digest, Dev: st.Dev, Ino: st.Ino, Ctime: st.Ctim.Nano()}
 	if b, err := readFileAt(l.state.root, verifiedName, 4096); err == nil {
 		var got verifiedRecord
 		if json.Unmarshal(b, &got) == nil && got == want {

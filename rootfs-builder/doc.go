@@ -18,11 +18,13 @@
 //   - A build is deterministic: sorted traversal, ownership normalised to
 //     root:root (when built as root), modes kept minus setuid/setgid, fixed
 //     mtimes. The same host and spec give byte-identical manifests.
-//   - A rootfs's identity is the SHA-256 of its manifest.json bytes. The
+//   - A rootfs's identity is the SHA-256 of its manifest.json bytes, which
+//     stands for the tree only once the tree is proven to match it. The
 //     manifest lists every path except itself (type, mode, owner, size,
 //     SHA-256 of file content or of symlink target) in RFC 8785 canonical
 //     form, sorted by path. Verify accepts a tree only if it matches its
-//     manifest exactly.
+//     manifest exactly; install runs it, and the launcher makes the same
+//     check itself before a rootfs's first use in each boot.
 //   - A failed build leaves nothing behind: the destination is removed (or
 //     emptied again if it existed empty).
 //

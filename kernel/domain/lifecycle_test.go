@@ -309,6 +309,27 @@ func TestDeepTreeIsDestroyed(t *testing.T) {
 	assertNoTrace(t, id)
 }
 
+// TestOverlongPathIsNotArchived: a path longer than PATH_MAX in the upper
+// layer could be archived but never restored (restore opens each parent by
+// its whole path), so checkpoint refuses it with checkpoint_too_large.
+func TestOverlongPathIsNotArchived(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, testbed.ProbePath+" longpath && sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "longpath=") })
+	if out := string(r.Output()); !strings.Contains(out, "longpath=<nil>") {
+		t.Fatalf("worker could not make the path: %s", out)
+	}
+	if _, err := d.Checkpoint(ctx, id); !errors.Is(err, protocol.E(protocol.CodeCheckpointTooLarge)) {
+		t.Fatalf("checkpoint of a 5,000-byte path: %v, want checkpoint_too_large", err)
+	}
+	if st, err := d.Destroy(ctx, id); err != nil || !st.Destroyed {
+		t.Fatalf("destroy: %+v %v", st, err)
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
+
 // storeCheckpoint writes an archive into the bed's store under its digest.
 func storeCheckpoint(t *testing.T, archive []byte) string {
 	t.Helper()
@@ -436,9 +457,17 @@ func TestCheckpointStoreCap(t *testing.T) {
 	withConfig(t, func(c string) string {
 		return strings.Replace(c, `"max_checkpoint_bytes"`, fmt.Sprintf(`"max_checkpoint_store_bytes": %d, "max_checkpoint_bytes"`, limit), 1)
 	})
+	// What a crashed checkpoint left behind is not the store's content.
+	stale := filepath.Join(store, ".tmp-0123456789abcdef")
+	if err := os.WriteFile(stale, make([]byte, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cp, err := d.Checkpoint(ctx, id)
 	if err != nil {
 		t.Fatalf("first checkpoint, within the cap: %v", err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a crashed checkpoint's temporary archive is still there: %v", err)
 	}
 	t.Cleanup(func() { _ = os.Remove(filepath.Join(store, cp.SHA256+".tar")) })
 	// A second, different archive would pass the cap.
@@ -542,12 +571,19 @@ func TestOneShotMonitorSparesItsSuccessor(t *testing.T) {
 func TestRootfsContentIsItsIdentity(t *testing.T) {
 	d, ctx := setup(t)
 	ws, _ := workspace(t, nil)
-	for name, change := range map[string]func(root string) error{
-		"untouched": func(string) error { return nil },
-		"added": func(root string) error {
+	// Each copy takes the place (and often the inode number) of the one
+	// before it, as a replaced rootfs would; the untouched copy goes first
+	// so that its verification is on record when the changed ones come.
+	type variant struct {
+		name   string
+		change func(root string) error
+	}
+	for _, v := range []variant{
+		{"untouched", func(string) error { return nil }},
+		{"added", func(root string) error {
 			return os.WriteFile(filepath.Join(root, "usr", "bin", "extra"), []byte("#!/bin/sh\n"), 0o755)
-		},
-		"modified": func(root string) error {
+		}},
+		{"modified", func(root string) error {
 			p := filepath.Join(root, "etc", "hosts")
 			b, err := os.ReadFile(p)
 			if err != nil {
@@ -555,11 +591,12 @@ func TestRootfsContentIsItsIdentity(t *testing.T) {
 			}
 			b[0] ^= 1 // same size, other content
 			return os.WriteFile(p, b, 0o644)
-		},
-		"chmod": func(root string) error { return os.Chmod(filepath.Join(root, "etc", "hosts"), 0o666) },
+		}},
+		{"chmod", func(root string) error { return os.Chmod(filepath.Join(root, "etc", "hosts"), 0o666) }},
 	} {
+		name, change := v.name, v.change
 		t.Run(name, func(t *testing.T) {
-			root := filepath.Join(bed.Dir, "rootfs-"+name)
+			root := filepath.Join(bed.Dir, "rootfs-copy")
 			if out, err := exec.Command("cp", "-a", bed.Rootfs, root).CombinedOutput(); err != nil {
 				t.Fatalf("cp: %v %s", err, out)
 			}

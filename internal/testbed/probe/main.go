@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -125,6 +126,20 @@ func main() {
 			report("personality-norandom", e)
 			_, _, e = unix.RawSyscall(unix.SYS_PERSONALITY, 0, 0, 0)
 			report("personality-linux", e)
+		case "longpath":
+			// 20 directories of 250-byte names: a 5,000-byte path, longer
+			// than PATH_MAX, reached one level at a time.
+			long := strings.Repeat("l", 250)
+			fd, err := unix.Open("/workspace", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			for i := 0; err == nil && i < 20; i++ {
+				if err = unix.Mkdirat(fd, long, 0o755); err == nil {
+					var next int
+					next, err = unix.Openat(fd, long, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+					unix.Close(fd)
+					fd = next
+				}
+			}
+			fmt.Printf("longpath=%v\n", err)
 		case "nest":
 			// 21,000 directories, each inside the last, in /workspace: deeper
 			// than any descriptor limit a walker holding one per level meets.

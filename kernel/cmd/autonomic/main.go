@@ -175,6 +175,13 @@ func preflight(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "seccomp         %s (user notification: %v)\n", strings.Join(rep.SeccompActions, " "), rep.SeccompUserNotif)
 		fmt.Fprintf(stdout, "rootfs          %s (matches configuration: %v)\n", rep.RootfsDigest, rep.RootfsMatches)
 		fmt.Fprintf(stdout, "floor           %s\nlauncher        %s\n", rep.FloorSHA256, rep.LauncherSHA256)
+		for _, f := range rep.Features {
+			state := "ok"
+			if !f.OK {
+				state = map[bool]string{true: "MISSING", false: "missing (optional)"}[f.Required]
+			}
+			fmt.Fprintf(stdout, "feature %-28s %s (%s)\n", f.Name, state, f.Detail)
+		}
 		for _, p := range rep.Problems {
 			fmt.Fprintf(stdout, "problem         %s\n", p)
 		}
