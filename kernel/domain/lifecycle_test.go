@@ -528,6 +528,11 @@ func TestOneShotMonitorSparesItsSuccessor(t *testing.T) {
 		return strings.Contains(string(b), "populated 0")
 	})
 	time.Sleep(500 * time.Millisecond) // the monitor reaches its destroy and waits for the lock
+	// The domain's bounded layers are the launcher's two host mounts in
+	// its directory: detach them as destroy would before removing it.
+	for _, m := range []string{"upper", "layers"} {
+		_ = syscall.Unmount(filepath.Join(dir, m), syscall.MNT_DETACH)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
