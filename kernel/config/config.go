@@ -53,6 +53,10 @@ type Config struct {
 	DecisionKeys          map[string]string `json:"decision_keys"`
 	Regulator             Regulator         `json:"regulator"`
 	API                   API               `json:"api"`
+
+	// Policy enforcement (issue 12): the kinds automatic verification
+	// passes with a "none" rule (kernel/verify.Rule). See globs.go.
+	UnverifiedKinds []string `json:"unverified_kinds"`
 }
 
 // Regulator tunes the system regulator (kernel/regulator): the autonomy

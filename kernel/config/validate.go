@@ -158,6 +158,7 @@ func (cfg *Config) validate() []Problem {
 	c.defaulted("sensor.max_request_bytes", &se.MaxRequestBytes, DefaultSensorMaxRequest, 1024, 16<<20)
 
 	checkTargets(c, &cfg.Targets)
+	checkUnverified(c, cfg.UnverifiedKinds)
 
 	// numbers
 	c.defaulted("effect_concurrency", &cfg.EffectConcurrency, DefaultEffectConcurrency, 1, 1024)

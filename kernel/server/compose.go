@@ -126,7 +126,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	}
 	if cfg.AutomaticVerification {
 		ec.Verification = &verify.Runner{Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, OwnerUID: uid, OwnerGID: gid,
-			Seccomp: prog, Targets: verifyTargets(cfg), Logger: log.Named("verify")}
+			Seccomp: prog, Targets: verifyTargets(cfg), Unverified: cfg.UnverifiedKinds, Logger: log.Named("verify")}
 	}
 	if k.episodes, err = episode.New(ec); err != nil {
 		return nil, err
