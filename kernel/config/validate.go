@@ -154,6 +154,7 @@ func (cfg *Config) validate() []Problem {
 	default:
 		c.add("sensor.kind", "must be %q or %q", SensorRules, SensorOpenAICompatible)
 	}
+	cfg.sensorEndpointKeys = se.TimeoutMS != 0 || se.MaxRequestBytes != 0
 	c.defaulted("sensor.timeout_ms", &se.TimeoutMS, DefaultSensorTimeoutMS, 1, 600000)
 	c.defaulted("sensor.max_request_bytes", &se.MaxRequestBytes, DefaultSensorMaxRequest, 1024, 16<<20)
 

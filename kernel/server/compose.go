@@ -384,6 +384,9 @@ func unusedKeys(cfg *config.Config, k *kernel) []string {
 			}
 		}
 	}
+	if cfg.SensorKeysUnused() {
+		out = append(out, "sensor.timeout_ms, sensor.max_request_bytes (sensor.kind rules reads no endpoint)")
+	}
 	if k.episodes == nil {
 		out = append(out, "sensor, sensor_queue, max_repairs, policy_keys, effect_concurrency, regulator (no episode controller)")
 	} else if !cfg.AutomaticVerification {
