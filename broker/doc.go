@@ -16,7 +16,12 @@
 //     stored no payload and written no row.
 //   - No adapter acts unless the store has durably recorded commit_intent
 //     and then committing for that exact effect revision, under the current
-//     epoch, after the nine commit checks passed inside the store's locks.
+//     epoch, after the nine commit checks and the whole-lease check
+//     (Config.LeaseCheck: kind, target, class, every path the effect
+//     changes, bytes per effect, and the durable bytes_total and
+//     effects_per_minute spend) passed inside the store's locks, for every
+//     class, with or without a verifier. Without a LeaseCheck nothing
+//     commits.
 //     An effect still at commit_intent after a crash therefore provably never
 //     reached its adapter.
 //   - An outcome that cannot be proven from the target's own evidence is

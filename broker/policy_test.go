@@ -10,7 +10,6 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
-	"github.com/jackc/pgx/v5"
 )
 
 // policySpec is a signed policy's capability for the git fixture: class 3
@@ -145,22 +144,17 @@ func TestBudgetTotalsEnforcedUnderRace(t *testing.T) {
 	if committed != 10 || refused != 10 {
 		t.Fatalf("%d committed, %d refused: want 10 and 10", committed, refused)
 	}
-	if sp := e.spend(t); sp.Bytes != 1000 || sp.Effects != 10 {
+	if sp := e.spend(t); sp.Bytes != 1000 || sp.Effects != 10 || sp.LastMinute != 10 {
 		t.Fatalf("durable spend %+v, want 1000 bytes in 10 effects", sp)
 	}
 }
 
-// spend reads the episode's durable spend as BeginCommit does.
+// spend reads the episode's durable spend (store.Spend; BeginCommit reads
+// the same rows under its locks).
 func (e *env) spend(t *testing.T) store.Spend {
 	t.Helper()
-	var s store.Spend
-	conn, err := pgx.Connect(ctxT(t), testHarness.Cluster.KernelConnString(e.db))
+	s, err := e.store.Spend(ctxT(t), e.ep.ID)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctxT(t))
-	if err := conn.QueryRow(ctxT(t), `SELECT COALESCE(sum(bytes), 0), count(*) FROM effect_spend WHERE episode_id = $1`, e.ep.ID).
-		Scan(&s.Bytes, &s.Effects); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -9,6 +9,10 @@
 //     FOR UPDATE, in that order, re-reads them and records commit_intent in
 //     the same transaction; AdvanceEpoch locks the same episode row first,
 //     so the two are totally ordered per episode.
+//   - An episode's budget spend (Spend: bytes and effects per minute) is
+//     read by BeginCommit under the episode's row lock and the new commit's
+//     spend recorded in the same transaction, so two racing commits cannot
+//     both spend the last byte.
 //   - Every mutation writes its ledger event in the same transaction as the
 //     change it records; there is no change without its event and no event
 //     without its change. The ledger is hash-chained per episode and the

@@ -1,6 +1,11 @@
 package store
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
 
 // Spend is an episode's durable budget spend: every effect that reached
 // commit_intent, whatever its outcome (an attempt that may have acted has
@@ -32,4 +37,14 @@ func recordSpend(m *mtx, e Effect, bytes int64) error {
 	m.write(`INSERT INTO effect_spend (effect_id, episode_id, lease_id, bytes, at) VALUES ($1, $2, $3, $4, $5)`,
 		e.ID, m.ep.ID, e.LeaseID, bytes, m.now)
 	return nil
+}
+
+// Spend implements Store.
+func (p *Postgres) Spend(ctx context.Context, episodeID uuid.UUID) (Spend, error) {
+	var s Spend
+	err := p.query(ctx, "spend", func(tx querier) error {
+		return tx.QueryRow(ctx, `SELECT COALESCE(sum(bytes), 0), count(*), count(*) FILTER (WHERE at > clock_timestamp() - $2 * interval '1 second')
+			FROM effect_spend WHERE episode_id = $1`, episodeID, int64(SpendWindow/time.Second)).Scan(&s.Bytes, &s.Effects, &s.LastMinute)
+	})
+	return s, err
 }

@@ -47,6 +47,9 @@ type Store interface {
 	RecordDecision(ctx context.Context, req NewDecision) (Decision, error)
 
 	BeginCommit(ctx context.Context, req CommitRequest, check CommitCheck) (CommitView, error)
+	// Spend is an episode's durable spend now (a reading; BeginCommit
+	// reads it again under its locks, which is what decides).
+	Spend(ctx context.Context, episodeID uuid.UUID) (Spend, error)
 	FinishCommit(ctx context.Context, req Outcome) (Effect, error)
 	Unsettled(ctx context.Context, episodeID uuid.UUID) ([]Effect, error)
 

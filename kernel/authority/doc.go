@@ -16,8 +16,17 @@
 //   - Semantic observation can narrow, yield or preempt; it can never grant,
 //     revoke on its own authority, or widen a lease: Effective(lease, v) is
 //     always within lease.
-//   - Check is pure and allocation-free: it is called on every brokered
-//     request and every path of every patch.
+//   - Check is pure and allocation-free for paths already in folded form
+//     (one folded copy otherwise): it is called on every brokered request
+//     and every path of every patch. Paths match through the one glob
+//     matcher, protocol/pathglob; forbids compare folded (NFKC, case
+//     folded); names with control or invisible code points are refused.
+//   - Every capability forbids the default rules (.gitattributes,
+//     .gitmodules, CI configuration, executable bits) unless its spec lifts
+//     them; a lease lifts one only when every input does.
+//   - CheckCommit is what the commit horizon asks of the lease document:
+//     the lease as the current verdict leaves it, the effect, each path it
+//     changes, and the durable spend.
 //
 // Decide and Check are pure functions. Nothing here reads a clock, a file or
 // the network; callers pass what they observed.

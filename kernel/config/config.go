@@ -54,7 +54,19 @@ type Config struct {
 	Regulator             Regulator         `json:"regulator"`
 	API                   API               `json:"api"`
 	Broker                Broker            `json:"broker"` // broker.go
+
+	// Policy enforcement (issue 12): the kinds automatic verification
+	// passes with a "none" rule (kernel/verify.Rule). See globs.go.
+	UnverifiedKinds []string `json:"unverified_kinds"`
+	// sensorEndpointKeys: sensor.timeout_ms or max_request_bytes was
+	// given (before defaults), which only an endpoint sensor reads.
+	sensorEndpointKeys bool
 }
+
+// SensorKeysUnused reports sensor.timeout_ms or sensor.max_request_bytes
+// given with kind rules, which reads no endpoint: serve warns, as for
+// every key accepted but not acted on.
+func (c *Config) SensorKeysUnused() bool { return c.sensorEndpointKeys && c.Sensor.Kind == SensorRules }
 
 // Regulator tunes the system regulator (kernel/regulator): the autonomy
 // level it starts at and may reach, how much sustained health one step

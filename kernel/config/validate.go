@@ -154,10 +154,12 @@ func (cfg *Config) validate() []Problem {
 	default:
 		c.add("sensor.kind", "must be %q or %q", SensorRules, SensorOpenAICompatible)
 	}
+	cfg.sensorEndpointKeys = se.TimeoutMS != 0 || se.MaxRequestBytes != 0
 	c.defaulted("sensor.timeout_ms", &se.TimeoutMS, DefaultSensorTimeoutMS, 1, 600000)
 	c.defaulted("sensor.max_request_bytes", &se.MaxRequestBytes, DefaultSensorMaxRequest, 1024, 16<<20)
 
 	checkTargets(c, &cfg.Targets)
+	checkUnverified(c, cfg.UnverifiedKinds)
 
 	// numbers
 	c.defaulted("effect_concurrency", &cfg.EffectConcurrency, DefaultEffectConcurrency, 1, 1024)

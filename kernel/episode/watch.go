@@ -329,7 +329,14 @@ func (e *Episode) semantic(ctx context.Context, eff store.Effect, payload []byte
 	signals := make([]authority.Signal, 0, len(readings)*sensor.BankSize+5+len(paths))
 	signals = append(signals, bankSignals(readings, e.maxRisk)...)
 	signals = append(signals, regime.Signal(), level.Signal())
-	req := authority.Request{Class: class, Kind: eff.Kind, Target: eff.TargetID, Bytes: int64(len(payload))}
+	spent, err := k.cfg.Store.Spend(ctx, eff.EpisodeID)
+	if err != nil {
+		return err
+	}
+	// The durable spend as of now: the commit horizon reads it again under
+	// its locks and decides; here it lets the evaluation say so early.
+	req := authority.Request{Class: class, Kind: eff.Kind, Target: eff.TargetID, Bytes: int64(len(payload)),
+		Spent: spent.Bytes, RecentEffects: spent.LastMinute}
 	leaseDenial := "" // the first thing the lease refused, if any
 	if r := lease.Check(&req); r == authority.Allowed {
 		signals = append(signals, authority.Signal{Source: authority.SourcePolicy, Grant: true, Code: "lease"})

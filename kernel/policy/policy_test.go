@@ -162,6 +162,9 @@ func TestVerifyRefuses(t *testing.T) {
 		{"signed risk above 1", withDoc(func(d *Document) { d.Semantic.MaxRisk = 1.5 }), ErrInvalid, protocol.CodeInvalidField},
 		{"signed bad glob", withDoc(func(d *Document) { d.Capability.Allow = []string{"/etc/**"} }), ErrInvalid, protocol.CodeInvalidField},
 		{"signed class 9", withDoc(func(d *Document) { d.Capability.MaxClass = 9 }), ErrInvalid, protocol.CodeInvalidField},
+		{"signed malformed forbid", withDoc(func(d *Document) { d.Capability.Forbid = []string{"secrets[/**"} }), ErrInvalid, protocol.CodeInvalidField},
+		{"signed invisible glob", withDoc(func(d *Document) { d.Capability.Forbid = []string{".g\u200cit/**"} }), ErrInvalid, protocol.CodeInvalidField},
+		{"signed unknown lift", withDoc(func(d *Document) { d.Capability.Lift = []string{"everything"} }), ErrInvalid, protocol.CodeInvalidField},
 		// Documents a signer's tool got wrong: signed, but not in the schema.
 		{"signed unknown field", signRaw(t, ops, head+`"capability":{"max_class":1,"grants":[],"allow":[],"forbid":[],`+budget0+`},`+sem+`,"extra":true}`), ErrMalformed, protocol.CodeUnknownField},
 		{"signed without forbid", signRaw(t, ops, head+`"capability":{"max_class":1,"grants":[],"allow":[],`+budget0+`},`+sem+`}`), ErrMalformed, protocol.CodeMissingField},

@@ -126,7 +126,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	}
 	if cfg.AutomaticVerification {
 		ec.Verification = &verify.Runner{Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, OwnerUID: uid, OwnerGID: gid,
-			Seccomp: prog, Targets: verifyTargets(cfg), Logger: log.Named("verify")}
+			Seccomp: prog, Targets: verifyTargets(cfg), Unverified: cfg.UnverifiedKinds, Logger: log.Named("verify")}
 	}
 	if k.episodes, err = episode.New(ec); err != nil {
 		return nil, err
@@ -409,6 +409,9 @@ func unusedKeys(cfg *config.Config, k *kernel) []string {
 				out = append(out, "targets.git_commit."+id+".verify_argv (automatic verification is off)")
 			}
 		}
+	}
+	if cfg.SensorKeysUnused() {
+		out = append(out, "sensor.timeout_ms, sensor.max_request_bytes (sensor.kind rules reads no endpoint)")
 	}
 	if k.episodes == nil {
 		out = append(out, "sensor, sensor_queue, max_repairs, policy_keys, effect_concurrency, regulator (no episode controller)")

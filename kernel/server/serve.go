@@ -52,6 +52,9 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 	if gaps := verificationGaps(cfg); len(gaps) > 0 {
 		log.Warn("automatic_verification: these git_commit targets have no verify_argv; their class 3+ effects cannot commit", "targets", gaps)
 	}
+	if gaps := cfg.UnverifiedGaps(); len(gaps) > 0 {
+		log.Warn("automatic_verification: these kinds have class 3+ targets but no verification rule; their class 3+ effects are denied at evaluate until named in unverified_kinds", "kinds", gaps)
+	}
 	if err := k.recoverAtStart(ctx, log); err != nil {
 		return err
 	}

@@ -1,6 +1,9 @@
 // Package verify is the verification runner: the slow, pre-commit check of
-// a class 3 or 4 git_commit effect. It replays the effect's exact patch on
-// its exact base OID in a fresh workspace clone the kernel prepares, runs
+// a class 3 or 4 effect, by its kind's rule (Rule): a git_commit by tests,
+// a kind the configuration names in unverified_kinds by none, any other
+// kind denied with a reason naming it. For a git_commit it replays the
+// effect's exact patch on its exact base OID in a fresh workspace clone
+// the kernel prepares, runs
 // the target's verify_argv (trusted configuration, never the worker's)
 // inside a separate one-shot domain under the worker seccomp profile, and
 // returns a verdict for the broker to record against the effect's revision

@@ -50,8 +50,11 @@ type Runner struct {
 	// with no more than a worker could.
 	Seccomp []byte
 	Targets map[string]Target
-	Git     string
-	Logger  hclog.Logger
+	// Unverified are the kinds the configuration says need no
+	// verification (unverified_kinds; see Rule).
+	Unverified []string
+	Git        string
+	Logger     hclog.Logger
 }
 
 // Body is the decision body recorded with the verdict.
@@ -107,8 +110,8 @@ func deny(b *Body, reason string) (string, error) {
 }
 
 func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Body) (string, error) {
-	if e.Kind != "git_commit" {
-		return deny(b, "no verification for kind "+e.Kind)
+	if v, tested := r.byRule(e.Kind, b); !tested {
+		return v, nil
 	}
 	t, ok := r.Targets[e.TargetID]
 	if !ok || len(t.Argv) == 0 || !filepath.IsAbs(t.Repo) {

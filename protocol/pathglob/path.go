@@ -116,7 +116,12 @@ func invisible(r rune) bool {
 // '/' or '.', say); callers treat that as refused. It allocates only when
 // src is not already folded.
 func (p *Path) Fold(src *Path) bool {
-	return p.Split(FoldString(src.p))
+	f := FoldString(src.p)
+	if f == src.p {
+		*p = *src // already folded: the same cut
+		return true
+	}
+	return p.Split(f)
 }
 
 // FoldString is the folded form of s (see Fold).
