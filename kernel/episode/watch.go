@@ -235,7 +235,8 @@ func (k *Kernel) evaluate(ctx context.Context, eff store.Effect, payload []byte)
 	if eff.Kind == "git_commit" {
 		events = append(events, sensor.Edit(payload))
 	}
-	events = append(events, sensor.Event{Kind: sensor.EventEffectProposed, Detail: eff.Kind}, verificationEvent(verdict, body))
+	events = append(events, sensor.Event{Kind: sensor.EventEffectProposed, Detail: eff.Kind})
+	events = append(events, verificationEvents(verdict, body)...)
 	e.remember(events...)
 	if err := e.semantic(ctx, eff, payload); err != nil {
 		return "", nil, err
@@ -243,21 +244,25 @@ func (k *Kernel) evaluate(ctx context.Context, eff store.Effect, payload []byte)
 	return verdict, body, nil
 }
 
-// verificationEvent is the history entry of a verification verdict: a test
-// that ran and passed or failed, or an effect the verifier refused before
-// any test ran (a patch that does not apply, a kind it cannot verify).
-func verificationEvent(verdict string, body json.RawMessage) sensor.Event {
-	if verdict == store.VerdictAllow {
-		return sensor.Event{Kind: sensor.EventTestPassed}
-	}
+// verificationEvents are the history entries of a verification verdict: a
+// test that ran and passed or failed, or an effect the verifier refused
+// before any test ran (a patch that does not apply, a kind it has no rule
+// for). A kind the configuration lets pass unverified ran no test: nothing.
+func verificationEvents(verdict string, body json.RawMessage) []sensor.Event {
 	var b struct {
 		Reason string `json:"reason"`
 	}
 	_ = json.Unmarshal(body, &b)
-	if strings.HasPrefix(b.Reason, "verify_argv") {
-		return sensor.Event{Kind: sensor.EventTestFailed, Detail: b.Reason}
+	tested := strings.HasPrefix(b.Reason, "verify_argv")
+	switch {
+	case verdict == store.VerdictAllow && tested:
+		return []sensor.Event{{Kind: sensor.EventTestPassed}}
+	case verdict == store.VerdictAllow:
+		return nil
+	case tested:
+		return []sensor.Event{{Kind: sensor.EventTestFailed, Detail: b.Reason}}
 	}
-	return sensor.Event{Kind: sensor.EventEffectDenied, Detail: "verification: " + b.Reason}
+	return []sensor.Event{{Kind: sensor.EventEffectDenied, Detail: "verification: " + b.Reason}}
 }
 
 // containForbiddenWrites reports a patch that touches a path the episode's
