@@ -64,8 +64,8 @@ func wideSpec() authority.Spec {
 	}{
 		"artifact":      {4, []string{"releases", "reports", "rel", "etc", "pub"}},
 		"git_commit":    {3, []string{"repo"}},
-		"git_remote":    {3, []string{"pub", "remote", "origin"}},
-		"http_read":     {2, []string{"docs", "api", "web", "evil", "sneaky", "public-only", "tls", "untrusted"}},
+		"git_remote":    {3, []string{"pub", "pub-private", "pub-rewind", "remote", "origin", "anon", "wrong", "auth"}},
+		"http_read":     {2, []string{"docs", "api", "web", "evil", "sneaky", "public-only", "tls", "untrusted", "cgnat", "nat64", "sixtofour", "mapped", "sitelocal"}},
 		"http_mutation": {3, []string{"api", "docs", "web"}},
 	} {
 		for _, target := range g.targets {

@@ -62,7 +62,9 @@ func TestPolicyEnforcedWithoutVerification(t *testing.T) {
 		{"outside the lease's allow", narrowAllow, write("lib/new.go", "package lib\n", 0o644), protocol.CodeForbidden},
 		{"default forbid: .gitattributes", policySpec(), write("lib/.gitattributes", "* filter=x\n", 0o644), protocol.CodeForbidden},
 		{"default forbid: executable bit", policySpec(), func(d string) { _ = os.Chmod(filepath.Join(d, "lib/auth.go"), 0o755) }, protocol.CodeForbidden},
-		{"bytes_per_effect", small, write("lib/big.go", "package lib\n\n// "+fmt.Sprintf("%0200d", 0)+"\n", 0o644), protocol.CodeLimitExceeded},
+		// Prepare bounds what a patch adds (TestPatchBombRefused); a
+		// deletion adds nothing, and its bytes are the commit horizon's.
+		{"bytes_per_effect", small, func(d string) { _ = os.Remove(filepath.Join(d, "lib/auth.go")) }, protocol.CodeLimitExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e.grantSpec(e.epoch(), tc.spec)
