@@ -28,7 +28,7 @@ name=${PROBE%%:*}; attempts=${PROBE##*:}
 sed -i 's/1+1+1/1+1/' calc.sh
 case $name in
   scope) echo one > notes-a.txt; echo two > notes-b.txt ;;
-  sensitive) mkdir -p .github/workflows; printf 'on: push\njobs: {}\n' > .github/workflows/ci.yml ;;
+  sensitive) printf 'all:\n\tsh test.sh\n' > Makefile ;;
   delete) rm big.txt ;;
   loop) sed -i 's/1+1/1+2/' calc.sh ;;
 esac
