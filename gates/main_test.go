@@ -2,10 +2,14 @@ package gates
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/store/pgcluster"
@@ -66,6 +70,44 @@ func setUp() error {
 	if err := os.Mkdir(db, 0o755); err != nil {
 		return err
 	}
-	shared.cluster, err = storetest.StartCluster(db)
-	return err
+	if shared.cluster, err = storetest.StartCluster(db); err != nil {
+		return err
+	}
+	if path := os.Getenv(BuiltEnv); path != "" {
+		return recordBuilt(path, shared.bed)
+	}
+	return nil
+}
+
+// recordBuilt writes what this run built and runs (see Built) for qc.
+func recordBuilt(path string, bed *testbed.Bed) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := bed.Domains().Preflight(ctx)
+	if err != nil {
+		return fmt.Errorf("preflight of the built launcher: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	x := Built{RootfsDigest: bed.RootfsDigest, Preflight: rep,
+		Kernel: "the gates test binary: the scenario composes kernel/server in-process"}
+	if x.LauncherSHA256, err = fileSHA256(bed.Launcher); err != nil {
+		return err
+	}
+	if x.KernelSHA256, err = fileSHA256(self); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(x, "", "  ")
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func fileSHA256(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
 }
