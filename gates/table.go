@@ -63,7 +63,8 @@ func Table() []Gate {
 		}, Scope: "real git repositories on this host; remotes are local bare repositories"},
 		{Name: "db_outage_blocks_authority", Proves: "authority stops when durability stops (real ephemeral cluster)", Tests: []Run{
 			{"./store", []string{"TestDBOutageBlocksAuthority"}},
-		}, Scope: "the store against a real postmaster stopped and killed"},
+			{"./kernel/cmd/autonomic", []string{"TestServeDBOutageBlocksAuthority"}},
+		}, Scope: "the store, and the composed kernel (serve in-process, real launcher), against a real postmaster stopped and killed inside a commit"},
 		{Name: "af_unix_effect_broker", Proves: "worker ingress honours epoch, framing and bounds", Tests: []Run{
 			{"./broker", []string{"TestAFUnixEffectBroker", "TestPeerPidfdFallback", "TestPrepareFencedFirst",
 				"TestHTTPPathNormalisation", "TestSpecialUseAddressesRefused", "TestHostileHTTPTargets"}},
