@@ -15,8 +15,9 @@ const BuiltEnv = "AUTONOMIC_GATES_BUILT"
 
 // Built is what the gate run built from this tree and ran: the test bed's
 // launcher and rootfs (the launcher's own preflight of them, limits
-// included) and the kernel, which the scenario composes in-process in the
-// gates test binary.
+// included) and the kernel binary (kernel/cmd/autonomic), which the
+// scenario runs as the service account. The scenario's domains come from
+// the installed launcher, which it first proves is this tree's build.
 type Built struct {
 	LauncherSHA256 string                    `json:"launcher_sha256"`
 	RootfsDigest   string                    `json:"rootfs_digest"`

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ type world struct {
 	bed     *testbed.Bed
 	cluster *pgcluster.Cluster
 	tmp     string // the cluster's directory
+	kernel  string // this tree's autonomic binary, which the scenario runs
 	err     error
 }
 
@@ -66,6 +68,16 @@ func setUp() error {
 	if shared.bed, err = testbed.New(context.Background(), testbed.Options{Spec: "rootfs-builder/specs/worker.json", EffectClient: true}); err != nil {
 		return err
 	}
+	mod, err := testbed.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	shared.kernel = filepath.Join(tmp, "autonomic")
+	build := exec.Command("go", "build", "-o", shared.kernel, "./kernel/cmd/autonomic")
+	build.Dir = mod
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build the kernel: %v\n%s", err, out)
+	}
 	db := filepath.Join(tmp, "pg")
 	if err := os.Mkdir(db, 0o755); err != nil {
 		return err
@@ -87,16 +99,12 @@ func recordBuilt(path string, bed *testbed.Bed) error {
 	if err != nil {
 		return fmt.Errorf("preflight of the built launcher: %w", err)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	x := Built{RootfsDigest: bed.RootfsDigest, Preflight: rep,
-		Kernel: "the gates test binary: the scenario composes kernel/server in-process"}
+		Kernel: "autonomic (kernel/cmd/autonomic) as the gates built it; the scenario runs it as the service account"}
 	if x.LauncherSHA256, err = fileSHA256(bed.Launcher); err != nil {
 		return err
 	}
-	if x.KernelSHA256, err = fileSHA256(self); err != nil {
+	if x.KernelSHA256, err = fileSHA256(shared.kernel); err != nil {
 		return err
 	}
 	b, _ := json.MarshalIndent(x, "", "  ")

@@ -88,6 +88,6 @@ func Table() []Gate {
 		{Name: "coding_agent_violation_repair_epoch2", Proves: "full hostile scenario: seccomp trip, fence, destroy, restore, commit under epoch 2", Tests: []Run{
 			{"./gates", []string{"TestCodingAgentScenario"}},
 			{"./kernel/episode", []string{"TestEpisodeLifecycle", "TestViolationRepairEpoch2", "TestViolationStormRepairsOnce", "TestRepairRestoresThePristineBase", "TestMaxRepairsContains"}},
-		}, Scope: "the composed kernel in this test process, as root with a direct launcher; a fixture model and a scripted agent, not a live LLM"},
+		}, Scope: "autonomic serve (this tree's build) as the service account, the installed launcher (proven to be this tree's build) through the sudoers rule, so make install must have run; a fixture model and a scripted agent, not a live LLM"},
 	}
 }
