@@ -24,6 +24,10 @@ type Built struct {
 	KernelSHA256   string                    `json:"kernel_sha256"`
 	Kernel         string                    `json:"kernel"` // what KernelSHA256 is the digest of
 	Preflight      *protocol.PreflightReport `json:"preflight"`
+	// ServiceLauncherSHA256 is the installed launcher the scenario reached
+	// through sudo, which it proved is this tree's build (set by
+	// TestCodingAgentScenario; empty if it did not get that far).
+	ServiceLauncherSHA256 string `json:"service_launcher_sha256,omitempty"`
 }
 
 // ReadBuilt reads and checks a Built record: every digest present, and the

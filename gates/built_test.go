@@ -32,6 +32,12 @@ func TestBuiltRecordsWhatRan(t *testing.T) {
 	if len(x.Preflight.Limits) == 0 {
 		t.Fatalf("the record carries no limits: %+v", x.Preflight)
 	}
+	// The scenario adds the launcher it reached through sudo.
+	t.Setenv(BuiltEnv, path)
+	recordServiceLauncher(t, launcher)
+	if y, err := ReadBuilt(path); err != nil || y.ServiceLauncherSHA256 != launcher || y.KernelSHA256 != kernel {
+		t.Fatalf("after the scenario's addition: %+v, %v", y, err)
+	}
 	for _, bad := range []func(*Built){
 		func(b *Built) { b.Preflight.LauncherSHA256 = strings.Repeat("0", 64) },
 		func(b *Built) { b.Preflight.RootfsDigest = strings.Repeat("0", 64) },

@@ -39,6 +39,7 @@ func TestCodingAgentScenario(t *testing.T) {
 	// As production runs: the service account, the sudoers rule, and
 	// behind it this tree's launcher (a stale install fails here).
 	launcherSHA := installedLauncherIsThisTrees(t, ctx)
+	recordServiceLauncher(t, launcherSHA)
 	uid, gid := serviceAccount(t)
 	// Not t.TempDir: its parent is 0700, and the service account must
 	// reach the repository and its state beneath this.

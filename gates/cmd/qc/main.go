@@ -64,6 +64,9 @@ type hostFacts struct {
 	PreflightError string           `json:"preflight_error,omitempty"`
 	KernelSHA256   string           `json:"kernel_sha256,omitempty"`
 	KernelBinary   string           `json:"kernel_binary,omitempty"`
+	// ServiceLauncherSHA256 is the installed launcher the scenario ran
+	// through sudo, proven there to be this tree's build.
+	ServiceLauncherSHA256 string `json:"service_launcher_sha256,omitempty"`
 }
 
 type report struct {
@@ -269,7 +272,7 @@ func host(built string) hostFacts {
 	}
 	rep := x.Preflight
 	f.Limits, f.LauncherSHA256, f.RootfsDigest, f.FloorSHA256, f.Preflight = rep.Limits, x.LauncherSHA256, x.RootfsDigest, rep.FloorSHA256, rep.Verdict
-	f.KernelSHA256, f.KernelBinary = x.KernelSHA256, x.Kernel
+	f.KernelSHA256, f.KernelBinary, f.ServiceLauncherSHA256 = x.KernelSHA256, x.Kernel, x.ServiceLauncherSHA256
 	for _, l := range rep.Limits {
 		if !l.Enforced {
 			f.NotEnforced = append(f.NotEnforced, l.Name+": "+l.Reason)
