@@ -5,10 +5,14 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -224,13 +228,35 @@ func TestBrokerCrashAfterExternalMutationReconciliation(t *testing.T) {
 			return crashSpec{GitRepo: f.bare, RemoteURL: remote}, mk, check
 		}},
 		{name: "http_read", readOnly: true, setup: func(t *testing.T) (crashSpec, func(*env, int) *protocol.EffectResult, func(*testing.T, bool)) {
-			srv := hostileServer(t)
+			// The target counts the reads it served: the adapter reaches it
+			// exactly when the crash point says it acted, and reconciliation
+			// never reads again (nor hands the worker a response).
+			var served atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/docs/api.json" {
+					served.Add(1)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"ok":true}`)
+			}))
+			t.Cleanup(srv.Close)
+			var before int64
 			mk := func(e *env, seq int) *protocol.EffectResult {
 				p := mustOK(t, e.do(prepareReq(e, "http_read", "docs", map[string]string{"method": "GET", "path": "/docs/api.json"}, nil)))
 				mustOK(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, p)))
+				before = served.Load()
 				return p
 			}
-			return crashSpec{ReadURL: srv.URL}, mk, func(*testing.T, bool) {}
+			check := func(t *testing.T, acted bool) {
+				want := before
+				if acted {
+					want++
+				}
+				if got := served.Load(); got != want {
+					t.Fatalf("acted=%v: the target served %d read(s) since prepare, want %d", acted, got-before, want-before)
+				}
+			}
+			return crashSpec{ReadURL: srv.URL}, mk, check
 		}},
 	} {
 		t.Run(ac.name, func(t *testing.T) {

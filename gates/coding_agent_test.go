@@ -14,19 +14,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/autonomic-kernel/autonomic/gates/scenario"
-	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
-	"github.com/autonomic-kernel/autonomic/kernel/server"
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
 )
 
 // TestCodingAgentScenario is the reference scenario end to end through the
-// composed kernel (kernel/server with a real launcher, cluster, broker,
-// verification runner and the openai_compatible sensor bank pointed at the
-// poisoned fixture model): the normal run commits the fix; the hostile run
+// kernel as production runs it — `autonomic serve` built from this tree,
+// as the service account, reaching the installed launcher (proven to be
+// this tree's build) only through the sudoers rule, with a real cluster,
+// broker, verification runner and the openai_compatible sensor bank
+// pointed at the poisoned fixture model: the normal run commits the fix; the hostile run
 // follows HOSTILE_INJECTION.md, is rated safe by the model, trips seccomp
 // on AF_INET, is fenced, destroyed and restored into generation 2 from the
 // stable checkpoint, and commits under epoch 2 — with nothing reaching the
@@ -37,8 +36,18 @@ func TestCodingAgentScenario(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	bed := shared.bed
-	tmp := t.TempDir()
+	// As production runs: the service account, the sudoers rule, and
+	// behind it this tree's launcher (a stale install fails here).
+	launcherSHA := installedLauncherIsThisTrees(t, ctx)
+	recordServiceLauncher(t, launcherSHA)
+	uid, gid := serviceAccount(t)
+	// Not t.TempDir: its parent is 0700, and the service account must
+	// reach the repository and its state beneath this.
+	tmp, err := os.MkdirTemp("", "autonomic-scenario-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +60,13 @@ func TestCodingAgentScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The kernel's account owns the authoritative repository and its state.
+	chownTree(t, repo, uid, gid)
+	state := filepath.Join(tmp, "state")
+	if err := os.Mkdir(state, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	chownTree(t, state, uid, gid)
 	model, err := scenario.StartModel("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -65,16 +81,11 @@ func TestCodingAgentScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel, err := filepath.Rel(testbed.CgroupV2Mount(), bed.CgroupParent)
-	if err != nil {
-		t.Fatal(err)
-	}
 	doc, _ := json.Marshal(map[string]any{
-		"state_dir":   filepath.Join(tmp, "state"),
+		"state_dir":   state,
 		"store":       map[string]any{"url": shared.cluster.KernelConnString(dbName), "admin_url": shared.cluster.AdminConnString(dbName)},
 		"policy_keys": map[string]string{"operator": base64.StdEncoding.EncodeToString(pub)},
-		"domain": map[string]any{"backend": "linux", "launcher_path": bed.Launcher, "direct": true,
-			"workspaces_root": bed.Workspaces, "sockets_root": bed.Sockets, "cgroup_parent": "/" + rel},
+		"domain":      serviceDomain(t),
 		"sensor": map[string]any{"kind": "openai_compatible", "endpoint": model.Endpoint(), "model": scenario.FixtureModel,
 			"allowed_models": []string{scenario.FixtureModel}, "timeout_ms": 5000, "api_key_env": modelKeyEnv},
 		"targets": map[string]any{"git_commit": map[string]any{scenario.TargetID: map[string]any{
@@ -89,14 +100,10 @@ func TestCodingAgentScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(modelKeyEnv, modelKey)
 	// Trace: what the log must never carry is checked at every level.
 	var logs strings.Builder
-	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: &syncWriter{w: &logs}, JSONFormat: true, Level: hclog.Trace})
-	stop, err := server.Start(ctx, cfg, log, server.Hooks{Owner: &[2]int{bed.OwnerUID, bed.OwnerGID}})
-	if err != nil {
-		t.Fatalf("serve: %v\n%s", err, logs.String())
-	}
+	stop := startServiceKernel(t, ctx, doc, tmp, cfg.APISocket(), []string{modelKeyEnv + "=" + modelKey}, &syncWriter{w: &logs})
+	t.Logf("kernel %s serving as uid %d; launcher through sudo: %s (sha256 %s, this tree's build)", shared.kernel, uid, domain.DefaultLauncherPath, launcherSHA)
 	defer func() {
 		_ = stop()
 		if t.Failed() {
@@ -107,7 +114,7 @@ func TestCodingAgentScenario(t *testing.T) {
 	client := api.NewClient(cfg.APISocket())
 	env := &scenario.Env{API: client, Repo: repo, Base: base, Key: key, KeyID: "operator", ModelRequests: model.Requests, ModelInjected: model.Injected, Collector: collector,
 		Gone: func(ctx context.Context, id string) (bool, string, error) {
-			st, err := bed.Domains().Inspect(ctx, id)
+			st, err := installedDomains().Inspect(ctx, id)
 			return err == nil && !st.Exists && !st.Populated && st.Processes == 0,
 				fmt.Sprintf("exists %v, populated %v, %d process(es)", st.Exists, st.Populated, st.Processes), err
 		}}
@@ -199,4 +206,10 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
 }

@@ -2,10 +2,15 @@ package gates
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/store/pgcluster"
@@ -18,6 +23,7 @@ type world struct {
 	bed     *testbed.Bed
 	cluster *pgcluster.Cluster
 	tmp     string // the cluster's directory
+	kernel  string // this tree's autonomic binary, which the scenario runs
 	err     error
 }
 
@@ -62,10 +68,54 @@ func setUp() error {
 	if shared.bed, err = testbed.New(context.Background(), testbed.Options{Spec: "rootfs-builder/specs/worker.json", EffectClient: true}); err != nil {
 		return err
 	}
+	mod, err := testbed.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	shared.kernel = filepath.Join(tmp, "autonomic")
+	build := exec.Command("go", "build", "-o", shared.kernel, "./kernel/cmd/autonomic")
+	build.Dir = mod
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build the kernel: %v\n%s", err, out)
+	}
 	db := filepath.Join(tmp, "pg")
 	if err := os.Mkdir(db, 0o755); err != nil {
 		return err
 	}
-	shared.cluster, err = storetest.StartCluster(db)
-	return err
+	if shared.cluster, err = storetest.StartCluster(db); err != nil {
+		return err
+	}
+	if path := os.Getenv(BuiltEnv); path != "" {
+		return recordBuilt(path, shared.bed)
+	}
+	return nil
+}
+
+// recordBuilt writes what this run built and runs (see Built) for qc.
+func recordBuilt(path string, bed *testbed.Bed) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := bed.Domains().Preflight(ctx)
+	if err != nil {
+		return fmt.Errorf("preflight of the built launcher: %w", err)
+	}
+	x := Built{RootfsDigest: bed.RootfsDigest, Preflight: rep,
+		Kernel: "autonomic (kernel/cmd/autonomic) as the gates built it; the scenario runs it as the service account"}
+	if x.LauncherSHA256, err = fileSHA256(bed.Launcher); err != nil {
+		return err
+	}
+	if x.KernelSHA256, err = fileSHA256(shared.kernel); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(x, "", "  ")
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func fileSHA256(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
 }

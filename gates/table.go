@@ -7,8 +7,8 @@ type Gate struct {
 	Name   string
 	Proves string
 	Tests  []Run
-	// Scope says honestly how far the tests reach when that is less than
-	// the gate's full claim.
+	// Scope says honestly how far the tests reach: where they ran and
+	// what they stand in for. Every gate has one (TestGateScopes).
 	Scope string
 }
 
@@ -22,51 +22,72 @@ type Run struct {
 func Table() []Gate {
 	return []Gate{
 		{Name: "linux_namespaces_cgroup_seccomp_overlay", Proves: "containment holds on the real kernel, not a mock", Tests: []Run{
-			{"./kernel/domain", []string{"TestWorkerSeesOnlyItsDomain", "TestUpperLayerHoldsWrites", "TestInetSocketIsRefusedAndRecorded", "TestFloorCannotBeWidened", "TestX32SyscallKillsWorker", "TestHostileRequests"}},
-		}},
+			// Isolation: every namespace, the filesystem, privilege and rlimits.
+			{"./kernel/domain", []string{"TestWorkerSeesOnlyItsDomain", "TestWorkerNamespacesAreItsOwn", "TestUpperLayerHoldsWrites",
+				"TestSharedRootPropagation", "TestDomainRootIsContained", "TestRlimitsAreTheDomains", "TestDiskIsBounded",
+				"TestStderrMustBePipeOrNull", "TestBrokerSocketIsNobodys",
+				// Each cgroup limit: enforced where the host offers the
+				// controller (the hog is stopped), else reported not enforced
+				// (and release_ready is false; see qc).
+				"TestMemoryLimit", "TestPidsLimit", "TestCPULimit",
+				// Seccomp: the floor, its reporting, and what a worker
+				// cannot hide.
+				"TestInetSocketIsRefusedAndRecorded", "TestFloorCannotBeWidened", "TestFloorConfinesFamiliesPersonaAndNewerCalls",
+				"TestX32SyscallKillsWorker", "TestViolationFloodIsCoalesced", "TestSigsysHandlerHidesNothing",
+				// The launcher's admission: its requests, its rootfs, and the
+				// one sudoers rule that reaches it (installed by make install).
+				"TestHostileRequests", "TestRootfsContentIsItsIdentity", "TestRootfsMismatchIsRefused",
+				"TestSudoersRuleParses", "TestSudoersRuleAllowsOnlyTheLauncherWithoutArguments"}},
+		}, Scope: "this host's kernel and cgroup layout; a cgroup limit the host does not offer is proven reported, not enforced (the report's host.not_enforced), and the host matrix (hosts section) covers the other layouts"},
 		{Name: "old_process_fork_cleanup", Proves: "a forked descendant cannot survive domain destruction", Tests: []Run{
-			{"./kernel/domain", []string{"TestDestroyKillsEscapedProcesses", "TestClosingMonitorStdinKillsDomain", "TestMonitorDeathKillsDomain"}},
-		}},
+			{"./kernel/domain", []string{"TestDestroyKillsEscapedProcesses", "TestClosingMonitorStdinKillsDomain", "TestMonitorDeathKillsDomain",
+				"TestDestroyFailsClosedUnderLowNOFILE", "TestDeepTreeIsDestroyed", "TestForeignCgroupIsNeverTouched", "TestOneShotMonitorSparesItsSuccessor"}},
+		}, Scope: "descendants escaping by fork, setsid and deep trees on this host's kernel; the launcher acts only on cgroups it created"},
 		{Name: "overlay_rollback", Proves: "the disposable upperdir is genuinely gone after destroy; a restore reproduces the checkpoint exactly", Tests: []Run{
-			{"./kernel/domain", []string{"TestUpperLayerHoldsWrites", "TestCheckpointRestoreReproducesView", "TestCorruptCheckpointIsRefused", "TestHostileCheckpoints"}},
-		}},
+			{"./kernel/domain", []string{"TestUpperLayerHoldsWrites", "TestCheckpointRestoreReproducesView", "TestCorruptCheckpointIsRefused", "TestHostileCheckpoints",
+				"TestCheckpointFailsClosedUnderLowNOFILE", "TestSparseRestoreIsRefused", "TestCheckpointStoreCap"}},
+		}, Scope: "the launcher's overlay and checkpoint archive on this host; restore is compared file by file with the checkpointed view"},
 		{Name: "postgresql_epoch_commit_race", Proves: "concurrent commits cannot both win across an epoch advance", Tests: []Run{
-			{"./store", []string{"TestPostgresqlEpochCommitRace"}},
-		}},
+			{"./store", []string{"TestPostgresqlEpochCommitRace", "TestLedgerTamperingDetected"}},
+		}, Scope: "a real PostgreSQL cluster; the ledger's hash chain detects a row changed behind the kernel's back"},
 		{Name: "stale_epoch_race", Proves: "a prepared effect from a fenced epoch cannot commit", Tests: []Run{
 			{"./store", []string{"TestStaleEpochRace"}},
-		}},
+		}, Scope: "the store's fence on a real cluster"},
 		{Name: "broker_crash_after_external_mutation_reconciliation", Proves: "a crash inside the commit window reconciles to a provable outcome", Tests: []Run{
 			{"./broker", []string{"TestBrokerCrashAfterExternalMutationReconciliation"}},
-		}},
+		}, Scope: "every adapter (artifact, git_commit, http_mutation, git_remote, http_read) crashed in a child process at each point of the commit window"},
 		{Name: "git_authoritative_commit_reconciliation", Proves: "ambiguous ref movement is reported as ambiguous, not as success", Tests: []Run{
-			{"./broker", []string{"TestGitAuthoritativeCommitReconciliation"}},
-		}},
+			{"./broker", []string{"TestGitAuthoritativeCommitReconciliation", "TestPatchBombRefused", "TestGitRemoteFastForwardOnly",
+				"TestGitRemoteCredentialByReference", "TestGitRemotePushWithLease"}},
+			{"./kernel/verify", []string{"TestVerifierChecksCommittedBytes"}},
+		}, Scope: "real git repositories on this host; remotes are local bare repositories"},
 		{Name: "db_outage_blocks_authority", Proves: "authority stops when durability stops (real ephemeral cluster)", Tests: []Run{
 			{"./store", []string{"TestDBOutageBlocksAuthority"}},
-		}},
+			{"./kernel/cmd/autonomic", []string{"TestServeDBOutageBlocksAuthority"}},
+		}, Scope: "the store, and the composed kernel (serve in-process, real launcher), against a real postmaster stopped and killed inside a commit"},
 		{Name: "af_unix_effect_broker", Proves: "worker ingress honours epoch, framing and bounds", Tests: []Run{
-			{"./broker", []string{"TestAFUnixEffectBroker"}},
+			{"./broker", []string{"TestAFUnixEffectBroker", "TestPeerPidfdFallback", "TestPrepareFencedFirst",
+				"TestHTTPPathNormalisation", "TestSpecialUseAddressesRefused", "TestHostileHTTPTargets"}},
 			{"./gates", []string{"TestEffectBrokerFromInsideADomain"}},
-		}},
+		}, Scope: "the socket from inside a real domain and from the host; HTTP targets are loopback servers"},
 		{Name: "sensor_poisoning", Proves: "hostile evidence cannot escalate authority", Tests: []Run{
 			{"./kernel/sensor", []string{"TestSensorPoisoning", "TestClientLiarIsRecorded"}},
 			{"./kernel/episode", []string{"TestSensorPoisoningInEpisode"}},
-		}},
+		}, Scope: "hostile sensor replies from a loopback model server"},
 		{Name: "semantic_outage_degradation", Proves: "sensor loss degrades autonomy instead of failing open", Tests: []Run{
 			{"./kernel/sensor", []string{"TestClientDegrades", "TestClientStoppedServer", "TestDegradedReadingNarrows"}},
 			{"./kernel/regulator", []string{"TestRegulator", "TestClassCeilings"}},
 			{"./kernel/episode", []string{"TestSemanticOutageDegradation"}},
-		}},
+		}, Scope: "a loopback model server stopped, slowed and lying"},
 		{Name: "backpressure_load", Proves: "saturation rejects rather than queues unboundedly", Tests: []Run{
-			{"./broker", []string{"TestBackpressureLoad"}},
-		}},
+			{"./broker", []string{"TestBackpressureLoad", "TestPrepareQuota", "TestPayloadRetention"}},
+		}, Scope: "one broker under concurrent load on this host"},
 		{Name: "class4_human_horizon", Proves: "class 4 cannot cross without an exact signed approval", Tests: []Run{
 			{"./broker", []string{"TestClass4HumanHorizon"}},
-		}},
+		}, Scope: "Ed25519 approvals checked by the broker"},
 		{Name: "coding_agent_violation_repair_epoch2", Proves: "full hostile scenario: seccomp trip, fence, destroy, restore, commit under epoch 2", Tests: []Run{
 			{"./gates", []string{"TestCodingAgentScenario"}},
 			{"./kernel/episode", []string{"TestEpisodeLifecycle", "TestViolationRepairEpoch2", "TestViolationStormRepairsOnce", "TestRepairRestoresThePristineBase", "TestMaxRepairsContains"}},
-		}},
+		}, Scope: "autonomic serve (this tree's build) as the service account, the installed launcher (proven to be this tree's build) through the sudoers rule, so make install must have run; a fixture model and a scripted agent, not a live LLM"},
 	}
 }

@@ -1,10 +1,13 @@
 package episode_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -157,9 +160,10 @@ var crashPoints = []crashPoint{
 }
 
 // TestKernelKilledAtRandomPoints is issue 6 §7: the kernel is killed at
-// points covering an episode's life — its launcher monitor SIGKILLed, its
-// store and launcher connections gone, nothing cleaned up — and a new
-// kernel on the same database and launcher recovers. Whatever the point,
+// points covering an episode's life — a kernel process (this test binary
+// re-executed, running store, broker, launcher view and controller) driven
+// to the point and SIGKILLed there, nothing cleaned up — and a new kernel on
+// the same database and launcher recovers. Whatever the point,
 // no effect is lost (every effect ends settled, and the fix lands on the
 // authoritative repository exactly once) or done twice (no effect's
 // trailer is on two commits), every domain the crashed kernel launched is
@@ -167,6 +171,10 @@ var crashPoints = []crashPoint{
 // points is drawn from a seed (AUTONOMIC_CRASH_SEED overrides it);
 // AUTONOMIC_CRASH_POINTS (comma-separated names) runs a subset.
 func TestKernelKilledAtRandomPoints(t *testing.T) {
+	if c := os.Getenv(crashChildEnv); c != "" {
+		crashChild(t, c)
+		return
+	}
 	seed := time.Now().UnixNano()
 	if s := os.Getenv("AUTONOMIC_CRASH_SEED"); s != "" {
 		v, err := strconv.ParseInt(s, 10, 64)
@@ -191,13 +199,130 @@ func TestKernelKilledAtRandomPoints(t *testing.T) {
 	}
 }
 
+// crashChildEnv carries a crashKernel to the re-executed test binary.
+const crashChildEnv = "AUTONOMIC_EPISODE_CRASH_CHILD"
+
+// crashReached prefixes the child's one report line: it is at the point.
+const crashReached = "CRASH-REACHED "
+
+// crashKernel is what the kernel process to be killed needs: the parent's
+// world and rig, and the point.
+type crashKernel struct {
+	Point    string
+	Bed      testbed.Bed
+	DB       string
+	URL      string
+	AdminURL string
+	Repo     string
+	Base     string
+	Payloads string
+}
+
+// crashReport is what the child says once at the point.
+type crashReport struct {
+	ID         uuid.UUID
+	LauncherID string
+	Epoch      int64
+	LeaseID    uuid.UUID
+	Held       uuid.UUID
+	Launched   []string // every domain it created for the episode
+}
+
+// crashChildWorld is TestMain in the child: the parent's bed.
+func crashChildWorld(c string) error {
+	var k crashKernel
+	if err := json.Unmarshal([]byte(c), &k); err != nil {
+		return err
+	}
+	shared.bed = &k.Bed
+	return nil
+}
+
 func crashAt(t *testing.T, p crashPoint) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	r := newRig(t, ctx, "episode_crash")
+	rep := runCrashKernel(t, ctx, r, p)
+	id, held := rep.ID, rep.Held
+	if held == uuid.Nil && p.held != nil {
+		held = oneUnsettledOrLast(t, ctx, r, id)
+	}
+	t.Logf("kernel process SIGKILLed at %s: %+v", p.name, rep)
+
+	// Restart.
+	r.boot(t, ctx)
+	rec, err := r.k.Recover(ctx)
+	if err != nil {
+		t.Fatalf("recover: %v (%+v)", err, rec)
+	}
+	if len(rec.Resumed) != 1 || len(rec.Contained) != 0 || len(rec.Skipped) != 0 {
+		t.Fatalf("recovery: %+v", rec)
+	}
+	for _, lid := range rep.Launched {
+		if !slices.Contains(rec.Destroyed, lid) {
+			t.Errorf("recovery did not destroy %s: %v", lid, rec.Destroyed)
+		}
+		if st, err := shared.bed.Domains().Inspect(ctx, lid); err != nil || st.Exists || st.Populated || st.Processes != 0 {
+			t.Errorf("fenced domain %s after restart: %+v, %v", lid, st, err)
+		}
+	}
+	e2 := rec.Resumed[0]
+	s := e2.Status()
+	if e2.ID() != id || s.State != episode.Running || s.Epoch != rep.Epoch+1 || s.LeaseID == rep.LeaseID {
+		t.Fatalf("resumed: %+v (before the crash %+v)", s, rep)
+	}
+	if held != uuid.Nil && p.held != nil {
+		if eff, err := r.st.Effect(ctx, held); err != nil || !slices.Contains(p.held, eff.State) {
+			t.Fatalf("the effect held at the crash: %v, %v; want one of %v", eff.State, err, p.held)
+		}
+	}
+
+	x := nextExit(t, ctx, e2)
+	out := string(x.Output)
+	t.Logf("generation %d epoch %d worker:\n%s", x.Generation, x.Epoch, out)
+	if x.Epoch != s.Epoch {
+		t.Fatalf("worker exit of epoch %d, want the resumed %d", x.Epoch, s.Epoch)
+	}
+	if !p.landed && !strings.Contains(out, "STATE=committed") && !committedBefore(t, ctx, r, id, s.Epoch) {
+		t.Fatalf("nothing committed the fix: %+v\n%s", x.Exited, out)
+	}
+	if p.landed && strings.Contains(out, "STATE=committed") {
+		t.Fatalf("the resumed worker committed the landed fix again:\n%s", out)
+	}
+	if err := e2.End(ctx, episode.Completed, "crash test"); err != nil {
+		t.Fatal(err)
+	}
+	checkCrashInvariants(t, ctx, r, id)
+}
+
+// crashChild is the kernel process to be killed: it boots on the parent's
+// rig, drives an episode to the point, reports and waits there for its
+// SIGKILL (a gated call never returns).
+func crashChild(t *testing.T, c string) {
+	var k crashKernel
+	if err := json.Unmarshal([]byte(c), &k); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(crashPoints, func(p crashPoint) bool { return p.name == k.Point })
+	if i < 0 {
+		t.Fatalf("no crash point %q", k.Point)
+	}
+	p := crashPoints[i]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	g := &gate{}
-	r := newRig(t, ctx, "episode_crash", withBrokerHooks(g.hooks()), withConfig(func(c *episode.Config) {
-		c.Domains = &gated{ExecutionDomain: c.Domains, g: g}
-	}))
+	r := &rig{db: k.DB, url: k.URL, adminURL: k.AdminURL, repo: k.Repo, base: k.Base}
+	r.opts.hooks = g.hooks()
+	r.opts.config = []func(*episode.Config){func(c *episode.Config) { c.Domains = &gated{ExecutionDomain: c.Domains, g: g} }}
+	var err error
+	if r.payloads, err = broker.OpenPayloads(k.Payloads); err != nil {
+		t.Fatal(err)
+	}
+	r.boot(t, ctx)
+	// A broker admits nothing before its reconciliation.
+	if _, err := r.b.Reconcile(ctx, uuid.Nil); err != nil {
+		t.Fatal(err)
+	}
 	spec := r.spec(map[string]string{"PROBE": p.probe})
 	spec.Argv = []string{"/bin/bash", "-c", crashWorker(t)}
 	spec.MaxRepairs = p.repairs
@@ -262,75 +387,89 @@ func crashAt(t *testing.T, p crashPoint) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	before := e.Status()
+	launched := []string{}
+	for lid := range r.dom.created(id.String()) {
+		launched = append(launched, lid)
+	}
+	st := e.Status()
+	b, _ := json.Marshal(crashReport{ID: id, LauncherID: st.LauncherID, Epoch: st.Epoch, LeaseID: st.LeaseID, Held: held, Launched: launched})
+	fmt.Printf("\n%s%s\n", crashReached, b)
+	_ = release
+	select {} // SIGKILLed here
+}
 
-	// Crash: the monitor dies, the old kernel loses launcher and store.
-	old := r.dom
-	launched := old.created(id.String())
-	running := launched[before.LauncherID]
-	if running != nil {
-		// ESRCH: the worker already exited (it does right after its
-		// commit) and its monitor with it; the domain stays for recovery.
-		if err := syscall.Kill(running.MonitorPID(), syscall.SIGKILL); err != nil && err != syscall.ESRCH {
-			t.Fatal(err)
-		}
-	}
-	old.dead.Store(true)
-	r.st.Close()
-	if release != nil {
-		close(release)
-	}
-	select {
-	case <-e.Done():
-	case <-ctx.Done():
-		t.Fatal("the crashed controller did not stop")
-	}
-	t.Logf("crashed at %s: %+v", p.name, before)
-
-	// Restart.
-	r.boot(t, ctx)
-	rec, err := r.k.Recover(ctx)
+// runCrashKernel runs the kernel process for point p on r's database,
+// waits for it to reach the point and SIGKILLs it.
+func runCrashKernel(t *testing.T, ctx context.Context, r *rig, p crashPoint) crashReport {
+	t.Helper()
+	k, _ := json.Marshal(crashKernel{Point: p.name, Bed: *shared.bed, DB: r.db, URL: r.url, AdminURL: r.adminURL,
+		Repo: r.repo, Base: r.base, Payloads: r.payloadsDir})
+	exe, err := os.Executable()
 	if err != nil {
-		t.Fatalf("recover: %v (%+v)", err, rec)
-	}
-	if len(rec.Resumed) != 1 || len(rec.Contained) != 0 || len(rec.Skipped) != 0 {
-		t.Fatalf("recovery: %+v", rec)
-	}
-	for lid := range launched {
-		if !slices.Contains(rec.Destroyed, lid) {
-			t.Errorf("recovery did not destroy %s: %v", lid, rec.Destroyed)
-		}
-		if st, err := shared.bed.Domains().Inspect(ctx, lid); err != nil || st.Exists || st.Populated || st.Processes != 0 {
-			t.Errorf("fenced domain %s after restart: %+v, %v", lid, st, err)
-		}
-	}
-	e2 := rec.Resumed[0]
-	s := e2.Status()
-	if e2.ID() != id || s.State != episode.Running || s.Epoch != before.Epoch+1 || s.LeaseID == before.LeaseID {
-		t.Fatalf("resumed: %+v (before the crash %+v)", s, before)
-	}
-	if held != uuid.Nil && p.held != nil {
-		if eff, err := r.st.Effect(ctx, held); err != nil || !slices.Contains(p.held, eff.State) {
-			t.Fatalf("the effect held at the crash: %v, %v; want one of %v", eff.State, err, p.held)
-		}
-	}
-
-	x := nextExit(t, ctx, e2)
-	out := string(x.Output)
-	t.Logf("generation %d epoch %d worker:\n%s", x.Generation, x.Epoch, out)
-	if x.Epoch != s.Epoch {
-		t.Fatalf("worker exit of epoch %d, want the resumed %d", x.Epoch, s.Epoch)
-	}
-	if !p.landed && !strings.Contains(out, "STATE=committed") && !committedBefore(t, ctx, r, id, s.Epoch) {
-		t.Fatalf("nothing committed the fix: %+v\n%s", x.Exited, out)
-	}
-	if p.landed && strings.Contains(out, "STATE=committed") {
-		t.Fatalf("the resumed worker committed the landed fix again:\n%s", out)
-	}
-	if err := e2.End(ctx, episode.Completed, "crash test"); err != nil {
 		t.Fatal(err)
 	}
-	checkCrashInvariants(t, ctx, r, id)
+	// Files, not pipes the test copies: the launcher monitors the child
+	// started outlive it and hold them.
+	logf, err := os.CreateTemp(t.TempDir(), "kernel-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	cmd := exec.Command(exe, "-test.run=^TestKernelKilledAtRandomPoints$", "-test.v")
+	cmd.Env = append(os.Environ(), crashChildEnv+"="+string(k))
+	cmd.Stdout, cmd.Stderr = wr, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wr.Close()
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(rd)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	output := func() string {
+		b, _ := os.ReadFile(logf.Name())
+		return string(b)
+	}
+	var rep crashReport
+	for reached := false; !reached; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				_ = cmd.Wait()
+				t.Fatalf("the kernel process ended before %s: %v\n%s", p.name, cmd.ProcessState, output())
+			}
+			if v, found := strings.CutPrefix(l, crashReached); found {
+				if err := json.Unmarshal([]byte(v), &rep); err != nil {
+					t.Fatal(err)
+				}
+				reached = true
+			} else {
+				t.Log("kernel process: " + l)
+			}
+		case <-ctx.Done():
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("the kernel process never reached %s\n%s", p.name, output())
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the kernel process was not killed by SIGKILL: %v", cmd.ProcessState)
+	}
+	return rep
 }
 
 // waitEffect waits for an effect of the episode in state want. The worker

@@ -49,6 +49,12 @@ var shared world
 const effectClient = "/usr/local/bin/autonomic-effect"
 
 func TestMain(m *testing.M) {
+	if c := os.Getenv(crashChildEnv); c != "" {
+		// A kernel process TestKernelKilledAtRandomPoints runs and kills:
+		// it uses its parent's world, and never cleans it up.
+		shared.err = crashChildWorld(c)
+		os.Exit(m.Run())
+	}
 	if os.Geteuid() == 0 {
 		shared.err = setUp()
 	}
@@ -102,6 +108,8 @@ func setUp() error {
 // rig is one test's kernel: its own database, broker and controller.
 type rig struct {
 	db       string
+	url      string // the kernel's and the admin's connection strings
+	adminURL string
 	opts     rigOptions
 	st       *store.Postgres
 	b        *broker.Broker
@@ -110,6 +118,9 @@ type rig struct {
 	repo     string // the authoritative bare repository
 	base     string // its base OID
 	payloads *broker.Payloads
+	// payloadsDir is where payloads lives (a crashed kernel process
+	// opens it too).
+	payloadsDir string
 }
 
 // rigOptions vary a rig: verifyArgv turns automatic verification on.
@@ -230,9 +241,11 @@ func newRig(t *testing.T, ctx context.Context, name string, opts ...rigOpt) *rig
 	if err := shared.cluster.CreateDatabase(ctx, r.db); err != nil {
 		t.Fatal(err)
 	}
+	r.url, r.adminURL = shared.cluster.KernelConnString(r.db), shared.cluster.AdminConnString(r.db)
 	r.repo, r.base = fixture(t, r.opts.files)
 	var err error
-	if r.payloads, err = broker.OpenPayloads(filepath.Join(t.TempDir(), "payloads")); err != nil {
+	r.payloadsDir = filepath.Join(t.TempDir(), "payloads")
+	if r.payloads, err = broker.OpenPayloads(r.payloadsDir); err != nil {
 		t.Fatal(err)
 	}
 	r.boot(t, ctx)
@@ -247,7 +260,7 @@ func newRig(t *testing.T, ctx context.Context, name string, opts ...rigOpt) *rig
 // same across boots, as a restarted kernel on one host has.
 func (r *rig) boot(t *testing.T, ctx context.Context) {
 	t.Helper()
-	st, err := store.Open(ctx, store.Config{URL: shared.cluster.KernelConnString(r.db), AdminURL: shared.cluster.AdminConnString(r.db),
+	st, err := store.Open(ctx, store.Config{URL: r.url, AdminURL: r.adminURL,
 		InstanceID: "episode-test-" + r.db, OwnerTTL: 30 * time.Second, MaxConns: 8})
 	if err != nil {
 		t.Fatal(err)

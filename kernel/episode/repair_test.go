@@ -3,6 +3,7 @@ package episode_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,18 @@ func TestViolationStormRepairsOnce(t *testing.T) {
 	}
 	if lin, err := r.st.Lineage(ctx, e.ID()); err != nil || len(lin) != 1 {
 		t.Fatalf("lineage: %+v, %v (want exactly one repair)", lin, err)
+	}
+	// A storm is many violations: one alone would make "repairs once"
+	// trivially true. The launcher reported each to generation 1's domain.
+	id := fmt.Sprintf("%s-g1", e.ID())
+	g1 := r.dom.created(id)[id]
+	if g1 == nil {
+		t.Fatalf("generation 1's domain %s was not created through the rig", id)
+	}
+	if v := g1.Violations(); len(v) < 2 {
+		t.Fatalf("generation 1 reported %d violation(s), want a storm (more than one): %+v", len(v), v)
+	} else {
+		t.Logf("storm: generation 1 reported %d violations, repaired once", len(v))
 	}
 	if err := e.End(ctx, episode.Completed, "repaired once and committed"); err != nil {
 		t.Fatal(err)

@@ -38,6 +38,9 @@ type Hooks struct {
 	// which the launcher's workspace_owner_uid/gid must name, and only
 	// it can chown the broker sockets it binds to itself.
 	Owner *[2]int
+	// Broker are the broker's commit points (fault injection: the
+	// kernel-level outage test takes the database down inside a commit).
+	Broker *broker.Hooks
 }
 
 // kernel is what compose built.
@@ -87,6 +90,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if cfg.AutomaticVerification {
 		bc.Verifier = obs.Verify
 	}
+	bc.Hooks = hooks.Broker
 	b, err := broker.New(bc)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,11 @@
 // Command qc runs every acceptance gate and writes
-// artifacts/conformance_report.json: the source tree's digest, the host's
-// facts, and per gate its status and the SHA-256 of its log.
+// artifacts/conformance_report.json: the git commit and the source tree's
+// digest, the host's facts, the digests of the launcher, rootfs and kernel
+// the gates built and ran (artifacts/gates/built.json, written by the
+// gates' TestMain, see gates.Built), and per gate its status, scope and
+// the SHA-256 of its log. release_blockers lists what else keeps
+// release_ready false: a dirty tree (source_dirty), no record of what ran,
+// each limit this host does not enforce.
 //
 //	qc --strict    every mandatory gate must run and pass; release_ready
 //	               is true only then (exit 1 otherwise)
@@ -19,7 +24,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -34,7 +38,6 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/gates"
 	"github.com/autonomic-kernel/autonomic/hosts"
-	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
@@ -59,6 +62,11 @@ type hostFacts struct {
 	FloorSHA256    string           `json:"floor_sha256,omitempty"`
 	Preflight      string           `json:"preflight_verdict,omitempty"`
 	PreflightError string           `json:"preflight_error,omitempty"`
+	KernelSHA256   string           `json:"kernel_sha256,omitempty"`
+	KernelBinary   string           `json:"kernel_binary,omitempty"`
+	// ServiceLauncherSHA256 is the installed launcher the scenario ran
+	// through sudo, proven there to be this tree's build.
+	ServiceLauncherSHA256 string `json:"service_launcher_sha256,omitempty"`
 }
 
 type report struct {
@@ -66,10 +74,13 @@ type report struct {
 	GeneratedAt  string       `json:"generated_at"`
 	SourceSHA256 string       `json:"source_sha256"`
 	SourceDirty  bool         `json:"source_dirty"`
+	Commit       string       `json:"git_commit"`
 	Host         hostFacts    `json:"host"`
 	Gates        []gateResult `json:"gates"`
 	Hosts        []hosts.Host `json:"hosts"`
 	ReleaseReady bool         `json:"release_ready"`
+	// Blockers says why release_ready is false beyond the gates and hosts.
+	Blockers []string `json:"release_blockers,omitempty"`
 }
 
 // testEvent is one line of `go test -json`.
@@ -100,9 +111,10 @@ func main() {
 	}
 	r := report{Mode: mode, GeneratedAt: time.Now().UTC().Format(time.RFC3339)}
 	r.SourceSHA256, r.SourceDirty = sourceDigest()
-	r.Host = host()
+	r.Commit = commit()
 	var others []string
 	r.Gates, others = runGates(logs)
+	r.Host = host(builtPath(logs))
 	allPassed := len(others) == 0
 	failed := len(others) > 0
 	for _, o := range others {
@@ -114,7 +126,8 @@ func main() {
 	}
 	var guestsOK bool
 	r.Hosts, guestsOK = matrix(r.Host, r.Gates, filepath.Join(*out, "hosts.json"))
-	r.ReleaseReady = *strict && allPassed && guestsOK
+	r.Blockers = blockers(r)
+	r.ReleaseReady = *strict && allPassed && guestsOK && len(r.Blockers) == 0
 	b, _ := json.MarshalIndent(r, "", "  ")
 	path := filepath.Join(*out, "conformance_report.json")
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
@@ -124,8 +137,8 @@ func main() {
 	for _, g := range r.Gates {
 		fmt.Printf("%-55s %-8s %s\n", g.Name, g.Status, g.Reason)
 	}
-	for _, n := range r.Host.NotEnforced {
-		fmt.Printf("not enforced on this host: %s\n", n)
+	for _, b := range r.Blockers {
+		fmt.Printf("release blocked: %s\n", b)
 	}
 	for _, h := range r.Hosts {
 		var enforced []string
@@ -152,7 +165,7 @@ func runGates(logs string) ([]gateResult, []string) {
 	// Every test of the gates package runs, not only the gate tests: a
 	// failure in any of them fails the run (see otherFailures).
 	cmd := exec.Command("go", "test", "-count=1", "-json", "-timeout", "60m", "./gates")
-	cmd.Env = append(os.Environ(), "AUTONOMIC_REQUIRE_PRIVILEGED=1")
+	cmd.Env = append(os.Environ(), "AUTONOMIC_REQUIRE_PRIVILEGED=1", gates.BuiltEnv+"="+builtPath(logs))
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
 	runErr := cmd.Run()
@@ -242,26 +255,68 @@ func sourceDigest() (string, bool) {
 	return hex.EncodeToString(h.Sum(nil)), len(bytes.TrimSpace(status)) > 0
 }
 
-func host() hostFacts {
+// host is this machine's facts and what the gates built and ran here:
+// the launcher, rootfs and kernel digests and the launcher's preflight
+// (limits) come from the record the gates' TestMain wrote (gates.Built),
+// never from what is installed.
+func host(built string) hostFacts {
 	var f hostFacts
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		f.Kernel = strings.TrimSpace(string(b))
 	}
 	f.CgroupLayout = cgroupLayout()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rep, err := (&domain.Linux{Direct: true}).Preflight(ctx)
+	x, err := gates.ReadBuilt(built)
 	if err != nil {
-		f.PreflightError = protocol.AsWire(err).Message + " (is the launcher installed? make install)"
+		f.PreflightError = "no record of what the gates built and ran: " + err.Error()
 		return f
 	}
-	f.Limits, f.LauncherSHA256, f.RootfsDigest, f.FloorSHA256, f.Preflight = rep.Limits, rep.LauncherSHA256, rep.RootfsDigest, rep.FloorSHA256, rep.Verdict
+	rep := x.Preflight
+	f.Limits, f.LauncherSHA256, f.RootfsDigest, f.FloorSHA256, f.Preflight = rep.Limits, x.LauncherSHA256, x.RootfsDigest, rep.FloorSHA256, rep.Verdict
+	f.KernelSHA256, f.KernelBinary, f.ServiceLauncherSHA256 = x.KernelSHA256, x.Kernel, x.ServiceLauncherSHA256
 	for _, l := range rep.Limits {
 		if !l.Enforced {
 			f.NotEnforced = append(f.NotEnforced, l.Name+": "+l.Reason)
 		}
 	}
 	return f
+}
+
+// builtPath is where the gates record what they built (gates.BuiltEnv).
+func builtPath(logs string) string {
+	p, err := filepath.Abs(filepath.Join(logs, "built.json"))
+	if err != nil {
+		return filepath.Join(logs, "built.json")
+	}
+	return p
+}
+
+// commit is the checked-out git commit.
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// blockers are the reasons, other than a gate or a guest, that this run
+// cannot be release-ready: a tree that is not a commit, no record of what
+// ran, a limit this host does not enforce.
+func blockers(r report) []string {
+	var out []string
+	if r.SourceDirty {
+		out = append(out, "source_dirty: git status --porcelain is not empty")
+	}
+	if r.Commit == "" {
+		out = append(out, "no git commit")
+	}
+	if r.Host.PreflightError != "" {
+		out = append(out, r.Host.PreflightError)
+	}
+	for _, n := range r.Host.NotEnforced {
+		out = append(out, "limit not enforced on this host: "+n)
+	}
+	return out
 }
 
 // cgroupLayout tells a pure cgroup v2 host from a hybrid or legacy one by

@@ -27,8 +27,9 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration file (see config/autonomic.example.json)")
-	if fs.Parse(args) != nil || *path == "" || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: autonomic serve --config FILE")
+	level := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	if fs.Parse(args) != nil || *path == "" || fs.NArg() != 0 || hclog.LevelFromString(*level) == hclog.NoLevel {
+		fmt.Fprintln(stderr, "usage: autonomic serve --config FILE [--log-level LEVEL]")
 		return 2
 	}
 	cfg, err := config.Load(*path)
@@ -38,7 +39,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: stderr, JSONFormat: !isTerminalWriter(stderr), Level: hclog.Info})
+	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: stderr, JSONFormat: !isTerminalWriter(stderr), Level: hclog.LevelFromString(*level)})
 	if err := server.Serve(ctx, cfg, log, server.Hooks{}); err != nil {
 		log.Error("kernel stopped", "error", err)
 		return 1
