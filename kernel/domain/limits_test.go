@@ -195,7 +195,7 @@ func TestMemoryLimit(t *testing.T) {
 	fig := map[string]any{"limit": "memory_bytes", "enforced": host, "value": limit, "touched_mib": touched,
 		"peak_bytes": ex.PeakMemory, "signal": ex.Signal}
 	if !host {
-		if out["hog_done"] != strconv.Itoa(2*limit/mib) || ex.ExitCode == nil || *ex.ExitCode != 0 {
+		if touched != 2*limit/mib || out["hog_done"] != strconv.Itoa(touched) || ex.ExitCode == nil || *ex.ExitCode != 0 {
 			t.Fatalf("memory reported not enforced, yet the hog was stopped: %+v %s", ex, r.Output())
 		}
 		logFigures(t, fig)
