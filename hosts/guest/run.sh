@@ -48,7 +48,6 @@ cp /proc/self/mountinfo "$res/mountinfo"
 cat /sys/fs/cgroup/cgroup.controllers >"$res/cgroup_controllers" 2>/dev/null
 cat /sys/fs/cgroup/cgroup.subtree_control >"$res/cgroup_subtree_control" 2>/dev/null
 nproc >"$res/nproc"
-{ systemd-analyze time; systemd-analyze blame | head -n 15; } >"$res/boot" 2>&1
 grep MemTotal /proc/meminfo >"$res/memtotal"
 cp "$payload/manifest" "$res/payload_manifest" 2>/dev/null
 echo "AUTONOMIC-STEP facts kernel=$(cat "$res/kernel") propagation=$(cat "$res/root_propagation") controllers=$(cat "$res/cgroup_subtree_control")"
