@@ -87,6 +87,7 @@ done <"$payload/tests/plan"
 # account, the launcher through sudo, the normal and the hostile episode.
 step scenario "$src" scripts/demo.sh
 cp /var/lib/autonomic/demo/runs/*.json "$res/" 2>/dev/null
+cp /var/lib/autonomic/demo/serve.log "$res/serve.log" 2>/dev/null
 journalctl -k -b --no-pager >"$res/kernel.log" 2>&1
 
 echo "$(uptime)" >"$res/uptime_end"
