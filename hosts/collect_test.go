@@ -80,6 +80,8 @@ func TestCollectPassesOnlyWhatRan(t *testing.T) {
 		{"limit not enforced", "domain.log", `    limits_test.go:200: LIMIT {"limit":"memory_bytes","enforced":false}` +
 			"\n--- PASS: TestMemoryLimit (1.00s)\n--- PASS: TestPidsLimit (1s)\n--- PASS: TestCPULimit (1s)\n", "limit memory_bytes not proven enforced"},
 		{"limit test failed", "domain.log", "--- FAIL: TestPidsLimit (1.00s)\n", "limit pids not proven enforced (test failed)"},
+		{"enforced but failed", "domain.log", `    limits_test.go:240: LIMIT {"limit":"pids","enforced":true}` + "\n--- FAIL: TestPidsLimit (1.00s)\n",
+			"limit pids not proven enforced (test failed)"},
 		{"limit test missing", "domain.log", "--- PASS: TestWorkerSeesOnlyItsDomain (0.50s)\n", "limit cpu_millis not proven enforced (test not_run)"},
 		{"private root", "root_propagation", "private\n", "/ is private"},
 		{"not debian's kernel", "kernel", "6.18.0\n", "kernel 6.18.0"},

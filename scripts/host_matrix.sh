@@ -45,7 +45,7 @@ install -m 0755 hosts/guest/run.sh "$p/run.sh"
 [ -z "${AUTONOMIC_HOSTS_DIAGNOSTIC:-}" ] || echo "$AUTONOMIC_HOSTS_DIAGNOSTIC" >"$p/diagnostic"
 (cd "$p" && find . -type f ! -name manifest -print0 | sort -z | xargs -0 sha256sum) >"$p/manifest"
 size=$(($(du -sm "$p" | cut -f1) + 256))
-mkfs.ext4 -q -F -L payload -d "$p" "$out/payload.img" "${size}M"
+mkfs.ext4 -q -F -L payload -d "$p" "$out/payload.img" "${size}M" >/dev/null
 truncate -s 0 "$out/results.img"
 truncate -s 256M "$out/results.img"
 rm -f "$out/root.qcow2"
@@ -64,10 +64,12 @@ timeout --foreground "$vm_timeout" qemu-system-x86_64 \
 	-nic none -display none -monitor none -no-reboot \
 	-serial "file:$out/console.log" || rc=$?
 t_vm=$(date +%s.%N)
-rm -f "$out/root.qcow2"
 
 mkdir -p "$out/results"
 tar -C "$out/results" -xf "$out/results.img" 2>/dev/null || echo "host_matrix: the guest wrote no results" >&2
+# Only what judges the run stays: the console, the results, the manifest.
+mv "$p/manifest" "$out/payload.manifest"
+rm -rf "$out/root.qcow2" "$out/payload.img" "$out/results.img" "$p"
 cp "$img/image.json" "$out/image.json"
 cat >"$out/matrix.env" <<ENV
 qemu_rc=$rc

@@ -17,18 +17,26 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.
 uptime() { cut -d' ' -f1 /proc/uptime; }
 
 # step NAME DIR CMD...: runs CMD in DIR, its output in NAME.log, its exit
-# status and times in NAME.rc ("rc start end" in seconds of uptime).
+# status and times in NAME.rc ("rc start end" in seconds of uptime). A step
+# gets at most $STEP_TIMEOUT seconds (exit 124 then), so that the results
+# are written before the host's timeout stops the guest.
+STEP_TIMEOUT=480
 step() {
 	name=$1 dir=$2
 	shift 2
 	start=$(uptime)
 	echo "AUTONOMIC-STEP $name start $start"
-	(cd "$dir" && "$@") >"$res/$name.log" 2>&1 </dev/null
+	(cd "$dir" && timeout --kill-after=10 "$STEP_TIMEOUT" "$@") >"$res/$name.log" 2>&1 </dev/null
 	rc=$?
 	end=$(uptime)
 	echo "$rc $start $end" >"$res/$name.rc"
 	echo "AUTONOMIC-STEP $name rc=$rc end $end"
+	save
 }
+
+# save writes everything so far to the results disk: a guest stopped by the
+# host's timeout still leaves the steps it finished.
+save() { tar -C "$res" -cf "$dev" . && sync; }
 
 # The host's facts, as the product finds them.
 uname -r >"$res/kernel"
@@ -79,8 +87,9 @@ done <"$payload/tests/plan"
 # account, the launcher through sudo, the normal and the hostile episode.
 step scenario "$src" scripts/demo.sh
 cp /var/lib/autonomic/demo/runs/*.json "$res/" 2>/dev/null
+cp /var/lib/autonomic/demo/serve.log "$res/serve.log" 2>/dev/null
 journalctl -k -b --no-pager >"$res/kernel.log" 2>&1
 
 echo "$(uptime)" >"$res/uptime_end"
-tar -C "$res" -cf "$dev" . && sync
+save
 echo "AUTONOMIC-STEP results written to $dev"

@@ -195,7 +195,7 @@ func TestMemoryLimit(t *testing.T) {
 	fig := map[string]any{"limit": "memory_bytes", "enforced": host, "value": limit, "touched_mib": touched,
 		"peak_bytes": ex.PeakMemory, "signal": ex.Signal}
 	if !host {
-		if out["hog_done"] != strconv.Itoa(2*limit/mib) || ex.ExitCode == nil || *ex.ExitCode != 0 {
+		if touched != 2*limit/mib || out["hog_done"] != strconv.Itoa(touched) || ex.ExitCode == nil || *ex.ExitCode != 0 {
 			t.Fatalf("memory reported not enforced, yet the hog was stopped: %+v %s", ex, r.Output())
 		}
 		logFigures(t, fig)
@@ -204,7 +204,10 @@ func TestMemoryLimit(t *testing.T) {
 	if ex.Signal != "SIGKILL" || out["hog_done"] != "" {
 		t.Fatalf("hog not killed at its limit: %+v\n%s", ex, r.Output())
 	}
-	if touched*mib > limit || ex.PeakMemory > limit || ex.PeakMemory < limit*3/4 {
+	// The peak may pass the limit by a little: once a task is chosen as the
+	// OOM victim its charges are forced so that it can exit (64 MiB + 4 KiB
+	// measured in guest A).
+	if touched*mib > limit || ex.PeakMemory > limit+mib || ex.PeakMemory < limit*3/4 {
 		t.Errorf("killed at %d MiB touched, cgroup peak %d bytes; limit %d", touched, ex.PeakMemory, limit)
 	}
 	ooms := cgKeyOf(t, id, "memory.events", "oom_kill")
