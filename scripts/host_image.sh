@@ -15,6 +15,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "host_image: needs root" >&2; exit 1; }
+# debootstrap mounts the target's /proc and /sys: in a private mount
+# namespace of its own, so nothing of the build shows in (or leaks into)
+# the host's mount table, whatever else runs meanwhile.
+if [ -z "${AUTONOMIC_HOST_IMAGE_NS:-}" ]; then
+	exec env AUTONOMIC_HOST_IMAGE_NS=1 unshare --mount --propagation private -- "$PWD/scripts/host_image.sh" "$@"
+fi
 guest=${1:?usage: host_image.sh GUEST}
 recipe=hosts/$guest
 [ -f "$recipe/packages" ] || { echo "host_image: no $recipe/packages" >&2; exit 1; }
@@ -44,7 +50,7 @@ fi
 
 mkdir -p "$cache_root/debs"
 work=$(mktemp -d "$cache_root/.build-$guest-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf --one-file-system "$work"' EXIT
 tree=$work/tree
 t0=$(date +%s)
 # The debootstrapped tree is cached too, by its own inputs (package list,
@@ -114,7 +120,7 @@ cat >"$work/image.json" <<JSON
   "packages": [$versions]
 }
 JSON
-rm -rf "$tree" "$ird"
+rm -rf --one-file-system "$tree" "$ird"
 mv "$work" "$out.tmp" && mv "$out.tmp" "$out"
 trap - EXIT
 echo "host_image: built $out (rootfs sha256 $img) in $(($(date +%s) - t0)) s" >&2
