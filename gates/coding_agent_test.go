@@ -94,7 +94,7 @@ func TestCodingAgentScenario(t *testing.T) {
 			"verify_argv": []string{"make", "test"}}}},
 		"automatic_verification": true,
 		"max_repairs":            1,
-		"regulator":              map[string]any{"start_level": "observe", "recover_after": 2, "recover_for_ms": 0, "health_interval_ms": 50},
+		"regulator":              map[string]any{"start_level": "observe", "recover_after": 2, "recover_for_ms": 0, "health_interval_ms": 250},
 	})
 	cfg, err := config.Parse(doc)
 	if err != nil {

@@ -329,14 +329,23 @@ func TestPostgresqlEpochCommitRace(t *testing.T) {
 		errs := make(chan error, episodes*(perEpisode+1))
 		var wg sync.WaitGroup
 		for i, ep := range eps {
+			// finished counts this episode's effects that left the race.
+			var finished atomic.Int64
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
 				// Spread over roughly the time a round takes, so the
 				// advance lands anywhere from before the first step to
-				// after the last commit.
+				// after the last commit. The last episode's advance waits
+				// until half its effects are through, so every round has
+				// commits whatever the host's speed (a slower commit path
+				// or a loaded host once left none: the race then proved
+				// only the stale side).
 				time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
+				for i == episodes-1 && finished.Load() < perEpisode/2 && ctx.Err() == nil {
+					time.Sleep(time.Millisecond)
+				}
 				if _, err := s.AdvanceEpoch(ctx, AdvanceEpoch{EpisodeID: ep, FromEpoch: epoch, Reason: "race"}); err != nil {
 					errs <- fmt.Errorf("advance: %w", err)
 				}
@@ -345,6 +354,7 @@ func TestPostgresqlEpochCommitRace(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					defer finished.Add(1)
 					<-start
 					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
 					ok, err := horizon(ctx, s, eff, epoch)

@@ -108,7 +108,7 @@ func TestServeRunsEpisodes(t *testing.T) {
 		"automatic_verification": true,
 		"max_repairs":            1,
 		// Starts at observe; two healthy store probes reach act.
-		"regulator": map[string]any{"start_level": "observe", "recover_after": 1, "recover_for_ms": 0, "health_interval_ms": 50},
+		"regulator": map[string]any{"start_level": "observe", "recover_after": 1, "recover_for_ms": 0, "health_interval_ms": 250},
 	})
 	cfgPath := filepath.Join(tmp, "autonomic.json")
 	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {

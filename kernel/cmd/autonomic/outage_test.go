@@ -91,7 +91,7 @@ func TestServeDBOutageBlocksAuthority(t *testing.T) {
 			"allowed_paths": []string{"**"}, "verify_argv": []string{"sh", "test.sh"}}}},
 		"automatic_verification": true,
 		"max_repairs":            1,
-		"regulator":              map[string]any{"start_level": "observe", "recover_after": 1, "recover_for_ms": 0, "health_interval_ms": 50},
+		"regulator":              map[string]any{"start_level": "observe", "recover_after": 1, "recover_for_ms": 0, "health_interval_ms": 250},
 	})
 	cfg, err := config.Parse(doc)
 	if err != nil {
