@@ -295,7 +295,9 @@ func assertNoCommitUnderFencedEpoch(t testing.TB, s *Postgres, ep uuid.UUID) {
 // ledger verifies.
 func TestPostgresqlEpochCommitRace(t *testing.T) {
 	e := newEnv(t)
-	s := e.openConns("race", 0, 24)
+	// An ownership lease outlasting the rounds: this test is about epochs, and
+	// on a loaded host eight rounds can take longer than the 15 s default.
+	s := e.openConns("race", 10*time.Minute, 24)
 	const (
 		episodes   = 4
 		perEpisode = 50 // goroutines per episode per round: 200 in all
