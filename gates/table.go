@@ -67,13 +67,17 @@ func Table() []Gate {
 		}, Scope: "the store, and the composed kernel (serve in-process, real launcher), against a real postmaster stopped and killed inside a commit"},
 		{Name: "af_unix_effect_broker", Proves: "worker ingress honours epoch, framing and bounds", Tests: []Run{
 			{"./broker", []string{"TestAFUnixEffectBroker", "TestPeerPidfdFallback", "TestPrepareFencedFirst",
-				"TestHTTPPathNormalisation", "TestSpecialUseAddressesRefused", "TestHostileHTTPTargets"}},
+				"TestHTTPPathNormalisation", "TestSpecialUseAddressesRefused", "TestHostileHTTPTargets",
+				"TestPolicyEnforcedWithoutVerification", "TestRepairNarrowingEnforcedAtCommit", "TestBudgetTotalsEnforcedUnderRace",
+				"TestEffectsPerMinuteEnforced"}},
+			{"./kernel/authority", []string{"TestForbidGlobVariants"}},
+			{"./protocol/pathglob", []string{"TestNamesRefused"}},
 			{"./gates", []string{"TestEffectBrokerFromInsideADomain"}},
-		}, Scope: "the socket from inside a real domain and from the host; HTTP targets are loopback servers"},
+		}, Scope: "the socket from inside a real domain and from the host; HTTP targets are loopback servers; the signed lease's paths, bytes and rates checked at the commit horizon with verification off"},
 		{Name: "sensor_poisoning", Proves: "hostile evidence cannot escalate authority", Tests: []Run{
 			{"./kernel/sensor", []string{"TestSensorPoisoning", "TestClientLiarIsRecorded"}},
-			{"./kernel/episode", []string{"TestSensorPoisoningInEpisode"}},
-		}, Scope: "hostile sensor replies from a loopback model server"},
+			{"./kernel/episode", []string{"TestSensorPoisoningInEpisode", "TestMaxRiskDecides", "TestThrottleTakesEffect"}},
+		}, Scope: "hostile sensor replies from a loopback model server; max_risk and a throttle held at the commit horizon"},
 		{Name: "semantic_outage_degradation", Proves: "sensor loss degrades autonomy instead of failing open", Tests: []Run{
 			{"./kernel/sensor", []string{"TestClientDegrades", "TestClientStoppedServer", "TestDegradedReadingNarrows"}},
 			{"./kernel/regulator", []string{"TestRegulator", "TestClassCeilings"}},
