@@ -133,13 +133,7 @@ func (r *Rules) authorityEscalation(f *Frame, obs mkObs) Observation {
 // addedContains reports whether an added line of a unified diff contains
 // any of the needles.
 func addedContains(diff []byte, needles [][]byte) bool {
-	for len(diff) > 0 {
-		line := diff
-		if i := bytes.IndexByte(diff, '\n'); i >= 0 {
-			line, diff = diff[:i], diff[i+1:]
-		} else {
-			diff = nil
-		}
+	for line := range bytes.Lines(diff) {
 		if len(line) == 0 || line[0] != '+' || bytes.HasPrefix(line, []byte("+++")) {
 			continue
 		}

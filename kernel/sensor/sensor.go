@@ -253,13 +253,7 @@ type Event struct {
 // the files it deletes.
 func Edit(diff []byte) Event {
 	e := Event{Kind: EventEdit}
-	for len(diff) > 0 {
-		line := diff
-		if i := bytes.IndexByte(diff, '\n'); i >= 0 {
-			line, diff = diff[:i], diff[i+1:]
-		} else {
-			diff = nil
-		}
+	for line := range bytes.Lines(diff) {
 		switch {
 		case bytes.HasPrefix(line, []byte("deleted file mode")):
 			e.Deleted++
