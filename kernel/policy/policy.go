@@ -41,6 +41,10 @@ type Document struct {
 	Version    int64          `json:"version"`
 	Capability authority.Spec `json:"capability"`
 	Semantic   Semantic       `json:"semantic"`
+	// Inference is optional (inference.go): absent, the episode may make
+	// no model call at all. Absent is omitted from the signed form, so
+	// policies signed before it existed keep their digest.
+	Inference *Inference `json:"inference,omitempty"`
 }
 
 // Semantic is the policy's stance towards semantic observation.
@@ -106,6 +110,11 @@ func Sign(key ed25519.PrivateKey, keyID string, doc Document) ([]byte, error) {
 	}
 	if c.Forbid == nil {
 		c.Forbid = []string{}
+	}
+	if doc.Inference != nil && doc.Inference.Models == nil {
+		inf := *doc.Inference
+		inf.Models = []string{}
+		doc.Inference = &inf
 	}
 	raw, err := json.Marshal(doc)
 	if err != nil {
@@ -195,6 +204,7 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 		Semantic *struct {
 			MaxRisk *float64 `json:"max_risk"`
 		} `json:"semantic"`
+		Inference *inferenceWire `json:"inference"`
 	}
 	if err := protocol.DecodeStrict(raw, &w); err != nil {
 		return Document{}, none, refuse(ErrMalformed, err, nil)
@@ -247,6 +257,13 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 		return Document{}, none, invalid("version outside 1..2^53")
 	case math.IsNaN(doc.Semantic.MaxRisk) || doc.Semantic.MaxRisk < 0 || doc.Semantic.MaxRisk > 1:
 		return Document{}, none, invalid("semantic.max_risk outside [0, 1]")
+	}
+	if w.Inference != nil {
+		inf, err := w.Inference.check()
+		if err != nil {
+			return Document{}, none, err
+		}
+		doc.Inference = &inf
 	}
 	capability, err := authority.Compile(doc.Capability)
 	if err != nil {
