@@ -53,7 +53,8 @@ type Config struct {
 	DecisionKeys          map[string]string `json:"decision_keys"`
 	Regulator             Regulator         `json:"regulator"`
 	API                   API               `json:"api"`
-	Broker                Broker            `json:"broker"` // broker.go
+	Broker                Broker            `json:"broker"`    // broker.go
+	Inference             Inference         `json:"inference"` // relay.go
 
 	// Policy enforcement (issue 12): the kinds automatic verification
 	// passes with a "none" rule (kernel/verify.Rule). See globs.go.
