@@ -1,0 +1,33 @@
+// Package relay is an episode's inference relay: the only way a model call
+// leaves a domain. The launcher binds the relay's Unix socket into the
+// domain at /run/autonomic/inference.sock; the worker holds a placeholder
+// key, and the relay forwards its calls to the configured provider with the
+// key the kernel holds.
+//
+// Invariants:
+//
+//   - The credential never enters the domain. It is read by the kernel
+//     (an environment variable of the kernel, or a file only the service
+//     account can read), added to the upstream request after the worker's
+//     own Authorization / x-api-key headers are dropped, and never written
+//     into a response, an error, a log or the ledger.
+//   - Only inference routes leave. A request is forwarded only when its
+//     method is POST, its raw path is byte for byte one of the provider's
+//     routes (so an encoded, double-encoded or dotted path can never match),
+//     its body is one JSON object within the size cap with no repeated
+//     top-level key, and its model is allowed by both the signed policy and
+//     the provider. Everything else is refused with a JSON error from the
+//     closed catalogue, and nothing is forwarded.
+//   - Nothing is forwarded without a durable reservation. The relay
+//     reserves a pessimistic charge (the body's bytes as input tokens plus
+//     the request's output cap, or the provider's ceiling) in the store
+//     before forwarding and settles it on the usage the provider reports;
+//     a call that reports no usage stays charged its whole reservation. A
+//     call that does not fit is refused (budget_exhausted) and the
+//     exhaustion is signalled once.
+//   - Streams pass through as they arrive: each chunk read from the
+//     upstream is written and flushed to the worker before the next read.
+//     Usage is parsed from the events as they pass; prompt and completion
+//     text are never logged or stored — only digests, token counts and
+//     timings.
+package relay
