@@ -74,6 +74,11 @@ type Relay struct {
 	sem      chan struct{}
 	srv      *http.Server
 	once     sync.Once
+	// settling counts settlements still writing: they run after the
+	// worker has its answer, and Close waits for them.
+	settling sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool // no new asynchronous settlement once Close waits
 }
 
 // New resolves the provider's credential and records the episode's budget
@@ -210,6 +215,10 @@ func (r *Relay) Serve(ln net.Listener) error {
 func (r *Relay) Close() error {
 	err := r.srv.Close()
 	r.client.CloseIdleConnections()
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.settling.Wait()
 	return err
 }
 
@@ -278,8 +287,21 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	out := r.forward(w, req, c, body)
-	out.start, out.reqDigest = start, reqDigest
-	r.settle(res, c, price, out)
+	out.start, out.end, out.reqDigest = start, time.Now(), reqDigest
+	// The worker's answer ends when this handler returns; the ledger
+	// write must not delay it (nor a stream's end).
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		r.settle(res, c, price, out)
+		return
+	}
+	r.settling.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.settling.Done()
+		r.settle(res, c, price, out)
+	}()
 }
 
 // outcome is what a forwarded call produced, for the ledger.
@@ -289,7 +311,7 @@ type outcome struct {
 	notSent    bool // the upstream was provably never reached
 	respDigest string
 	firstByte  time.Duration
-	start      time.Time
+	start, end time.Time
 	reqDigest  string
 }
 
@@ -338,6 +360,9 @@ func (r *Relay) forward(w http.ResponseWriter, req *http.Request, c call, body [
 		if strings.HasPrefix(h, returnPrefix) || strings.HasPrefix(h, anthropicRatelimit) {
 			w.Header()[h] = v
 		}
+	}
+	if resp.ContentLength >= 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(resp.ContentLength))
 	}
 	w.WriteHeader(resp.StatusCode)
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
@@ -388,7 +413,7 @@ func (r *Relay) settle(res store.RelayReservation, c call, price config.Price, o
 	if o.notSent {
 		u = usage{reported: true} // nothing reached the provider: nothing spent
 	}
-	dur := time.Since(o.start)
+	dur := o.end.Sub(o.start)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := r.opts.Ledger.SettleRelay(ctx, store.RelaySettlement{
