@@ -36,7 +36,7 @@ func (l *launcher) effectiveLimits() (limitSet, error) {
 // workerEnv builds the environment from the allowlist alone; a key outside
 // it is refused rather than dropped, so the kernel learns its mistake.
 func (l *launcher) workerEnv() ([]string, error) {
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace"}
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workerHome}
 	keys := make([]string, 0, len(l.req.Env))
 	for k := range l.req.Env {
 		keys = append(keys, k)
@@ -133,7 +133,16 @@ func (l *launcher) openWorkspace(id string) (int, error) {
 	return fd, err
 }
 
-func (l *launcher) openBrokerSocket(id string) (int, error) {
+// domainSocket is a host socket named in a create request, bound at
+// /run/autonomic/<name> inside the domain.
+type domainSocket struct {
+	id, name string
+	fd       int
+}
+
+// openSocket opens <id>.sock under the sockets root, where the kernel binds
+// every per-episode socket (the broker's, the inference relay's).
+func (l *launcher) openSocket(id string) (int, error) {
 	if l.cfg.BrokerSocketsRoot == "" {
 		return -1, protocol.Errorf(protocol.CodeInvalidField, "no broker_sockets_root configured")
 	}
@@ -145,14 +154,14 @@ func (l *launcher) openBrokerSocket(id string) (int, error) {
 	fd, err := openBeneath(root, id+".sock", unix.O_PATH)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return -1, protocol.Errorf(protocol.CodeNotFound, "broker socket")
+			return -1, protocol.Errorf(protocol.CodeNotFound, "socket")
 		}
 		return -1, classifyOpen(err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		unix.Close(fd)
-		return -1, protocol.Errorf(protocol.CodePathUnsafe, "broker socket is not a socket")
+		return -1, protocol.Errorf(protocol.CodePathUnsafe, "not a socket")
 	}
 	return fd, nil
 }

@@ -13,6 +13,7 @@ type Spec struct {
 	WorkspaceID  string
 	Checkpoint   string // restore this checkpoint digest into the new generation
 	BrokerSocket string // id of the episode's broker socket, if any
+	RelaySocket  string // id of the episode's inference relay socket, if any
 	Argv         []string
 	Env          map[string]string
 	Cwd          string
