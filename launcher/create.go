@@ -47,12 +47,12 @@ func (l *launcher) create() error {
 	}
 
 	// 1. Resolve: rootfs (by manifest digest), workspace, socket, checkpoint.
-	rootfs, digest, err := l.openRootfs()
+	rootfs, digest, err := l.openRootfs(r.Rootfs)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(rootfs)
-	if digest != l.cfg.RootfsManifestSHA256 {
+	if digest != l.cfg.Rootfses[r.Rootfs].ManifestSHA256 {
 		return protocol.E(protocol.CodeRootfsMismatch)
 	}
 	lower, err := l.openWorkspace(r.WorkspaceID)

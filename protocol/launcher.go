@@ -69,6 +69,7 @@ type LauncherRequest struct {
 	Checkpoint   string            `json:"checkpoint,omitempty"`
 	BrokerSocket string            `json:"broker_socket,omitempty"`
 	RelaySocket  string            `json:"relay_socket,omitempty"`
+	Rootfs       string            `json:"rootfs,omitempty"`
 	Argv         []string          `json:"argv,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
 	Cwd          string            `json:"cwd,omitempty"`
@@ -107,7 +108,7 @@ func LauncherRequestSchema() *Schema {
 			ActionPreflight: {Required: []string{"request_id"}},
 			ActionCreate: {
 				Required: []string{"request_id", "domain_id", "generation", "workspace_id", "argv"},
-				Optional: []string{"checkpoint", "broker_socket", "relay_socket", "env", "cwd", "limits", "seccomp", "one_shot"},
+				Optional: []string{"checkpoint", "broker_socket", "relay_socket", "rootfs", "env", "cwd", "limits", "seccomp", "one_shot"},
 			},
 			ActionFreeze:     lifecycle,
 			ActionThaw:       lifecycle,
@@ -160,7 +161,7 @@ func (r *LauncherRequest) Validate() error {
 	if r.Checkpoint != "" && !ValidDigest(r.Checkpoint) {
 		return Errorf(CodeInvalidField, "checkpoint")
 	}
-	for _, f := range [][2]string{{"broker_socket", r.BrokerSocket}, {"relay_socket", r.RelaySocket}} {
+	for _, f := range [][2]string{{"broker_socket", r.BrokerSocket}, {"relay_socket", r.RelaySocket}, {"rootfs", r.Rootfs}} {
 		if f[1] != "" && !ValidID(f[1]) {
 			return Errorf(CodeInvalidField, "%s", f[0])
 		}

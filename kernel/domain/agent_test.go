@@ -1,6 +1,7 @@
 package domain_test
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
 )
 
 // hostSocket serves HTTP on <sockets root>/<id>.sock, made as broker.Listen
@@ -85,5 +88,63 @@ echo "WORKSPACE=$(ls -A /workspace)"; cat /proc/self/mountinfo`, s, testbed.Prob
 	}
 	if fi, err := os.Stat(relayPath); err != nil || fi.Mode().Perm() != 0o660 {
 		t.Errorf("host relay socket mode changed: %v %v", fi.Mode(), err)
+	}
+}
+
+// TestNamedRootfs: a create naming a rootfs of the launcher's rootfses
+// table runs on that tree, identified by its own manifest digest; an
+// unknown name is not_found; a named tree that differs from its manifest
+// is refused exactly as the default one would be; each rootfs keeps its own
+// verification record, so alternating between them re-verifies neither.
+func TestNamedRootfs(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	name, tampered := newID("rootfs"), newID("rootfs")
+	marker := filepath.Join(t.TempDir(), "name")
+	if err := os.WriteFile(marker, []byte(name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	add := []rootfs.Add{{Src: marker, Dest: "/etc/autonomic-rootfs-name"}}
+	_, digest, err := bed.AddRootfs(ctx, name, add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tamperedPath, _, err := bed.AddRootfs(ctx, tampered, add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(fs string) (*domain.Running, error) {
+		return d.Create(ctx, domain.Spec{ID: newID("d"), Generation: 1, WorkspaceID: ws, Rootfs: fs,
+			Argv: []string{"/bin/sh", "-c", "cat /etc/autonomic-rootfs-name 2>/dev/null || echo default"}, OneShot: true})
+	}
+	for _, c := range []struct{ rootfs, digest, out string }{{name, digest, name}, {"", bed.RootfsDigest, "default"}, {name, digest, name}} {
+		r, err := start(c.rootfs)
+		if err != nil {
+			t.Fatalf("create on %q: %v", c.rootfs, err)
+		}
+		if _, err := r.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if r.Started.RootfsDigest != c.digest || strings.TrimSpace(string(r.Output())) != c.out {
+			t.Errorf("rootfs %q: started on %s, worker saw %q; want %s and %q", c.rootfs, r.Started.RootfsDigest, r.Output(), c.digest, c.out)
+		}
+	}
+	for _, rec := range []string{"rootfs-verified.json", "rootfs-verified-" + name + ".json"} {
+		if _, err := os.Stat(filepath.Join(bed.State, rec)); err != nil {
+			t.Errorf("verification record %s: %v", rec, err)
+		}
+	}
+	if _, err := start("no-such-rootfs"); !errors.Is(err, protocol.E(protocol.CodeNotFound)) {
+		t.Errorf("unknown rootfs name: %v, want not_found", err)
+	}
+	if _, err := start("../rootfs"); !errors.Is(err, protocol.E(protocol.CodeInvalidField)) {
+		t.Errorf("path as a rootfs name: %v, want invalid_field", err)
+	}
+	// Same size, other content: only the full check of the tree sees it.
+	if err := os.WriteFile(filepath.Join(tamperedPath, "etc/autonomic-rootfs-name"), []byte(strings.ToUpper(name)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := start(tampered); !errors.Is(err, protocol.E(protocol.CodeRootfsMismatch)) {
+		t.Errorf("tampered named rootfs: %v, want rootfs_mismatch", err)
 	}
 }
