@@ -4,7 +4,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
@@ -200,6 +205,14 @@ func main() {
 				err = unix.Connect(fd, &unix.SockaddrUnix{Name: "/run/autonomic/effect.sock"})
 			}
 			report(what, errnoOf(err))
+		case "connect-tcp", "udp-sendto", "udp-sendmsg", "connect-unix", "connect-abstract":
+			report(what+":"+os.Args[i+1], dial(what, os.Args[i+1]))
+			i++
+		case "http":
+			// GET a URL (http://host:port/path) or, with "unix:PATH", the
+			// path /probe over that Unix socket; prints status and body.
+			fmt.Printf("http=%s\n", httpGet(os.Args[i+1]))
+			i++
 		case "domain-root":
 			domainRoot()
 		case "hog":
@@ -344,4 +357,62 @@ func spin(ms int) {
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &after)
 	cpu := func(r unix.Rusage) int64 { return r.Utime.Nano()/1000 + r.Stime.Nano()/1000 }
 	fmt.Printf("spin_cpu_us=%d spin_wall_us=%d spin_threads=%d\n", cpu(after)-cpu(before), wall.Microseconds(), n)
+}
+
+// dial makes one attempt to reach addr ("IP:PORT", a path, or an abstract
+// name) and returns the errno: connect for stream sockets, an addressed
+// sendto or sendmsg on an unconnected UDP socket.
+func dial(how, addr string) syscall.Errno {
+	var sa unix.Sockaddr
+	family, typ := unix.AF_UNIX, unix.SOCK_STREAM
+	switch how {
+	case "connect-unix":
+		sa = &unix.SockaddrUnix{Name: addr}
+	case "connect-abstract":
+		sa = &unix.SockaddrUnix{Name: "@" + addr}
+	default:
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			return syscall.EINVAL
+		}
+		if ap.Addr().Is4() {
+			family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+		} else {
+			family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+		}
+		if how != "connect-tcp" {
+			typ = unix.SOCK_DGRAM
+		}
+	}
+	fd, err := unix.Socket(family, typ, 0)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer unix.Close(fd)
+	switch how {
+	case "udp-sendto":
+		return errnoOf(unix.Sendto(fd, []byte("probe"), 0, sa))
+	case "udp-sendmsg":
+		_, err := unix.SendmsgN(fd, []byte("probe"), nil, sa, 0)
+		return errnoOf(err)
+	}
+	return errnoOf(unix.Connect(fd, sa))
+}
+
+func httpGet(target string) string {
+	c := &http.Client{Timeout: 10 * time.Second}
+	url := target
+	if path, ok := strings.CutPrefix(target, "unix:"); ok {
+		c.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}}
+		url = "http://relay/probe"
+	}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "error " + strings.ReplaceAll(err.Error(), "\n", " ")
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
 }

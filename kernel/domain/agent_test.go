@@ -1,0 +1,150 @@
+package domain_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
+)
+
+// hostSocket serves HTTP on <sockets root>/<id>.sock, made as broker.Listen
+// makes a socket (owned by the kernel's account, mode 0660); every request
+// is answered with name and its path.
+func hostSocket(t *testing.T, id, name string) string {
+	t.Helper()
+	path := filepath.Join(bed.Sockets, id+".sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if err := os.Chmod(path, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(path, bed.OwnerUID, bed.OwnerGID); err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s %s", name, r.Method, r.URL.Path)
+	}))
+	return path
+}
+
+// mountLine returns the worker's mountinfo line of the mount at p.
+func mountLine(mountinfo, p string) string {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		if f := strings.Fields(line); len(f) > 5 && f[4] == p {
+			return line
+		}
+	}
+	return ""
+}
+
+// TestRelaySocketIsBoundLikeTheBrokers: relay_socket is bound at
+// /run/autonomic/inference.sock exactly as the broker socket is at
+// effect.sock (read-only, noexec, the domain's nobody's, group the
+// worker's), each reaching its own host server; the worker's HOME is
+// /tmp/home, its own (0700), writable, and not under /workspace.
+func TestRelaySocketIsBoundLikeTheBrokers(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	brokerID, relayID := newID("sock"), newID("relay")
+	hostSocket(t, brokerID, "broker")
+	relayPath := hostSocket(t, relayID, "relay")
+	s := "/run/autonomic/inference.sock"
+	script := fmt.Sprintf(`stat -c 'OWNER=%%u:%%g %%a' %[1]s; chmod 0666 %[1]s 2>/dev/null && echo CHMOD=ok || echo CHMOD=refused
+%[2]s http unix:%[1]s http unix:/run/autonomic/effect.sock
+echo "HOME=$HOME"; stat -c 'HOMEDIR=%%u:%%g %%a' "$HOME"; echo x > "$HOME/.agentrc" && echo HOMEWRITE=ok
+echo "WORKSPACE=$(ls -A /workspace)"; cat /proc/self/mountinfo`, s, testbed.ProbePath)
+	r, err := d.Create(ctx, domain.Spec{ID: newID("d"), Generation: 1, WorkspaceID: ws, BrokerSocket: brokerID, RelaySocket: relayID,
+		Argv: []string{"/bin/sh", "-c", script}, OneShot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	out := string(r.Output())
+	for _, want := range []string{"OWNER=65534:1000 660", "CHMOD=refused", "http=200 relay GET /probe", "http=200 broker GET /probe",
+		"HOME=/tmp/home", "HOMEDIR=1000:1000 700", "HOMEWRITE=ok", "WORKSPACE="} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("worker output lacks %q\n%s", want, out)
+		}
+	}
+	for _, p := range []string{s, "/run/autonomic/effect.sock"} {
+		line := mountLine(out, p)
+		if !strings.Contains(line, " ro,") || !strings.Contains(line, "noexec") || !strings.Contains(line, "nosuid") {
+			t.Errorf("%s is not mounted read-only, nosuid and noexec: %q", p, line)
+		}
+	}
+	if fi, err := os.Stat(relayPath); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Errorf("host relay socket mode changed: %v %v", fi.Mode(), err)
+	}
+}
+
+// TestNamedRootfs: a create naming a rootfs of the launcher's rootfses
+// table runs on that tree, identified by its own manifest digest; an
+// unknown name is not_found; a named tree that differs from its manifest
+// is refused exactly as the default one would be; each rootfs keeps its own
+// verification record, so alternating between them re-verifies neither.
+func TestNamedRootfs(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	name, tampered := newID("rootfs"), newID("rootfs")
+	marker := filepath.Join(t.TempDir(), "name")
+	if err := os.WriteFile(marker, []byte(name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	add := []rootfs.Add{{Src: marker, Dest: "/etc/autonomic-rootfs-name"}}
+	_, digest, err := bed.AddRootfs(ctx, name, add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tamperedPath, _, err := bed.AddRootfs(ctx, tampered, add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(fs string) (*domain.Running, error) {
+		return d.Create(ctx, domain.Spec{ID: newID("d"), Generation: 1, WorkspaceID: ws, Rootfs: fs,
+			Argv: []string{"/bin/sh", "-c", "cat /etc/autonomic-rootfs-name 2>/dev/null || echo default"}, OneShot: true})
+	}
+	for _, c := range []struct{ rootfs, digest, out string }{{name, digest, name}, {"", bed.RootfsDigest, "default"}, {name, digest, name}} {
+		r, err := start(c.rootfs)
+		if err != nil {
+			t.Fatalf("create on %q: %v", c.rootfs, err)
+		}
+		if _, err := r.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if r.Started.RootfsDigest != c.digest || strings.TrimSpace(string(r.Output())) != c.out {
+			t.Errorf("rootfs %q: started on %s, worker saw %q; want %s and %q", c.rootfs, r.Started.RootfsDigest, r.Output(), c.digest, c.out)
+		}
+	}
+	for _, rec := range []string{"rootfs-verified.json", "rootfs-verified-" + name + ".json"} {
+		if _, err := os.Stat(filepath.Join(bed.State, rec)); err != nil {
+			t.Errorf("verification record %s: %v", rec, err)
+		}
+	}
+	if _, err := start("no-such-rootfs"); !errors.Is(err, protocol.E(protocol.CodeNotFound)) {
+		t.Errorf("unknown rootfs name: %v, want not_found", err)
+	}
+	if _, err := start("../rootfs"); !errors.Is(err, protocol.E(protocol.CodeInvalidField)) {
+		t.Errorf("path as a rootfs name: %v, want invalid_field", err)
+	}
+	// Same size, other content: only the full check of the tree sees it.
+	if err := os.WriteFile(filepath.Join(tamperedPath, "etc/autonomic-rootfs-name"), []byte(strings.ToUpper(name)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := start(tampered); !errors.Is(err, protocol.E(protocol.CodeRootfsMismatch)) {
+		t.Errorf("tampered named rootfs: %v, want rootfs_mismatch", err)
+	}
+}
