@@ -41,6 +41,10 @@ type Document struct {
 	Version    int64          `json:"version"`
 	Capability authority.Spec `json:"capability"`
 	Semantic   Semantic       `json:"semantic"`
+
+	// Egress (issue 14, egress.go): optional; absent, the episode has no
+	// egress at all.
+	Egress *Egress `json:"egress,omitempty"`
 }
 
 // Semantic is the policy's stance towards semantic observation.
@@ -106,6 +110,11 @@ func Sign(key ed25519.PrivateKey, keyID string, doc Document) ([]byte, error) {
 	}
 	if c.Forbid == nil {
 		c.Forbid = []string{}
+	}
+	if doc.Egress != nil && doc.Egress.Allow == nil {
+		e := *doc.Egress
+		e.Allow = []string{}
+		doc.Egress = &e
 	}
 	raw, err := json.Marshal(doc)
 	if err != nil {
@@ -195,6 +204,9 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 		Semantic *struct {
 			MaxRisk *float64 `json:"max_risk"`
 		} `json:"semantic"`
+
+		// Egress (issue 14): optional, see egress.go.
+		Egress *egressWire `json:"egress"`
 	}
 	if err := protocol.DecodeStrict(raw, &w); err != nil {
 		return Document{}, none, refuse(ErrMalformed, err, nil)
@@ -251,6 +263,11 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 	capability, err := authority.Compile(doc.Capability)
 	if err != nil {
 		return Document{}, none, invalid("capability: %w", err)
+	}
+
+	// Egress (issue 14).
+	if doc.Egress, err = decodeEgress(w.Egress); err != nil {
+		return Document{}, none, invalid("%w", err)
 	}
 	return doc, capability, nil
 }
