@@ -54,6 +54,7 @@ type Config struct {
 	Regulator             Regulator         `json:"regulator"`
 	API                   API               `json:"api"`
 	Broker                Broker            `json:"broker"` // broker.go
+	Egress                Egress            `json:"egress"` // egress.go
 
 	// Policy enforcement (issue 12): the kinds automatic verification
 	// passes with a "none" rule (kernel/verify.Rule). See globs.go.
