@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/netip"
 	"path/filepath"
 	"slices"
 
@@ -22,6 +23,11 @@ type Egress struct {
 	// only the hosts also listed here. Absent: DefaultEgressAllow, the
 	// public package registries.
 	Allow []string `json:"allow"`
+	// AllowedNets are the networks the registries' names may resolve to
+	// (CIDR prefixes). Empty: public unicast addresses only, as for the
+	// broker's HTTP targets. A site whose registries sit behind a mirror
+	// or gateway on a private address lists it here.
+	AllowedNets []string `json:"allowed_nets"`
 	// MaxBytesPerEpisode caps what one episode's fetches deliver into its
 	// domain (a policy's egress.max_bytes may lower it).
 	MaxBytesPerEpisode int `json:"max_bytes_per_episode"`
@@ -74,6 +80,11 @@ func checkEgress(c *checker, e *Egress) {
 	for _, h := range e.Allow {
 		if !policy.ValidHost(h) {
 			c.add("egress.allow", "%q is not a lower-case host name", h)
+		}
+	}
+	for _, n := range e.AllowedNets {
+		if _, err := netip.ParsePrefix(n); err != nil {
+			c.add("egress.allowed_nets", "%q is not a CIDR prefix", n)
 		}
 	}
 	c.defaulted("egress.max_bytes_per_episode", &e.MaxBytesPerEpisode, DefaultEgressMaxBytesPerEpisode, 1<<20, 1<<50)

@@ -30,6 +30,7 @@ func TestEgressSection(t *testing.T) {
 		"egress.max_bytes_per_episode": `{"max_bytes_per_episode":5}`,
 		"egress.max_response_bytes":    `{"max_response_bytes":-1}`,
 		"egress.timeout_ms":            `{"timeout_ms":10}`,
+		"egress.allowed_nets":          `{"allowed_nets":["10.0.0.0/33"]}`,
 	} {
 		_, err := Parse([]byte(`{` + base + `,"egress":` + doc + `}`))
 		var ce *Error
