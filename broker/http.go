@@ -244,15 +244,22 @@ func addrAllowed(a netip.Addr, nets []netip.Prefix) bool {
 	return false
 }
 
-// pin resolves host and returns the address to connect to. Every address
-// the name has must be allowed: a name that answers with one good and one
-// internal address is refused rather than raced.
+// pin resolves host and returns the address to connect to (PinAddress
+// with the adapter's resolver and the target's networks).
 func (h *HTTP) pin(ctx context.Context, t HTTPTarget, host string) (netip.Addr, error) {
+	return PinAddress(ctx, h.Resolve, host, t.AllowedNets)
+}
+
+// PinAddress resolves host with resolve (nil: the system resolver) and
+// returns the one address to connect to, so no second lookup can be raced.
+// Every address the name has must be in nets (empty: public unicast only,
+// see addrAllowed): a name that answers with one good and one internal
+// address is refused rather than raced. Shared with kernel/egress.
+func PinAddress(ctx context.Context, resolve func(ctx context.Context, host string) ([]netip.Addr, error), host string, nets []netip.Prefix) (netip.Addr, error) {
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{a}
 	} else {
-		resolve := h.Resolve
 		if resolve == nil {
 			resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
 				return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
@@ -263,7 +270,7 @@ func (h *HTTP) pin(ctx context.Context, t HTTPTarget, host string) (netip.Addr, 
 		}
 	}
 	for _, a := range addrs {
-		if !addrAllowed(a, t.AllowedNets) {
+		if !addrAllowed(a, nets) {
 			return netip.Addr{}, protocol.Errorf(protocol.CodeAddressRefused, "%s resolves to a refused address", host)
 		}
 	}

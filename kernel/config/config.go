@@ -55,6 +55,7 @@ type Config struct {
 	API                   API               `json:"api"`
 	Broker                Broker            `json:"broker"`    // broker.go
 	Inference             Inference         `json:"inference"` // relay.go
+	Egress                Egress            `json:"egress"`    // egress.go
 
 	// Policy enforcement (issue 12): the kinds automatic verification
 	// passes with a "none" rule (kernel/verify.Rule). See globs.go.

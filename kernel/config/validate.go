@@ -171,6 +171,7 @@ func (cfg *Config) validate() []Problem {
 	checkRegulator(c, &cfg.Regulator)
 	checkBroker(c, &cfg.Broker)
 	checkInference(c, &cfg.Inference)
+	checkEgress(c, &cfg.Egress)
 
 	if _, err := policy.ParseKeys(cfg.PolicyKeys); err != nil {
 		c.add("policy_keys", "%s", strings.TrimPrefix(err.Error(), "policy_keys: "))

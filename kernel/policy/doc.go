@@ -15,6 +15,8 @@
 //     signed and the Policy that is used mean the same thing.
 //   - A policy's version only moves forward: Supersedes refuses a rollback,
 //     a different policy id, and a reused version with different content.
+//   - Egress is granted only by a policy's egress block (egress.go), host
+//     by exact name; a policy without one grants no egress.
 //
 // This package holds no keys and reads no files: callers pass the key set
 // from configuration.

@@ -45,6 +45,10 @@ type Document struct {
 	// no model call at all. Absent is omitted from the signed form, so
 	// policies signed before it existed keep their digest.
 	Inference *Inference `json:"inference,omitempty"`
+
+	// Egress (issue 14, egress.go): optional; absent, the episode has no
+	// egress at all.
+	Egress *Egress `json:"egress,omitempty"`
 }
 
 // Semantic is the policy's stance towards semantic observation.
@@ -115,6 +119,11 @@ func Sign(key ed25519.PrivateKey, keyID string, doc Document) ([]byte, error) {
 		inf := *doc.Inference
 		inf.Models = []string{}
 		doc.Inference = &inf
+	}
+	if doc.Egress != nil && doc.Egress.Allow == nil {
+		e := *doc.Egress
+		e.Allow = []string{}
+		doc.Egress = &e
 	}
 	raw, err := json.Marshal(doc)
 	if err != nil {
@@ -205,6 +214,9 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 			MaxRisk *float64 `json:"max_risk"`
 		} `json:"semantic"`
 		Inference *inferenceWire `json:"inference"`
+
+		// Egress (issue 14): optional, see egress.go.
+		Egress *egressWire `json:"egress"`
 	}
 	if err := protocol.DecodeStrict(raw, &w); err != nil {
 		return Document{}, none, refuse(ErrMalformed, err, nil)
@@ -268,6 +280,11 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 	capability, err := authority.Compile(doc.Capability)
 	if err != nil {
 		return Document{}, none, invalid("capability: %w", err)
+	}
+
+	// Egress (issue 14).
+	if doc.Egress, err = decodeEgress(w.Egress); err != nil {
+		return Document{}, none, invalid("%w", err)
 	}
 	return doc, capability, nil
 }

@@ -1,0 +1,41 @@
+package config
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// TestEgressSection: defaults when absent; a bad host, a relative cache
+// dir and an out-of-range cap are each one problem under their key.
+func TestEgressSection(t *testing.T) {
+	const base = `"state_dir":"/s","domain":{"backend":"linux"},"sensor":{"kind":"rules"}`
+	c, err := Parse([]byte(`{` + base + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := c.Egress
+	if e.MaxBytesPerEpisode != DefaultEgressMaxBytesPerEpisode || e.MaxResponseBytes != DefaultEgressMaxResponseBytes ||
+		e.TimeoutMS != DefaultEgressTimeoutMS || e.CacheDirValue("/s") != "/s/egress-cache" ||
+		!slices.Contains(e.AllowValue(), "proxy.golang.org") || !slices.Contains(e.AllowValue(), "registry.npmjs.org") {
+		t.Fatalf("defaults: %+v", e)
+	}
+	c, err = Parse([]byte(`{` + base + `,"egress":{"allow":[],"cache_dir":"/c"}}`))
+	if err != nil || len(c.Egress.AllowValue()) != 0 || c.Egress.CacheDirValue("/s") != "/c" {
+		t.Fatalf("explicit: %v %+v", err, c)
+	}
+	for key, doc := range map[string]string{
+		"egress.allow":                 `{"allow":["Proxy.golang.org"]}`,
+		"egress.cache_dir":             `{"cache_dir":"cache"}`,
+		"egress.max_bytes_per_episode": `{"max_bytes_per_episode":5}`,
+		"egress.max_response_bytes":    `{"max_response_bytes":-1}`,
+		"egress.timeout_ms":            `{"timeout_ms":10}`,
+		"egress.allowed_nets":          `{"allowed_nets":["10.0.0.0/33"]}`,
+	} {
+		_, err := Parse([]byte(`{` + base + `,"egress":` + doc + `}`))
+		var ce *Error
+		if !errors.As(err, &ce) || len(ce.Problems) != 1 || ce.Problems[0].Key != key {
+			t.Errorf("%s: %v", key, err)
+		}
+	}
+}

@@ -1,0 +1,219 @@
+package egress
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Cache is the content-addressed cache of immutable registry objects that
+// every episode's proxy on a host shares. blobs/<sha256> holds a body,
+// index/<sha256 of host+path> names the blob a URL resolved to. Only the
+// kernel writes it; a blob is checked against its name while it is served,
+// and a body that does not match is cut off and evicted.
+type Cache struct {
+	dir string
+}
+
+// OpenCache opens (creating) the cache under dir.
+func OpenCache(dir string) (*Cache, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("egress cache: %q is not absolute", dir)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "blobs"), filepath.Join(dir, "index"), filepath.Join(dir, "tmp")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("egress cache: %w", err)
+		}
+	}
+	return &Cache{dir: dir}, nil
+}
+
+// entry is one index record.
+type entry struct {
+	Key         string `json:"key"`
+	SHA256      string `json:"sha256"`
+	Size        int64  `json:"size"`
+	ContentType string `json:"content_type"`
+}
+
+func indexName(key string) string {
+	s := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(s[:])
+}
+
+// lookup opens the blob key names, or reports a miss.
+func (c *Cache) lookup(key string) (entry, *os.File, bool) {
+	b, err := os.ReadFile(filepath.Join(c.dir, "index", indexName(key)))
+	if err != nil {
+		return entry{}, nil, false
+	}
+	var e entry
+	if json.Unmarshal(b, &e) != nil || e.Key != key || !hexDigest(e.SHA256) {
+		return entry{}, nil, false
+	}
+	f, err := os.Open(filepath.Join(c.dir, "blobs", e.SHA256))
+	if err != nil {
+		return entry{}, nil, false
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() != e.Size {
+		f.Close()
+		return entry{}, nil, false
+	}
+	return e, f, true
+}
+
+// evict forgets key (a blob that did not match its name).
+func (c *Cache) evict(key string, digest string) {
+	os.Remove(filepath.Join(c.dir, "index", indexName(key)))
+	if hexDigest(digest) {
+		os.Remove(filepath.Join(c.dir, "blobs", digest))
+	}
+}
+
+// pending is a body being written while it is streamed to the domain.
+type pending struct {
+	c   *Cache
+	f   *os.File
+	err error
+}
+
+func (c *Cache) begin() *pending {
+	f, err := os.CreateTemp(filepath.Join(c.dir, "tmp"), "fetch-")
+	return &pending{c: c, f: f, err: err}
+}
+
+func (p *pending) Write(b []byte) (int, error) {
+	if p.err == nil {
+		_, p.err = p.f.Write(b)
+	}
+	return len(b), nil // the cache never fails the fetch
+}
+
+// commit files the complete body under its digest and points key at it.
+func (p *pending) commit(key string, e entry) error {
+	if p.err != nil {
+		p.abort()
+		return p.err
+	}
+	name := p.f.Name()
+	if err := p.f.Close(); err != nil {
+		os.Remove(name)
+		return err
+	}
+	blob := filepath.Join(p.c.dir, "blobs", e.SHA256)
+	if err := os.Rename(name, blob); err != nil {
+		os.Remove(name)
+		return err
+	}
+	e.Key = key
+	b, _ := json.Marshal(e)
+	idx, err := os.CreateTemp(filepath.Join(p.c.dir, "tmp"), "index-")
+	if err != nil {
+		return err
+	}
+	if _, err := idx.Write(b); err != nil {
+		idx.Close()
+		os.Remove(idx.Name())
+		return err
+	}
+	if err := idx.Close(); err != nil {
+		os.Remove(idx.Name())
+		return err
+	}
+	return os.Rename(idx.Name(), filepath.Join(p.c.dir, "index", indexName(key)))
+}
+
+func (p *pending) abort() {
+	if p.f != nil {
+		p.f.Close()
+		os.Remove(p.f.Name())
+	}
+}
+
+func hexDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil && strings.ToLower(s) == s
+}
+
+// errCorrupt: a cached blob did not hash to its name.
+var errCorrupt = errors.New("egress cache: blob does not match its digest")
+
+// serveVerified copies blob to w, holding back the last read until the
+// whole blob has hashed to want: a blob changed on disk is never
+// delivered whole (the tool, promised its length, sees a cut body).
+func serveVerified(w io.Writer, blob io.Reader, want string) (int64, error) {
+	h := sha256.New()
+	buf, held := make([]byte, 64<<10), make([]byte, 0, 64<<10)
+	var n int64
+	for {
+		k, err := blob.Read(buf)
+		if k > 0 {
+			if len(held) > 0 {
+				if _, werr := w.Write(held); werr != nil {
+					return n, werr
+				}
+				n += int64(len(held))
+			}
+			h.Write(buf[:k])
+			held = append(held[:0], buf[:k]...)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	if hex.EncodeToString(h.Sum(nil)) != want {
+		return n, errCorrupt
+	}
+	k, err := w.Write(held)
+	return n + int64(k), err
+}
+
+// Cacheable reports whether a plain-HTTP GET of host/path?query names an
+// object its registry never changes, so one fetch may serve every episode:
+//   - Go module proxy objects of one version: …/@v/<version>.zip, .mod,
+//     .info (never @v/list or @latest, which move);
+//   - the checksum database's full tiles through the proxy:
+//     /sumdb/<name>/tile/… without a ".p/" (partial tiles grow);
+//   - npm tarballs …/-/<name>-<version>.tgz (never packuments);
+//   - PyPI files under files.pythonhosted.org/packages/, crates under
+//     static.crates.io/crates/.
+func Cacheable(host, path, query string) bool {
+	if query != "" {
+		return false
+	}
+	if i := strings.LastIndex(path, "/@v/"); i > 0 {
+		file := path[i+len("/@v/"):]
+		for _, ext := range []string{".zip", ".mod", ".info"} {
+			if v, ok := strings.CutSuffix(file, ext); ok && strings.HasPrefix(v, "v") && len(v) > 1 && !strings.Contains(v, "/") {
+				return true
+			}
+		}
+		return false
+	}
+	if rest, ok := strings.CutPrefix(path, "/sumdb/"); ok {
+		_, tile, ok := strings.Cut(rest, "/tile/")
+		return ok && !strings.Contains(tile, ".p/") && !strings.HasSuffix(tile, ".p")
+	}
+	if i := strings.Index(path, "/-/"); i > 0 && strings.HasSuffix(path, ".tgz") && !strings.Contains(path[i+3:], "/") {
+		return true
+	}
+	switch host {
+	case "files.pythonhosted.org":
+		return strings.HasPrefix(path, "/packages/")
+	case "static.crates.io":
+		return strings.HasPrefix(path, "/crates/") && strings.HasSuffix(path, ".crate")
+	}
+	return false
+}

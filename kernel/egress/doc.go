@@ -1,0 +1,40 @@
+// Package egress is each episode's egress proxy: the only way bytes from
+// outside reach a domain, for fetching dependencies from package
+// registries. The kernel serves it on the episode's egress socket, which
+// the launcher binds into the domain and autonomic-entry bridges to
+// 127.0.0.1:8788; tools find it through HTTP_PROXY/HTTPS_PROXY.
+//
+// Invariants:
+//   - Only reads leave: GET and HEAD in absolute form to port 80, and
+//     CONNECT to port 443, to a host on the episode's allow list (the
+//     policy's egress grant intersected with the operator's ceiling;
+//     no grant, no egress). No request body, no other method, no
+//     forwarded credential: a request carries upstream only Accept,
+//     User-Agent and conditional headers. Everything else is refused
+//     with 403 and a plain-text reason the tool prints, recorded, and
+//     reported to OnRefused before anything is resolved or sent.
+//   - The proxy resolves each name itself and connects to the one
+//     address it checked (broker.PinAddress: public unicast only, every
+//     address of the name). A plain-HTTP request is fetched upstream over
+//     HTTPS with the certificate verified against the host name.
+//   - Redirects are never followed: a 3xx is passed on only when its
+//     Location names an allowlisted host (the tool's next request is
+//     admitted on its own); any other is refused as redirect_refused.
+//   - Every request, admitted or refused, is one row in the fetch ledger
+//     (store.EgressFetch) without content: host, path, status, bytes and
+//     body SHA-256 for plain HTTP; host, bytes both ways and duration for
+//     a tunnel. Bytes into the domain are reserved against the episode's
+//     durable cap before they are delivered (one conditional upsert), so
+//     the cap holds across concurrent fetches and kernel restarts; a cap
+//     reached stops the fetch and refuses the next ones (limit_exceeded).
+//   - Only objects immutable by their registry's contract (Cacheable) are
+//     cached, content-addressed, shared by every episode on the host, and
+//     checked against their digest while served; a cached object is
+//     still admitted, charged and recorded like any other fetch.
+//   - Tunnels are relayed, not inspected or cached: what an allowlisted
+//     host does inside TLS is between the tool and that host.
+//
+// The proxy never writes to a domain's filesystem, never holds a
+// credential, and never acts on anything but its own socket and the
+// upstream connections it opened.
+package egress

@@ -1,0 +1,572 @@
+package egress
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+	"github.com/google/uuid"
+)
+
+// Ledger is what the proxy needs of the authority store (store.Postgres
+// implements it): the per-episode byte counter and the fetch ledger.
+type Ledger interface {
+	ReserveEgress(ctx context.Context, episodeID uuid.UUID, n, limit int64) (int64, error)
+	ReleaseEgress(ctx context.Context, episodeID uuid.UUID, n int64) error
+	RecordEgress(ctx context.Context, f store.EgressFetch) error
+}
+
+// Refusal is a refused attempt, reported to Config.OnRefused (the
+// homeostat's fast loop: a worker hammering refused hosts is a trajectory).
+type Refusal struct {
+	EpisodeID uuid.UUID
+	Method    string
+	Host      string
+	Code      protocol.Code
+	Reason    string
+}
+
+// Config is one episode's proxy.
+type Config struct {
+	EpisodeID uuid.UUID
+	// Allow are the hosts the episode may reach (Allowlist computes them
+	// from the policy and the operator's ceiling). Empty: nothing.
+	Allow    []string
+	MaxBytes int64 // per episode, over all fetches (required, > 0)
+	// MaxResponseBytes caps one plain-HTTP body (default 512 MiB).
+	MaxResponseBytes int64
+	// Timeout bounds one plain-HTTP fetch and a tunnel's idle time
+	// (default 5 min).
+	Timeout   time.Duration
+	Ledger    Ledger
+	Cache     *Cache // nil: no cache
+	OnRefused func(Refusal)
+
+	// Upstream overrides, for tests with an upstream on loopback: the
+	// resolver, the networks its addresses may be in (empty: public
+	// unicast only), the TLS roots (nil: the system's) and the port
+	// connected to in place of 443.
+	Resolve      func(ctx context.Context, host string) ([]netip.Addr, error)
+	AllowedNets  []netip.Prefix
+	RootCAs      *x509.CertPool
+	UpstreamPort int
+}
+
+// Proxy is one episode's egress proxy.
+type Proxy struct {
+	cfg   Config
+	allow map[string]bool
+	srv   *http.Server
+	wg    sync.WaitGroup
+}
+
+// Allowlist is an episode's effective allow list: the policy's egress
+// grant intersected with the operator's ceiling. A policy without an
+// egress block grants nothing.
+func Allowlist(p *policy.Policy, ceiling []string) []string {
+	if p == nil || p.Egress == nil {
+		return nil
+	}
+	top := map[string]bool{}
+	for _, h := range ceiling {
+		top[h] = true
+	}
+	var out []string
+	for _, h := range p.Egress.Allow {
+		if top[h] {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// New makes a proxy; Serve runs it.
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Ledger == nil || cfg.EpisodeID == uuid.Nil || cfg.MaxBytes <= 0 {
+		return nil, errors.New("egress: a ledger, an episode and a byte cap are required")
+	}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = 512 << 20
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Minute
+	}
+	p := &Proxy{cfg: cfg, allow: map[string]bool{}}
+	for _, h := range cfg.Allow {
+		if !policy.ValidHost(h) {
+			return nil, fmt.Errorf("egress: %q is not a host name", h)
+		}
+		p.allow[h] = true
+	}
+	p.srv = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          nil,
+	}
+	return p, nil
+}
+
+// Serve serves the domain's connections on l (the episode's egress
+// socket) until Close.
+func (p *Proxy) Serve(l net.Listener) error {
+	err := p.srv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close stops serving, cuts open tunnels and waits until every fetch in
+// flight has been recorded.
+func (p *Proxy) Close() error {
+	err := p.srv.Close()
+	p.wg.Wait()
+	return err
+}
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.wg.Add(1)
+	defer p.wg.Done()
+	start := time.Now()
+	q, ref := admit(r, p.allow)
+	if ref != nil {
+		kind := store.EgressHTTP
+		if r.Method == http.MethodConnect {
+			kind = store.EgressTunnel
+		}
+		host := r.Host
+		path := ""
+		if r.URL != nil {
+			if r.URL.Host != "" {
+				host = r.URL.Host
+			}
+			path = r.URL.EscapedPath()
+		}
+		p.refuse(w, r.Context(), store.EgressFetch{Kind: kind, Method: r.Method, Host: host, Path: path}, ref, start)
+		return
+	}
+	if q.tunnel {
+		p.tunnel(w, r, q, start)
+		return
+	}
+	p.fetch(w, r, q, start)
+}
+
+// refuse answers 403 (or ref.status) with a body the tool prints, records
+// the attempt and reports it.
+func (p *Proxy) refuse(w http.ResponseWriter, ctx context.Context, f store.EgressFetch, ref *refusal, start time.Time) {
+	f.Outcome, f.Code, f.Reason, f.Status = store.EgressRefused, string(ref.code), ref.reason, ref.status
+	if w != nil {
+		writeError(w, ref)
+	}
+	p.record(ctx, f, start)
+	if p.cfg.OnRefused != nil {
+		p.cfg.OnRefused(Refusal{EpisodeID: p.cfg.EpisodeID, Method: f.Method, Host: f.Host, Code: ref.code, Reason: ref.reason})
+	}
+}
+
+// fail answers a fetch that was admitted but could not be completed.
+func (p *Proxy) fail(w http.ResponseWriter, ctx context.Context, f store.EgressFetch, ref *refusal, start time.Time) {
+	f.Outcome, f.Code, f.Reason, f.Status = store.EgressFailed, string(ref.code), ref.reason, ref.status
+	if w != nil {
+		writeError(w, ref)
+	}
+	p.record(ctx, f, start)
+}
+
+func writeError(w http.ResponseWriter, ref *refusal) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Autonomic-Egress", string(ref.code))
+	h.Set("Connection", "close")
+	w.WriteHeader(ref.status)
+	fmt.Fprintf(w, "autonomic egress proxy: %s (%s)\n", ref.reason, ref.code)
+}
+
+func (p *Proxy) record(ctx context.Context, f store.EgressFetch, start time.Time) {
+	f.EpisodeID = p.cfg.EpisodeID
+	f.Duration = time.Since(start)
+	// The ledger outlives the request: a tool that hung up was still
+	// served (or refused).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = p.cfg.Ledger.RecordEgress(ctx, f)
+}
+
+// meter charges bytes delivered into the domain against the episode's
+// cap, reserving ahead in blocks so a stream costs one database round
+// trip per block, not per read. settle returns what was reserved and not
+// delivered.
+type meter struct {
+	p                  *Proxy
+	reserved, consumed int64
+}
+
+const meterBlock = 1 << 20
+
+func (m *meter) take(ctx context.Context, n int64) error {
+	if m.consumed+n <= m.reserved {
+		m.consumed += n
+		return nil
+	}
+	need := m.consumed + n - m.reserved
+	block := max(need, meterBlock)
+	_, err := m.p.cfg.Ledger.ReserveEgress(ctx, m.p.cfg.EpisodeID, block, m.p.cfg.MaxBytes)
+	if errors.Is(err, store.ErrEgressCap) && block > need {
+		block = need // the last bytes under the cap
+		_, err = m.p.cfg.Ledger.ReserveEgress(ctx, m.p.cfg.EpisodeID, block, m.p.cfg.MaxBytes)
+	}
+	if err != nil {
+		return err
+	}
+	m.reserved += block
+	m.consumed += n
+	return nil
+}
+
+// reserveExact reserves n bytes known in advance (a body's length): one
+// round trip, nothing to give back if it all arrives.
+func (m *meter) reserveExact(ctx context.Context, n int64) error {
+	if _, err := m.p.cfg.Ledger.ReserveEgress(ctx, m.p.cfg.EpisodeID, n, m.p.cfg.MaxBytes); err != nil {
+		return err
+	}
+	m.reserved += n
+	return nil
+}
+
+func (m *meter) settle(ctx context.Context) {
+	if left := m.reserved - m.consumed; left > 0 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = m.p.cfg.Ledger.ReleaseEgress(ctx, m.p.cfg.EpisodeID, left)
+	}
+}
+
+func capRefusal(err error) *refusal {
+	if errors.Is(err, store.ErrEgressCap) {
+		return refuse(protocol.CodeLimitExceeded, "the episode's egress byte cap is reached: no further fetches")
+	}
+	return &refusal{code: protocol.CodeAuthorityUnavailable, status: http.StatusServiceUnavailable, reason: "the egress ledger is unavailable"}
+}
+
+// dial connects to host's pinned address (broker.PinAddress: one lookup,
+// every address checked) on port 443 or the test override.
+func (p *Proxy) dial(ctx context.Context, host string) (net.Conn, error) {
+	addr, err := broker.PinAddress(ctx, p.cfg.Resolve, host, p.cfg.AllowedNets)
+	if err != nil {
+		return nil, err
+	}
+	port := 443
+	if p.cfg.UpstreamPort != 0 {
+		port = p.cfg.UpstreamPort
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(addr, uint16(port)).String())
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeTargetUnavailable, "%w", err)
+	}
+	return c, nil
+}
+
+// forwarded are the request headers a fetch carries upstream; nothing
+// else (no Authorization, Cookie or Proxy-* header) leaves the domain.
+var forwarded = []string{"Accept", "User-Agent", "If-None-Match", "If-Modified-Since"}
+
+// returned are the response headers the domain sees.
+var returned = []string{"Content-Type", "Etag", "Last-Modified", "Cache-Control"}
+
+// fetch serves an admitted GET or HEAD: from the cache when the object is
+// immutable and cached, otherwise from https://host/path with the
+// certificate verified, streaming the body to the domain while hashing
+// it, charging it to the cap and, when cacheable, filing it.
+func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start time.Time) {
+	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Timeout)
+	defer cancel()
+	f := store.EgressFetch{Kind: store.EgressHTTP, Method: q.method, Host: q.host, Path: q.path}
+	key := q.host + q.path
+	cacheable := p.cfg.Cache != nil && q.method == http.MethodGet && Cacheable(q.host, q.path, q.query)
+	m := &meter{p: p}
+	defer m.settle(r.Context())
+	if cacheable {
+		if e, blob, ok := p.cfg.Cache.lookup(key); ok {
+			defer blob.Close()
+			if err := m.reserveExact(ctx, e.Size); err != nil {
+				p.refuse(w, ctx, f, capRefusal(err), start)
+				return
+			}
+			w.Header().Set("Content-Type", e.ContentType)
+			w.Header().Set("Content-Length", strconv.FormatInt(e.Size, 10))
+			w.WriteHeader(http.StatusOK)
+			n, err := serveVerified(w, blob, e.SHA256)
+			f.Outcome, f.Status, f.Bytes = store.EgressCached, http.StatusOK, n
+			if err != nil {
+				f.Outcome, f.Code, f.Reason = store.EgressFailed, string(protocol.CodeInternal), "cache read: "+err.Error()
+				if errors.Is(err, errCorrupt) {
+					p.cfg.Cache.evict(key, e.SHA256)
+				}
+				m.consumed = n
+				p.record(ctx, f, start)
+				// Cut the connection: the length promised was not met, so
+				// the tool sees a failure, never a short or wrong body.
+				panic(http.ErrAbortHandler)
+			}
+			m.consumed = n
+			f.SHA256 = e.SHA256
+			p.record(ctx, f, start)
+			return
+		}
+	}
+
+	u := url.URL{Scheme: "https", Host: q.host, RawPath: q.path, RawQuery: q.query}
+	u.Path, _ = url.PathUnescape(q.path)
+	up, err := http.NewRequestWithContext(ctx, q.method, u.String(), nil)
+	if err != nil {
+		p.fail(w, ctx, f, &refusal{code: protocol.CodeInvalidField, status: http.StatusBadRequest, reason: "request: " + err.Error()}, start)
+		return
+	}
+	for _, h := range forwarded {
+		if v := r.Header.Get(h); v != "" && !(cacheable && (h == "If-None-Match" || h == "If-Modified-Since")) {
+			up.Header.Set(h, v)
+		}
+	}
+	up.Header.Set("Accept-Encoding", "identity")
+	resp, err := p.client(q.host).Do(up)
+	if err != nil {
+		code := protocol.CodeTargetUnavailable
+		var pe *protocol.Error
+		if errors.As(err, &pe) {
+			code = pe.Code
+		} else if ctx.Err() != nil {
+			code = protocol.CodeTargetTimeout
+		}
+		p.fail(w, ctx, f, &refusal{code: code, status: http.StatusBadGateway, reason: "upstream " + q.host + ": " + protocol.E(code).Message}, start)
+		return
+	}
+	defer resp.Body.Close()
+	f.Status = resp.StatusCode
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.StatusCode != http.StatusNotModified {
+		loc, err := resp.Location()
+		if err != nil || (loc.Scheme != "https" && loc.Scheme != "http") || loc.User != nil || !allowed(loc.Hostname(), p.allow) {
+			target := ""
+			if err == nil {
+				target = " to " + printable(loc.Hostname())
+			}
+			p.refuse(w, ctx, f, refuse(protocol.CodeRedirectRefused, "upstream redirected"+target+", which is not on the policy's egress allowlist"), start)
+			return
+		}
+		// Passed on, not followed: the tool's next request is admitted on
+		// its own, so a redirect can reach only allowlisted hosts.
+		w.Header().Set("Location", loc.String())
+	}
+	if resp.ContentLength > p.cfg.MaxResponseBytes {
+		p.fail(w, ctx, f, refuse(protocol.CodeResponseTooLarge, "the upstream response exceeds egress.max_response_bytes"), start)
+		return
+	}
+	if resp.ContentLength > 0 && q.method == http.MethodGet {
+		if err := m.reserveExact(ctx, resp.ContentLength); err != nil {
+			p.refuse(w, ctx, f, capRefusal(err), start)
+			return
+		}
+	}
+	for _, h := range returned {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	if resp.ContentLength >= 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	}
+	w.WriteHeader(resp.StatusCode)
+	if q.method == http.MethodHead {
+		f.Outcome = store.EgressFetched
+		p.record(ctx, f, start)
+		return
+	}
+	hash := sha256.New()
+	var file *pending
+	keep := cacheable && resp.StatusCode == http.StatusOK
+	if keep {
+		file = p.cfg.Cache.begin()
+	}
+	buf := make([]byte, 64<<10)
+	var n int64
+	var ferr *refusal
+	for {
+		k, rerr := resp.Body.Read(buf)
+		if k > 0 {
+			if n+int64(k) > p.cfg.MaxResponseBytes {
+				ferr = refuse(protocol.CodeResponseTooLarge, "the upstream response exceeds egress.max_response_bytes")
+				break
+			}
+			if err := m.take(ctx, int64(k)); err != nil {
+				ferr = capRefusal(err)
+				break
+			}
+			hash.Write(buf[:k])
+			if keep {
+				file.Write(buf[:k])
+			}
+			if _, err := w.Write(buf[:k]); err != nil {
+				ferr = &refusal{code: protocol.CodeTargetUnavailable, reason: "the tool hung up"}
+				n += int64(k)
+				break
+			}
+			n += int64(k)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			ferr = &refusal{code: protocol.CodeTargetUnavailable, reason: "upstream body: " + rerr.Error()}
+			if ctx.Err() != nil {
+				ferr.code = protocol.CodeTargetTimeout
+			}
+			break
+		}
+	}
+	f.Bytes = n
+	if ferr != nil || (resp.ContentLength >= 0 && n != resp.ContentLength) {
+		if keep {
+			file.abort()
+		}
+		if ferr == nil {
+			ferr = &refusal{code: protocol.CodeTargetUnavailable, reason: "upstream body shorter than its length"}
+		}
+		f.Outcome, f.Code, f.Reason = store.EgressFailed, string(ferr.code), ferr.reason
+		p.record(ctx, f, start)
+		if ferr.code == protocol.CodeLimitExceeded && p.cfg.OnRefused != nil {
+			p.cfg.OnRefused(Refusal{EpisodeID: p.cfg.EpisodeID, Method: f.Method, Host: f.Host, Code: ferr.code, Reason: ferr.reason})
+		}
+		panic(http.ErrAbortHandler) // the tool sees a cut body, never a short one
+	}
+	f.Outcome, f.SHA256 = store.EgressFetched, hex.EncodeToString(hash.Sum(nil))
+	if keep {
+		_ = file.commit(key, entry{SHA256: f.SHA256, Size: n, ContentType: resp.Header.Get("Content-Type")})
+	}
+	p.record(ctx, f, start)
+}
+
+// client is an HTTPS client to host's pinned address: TLS verified
+// against host's name, no proxy, no redirects followed, no compression
+// (the cache keeps identity bodies).
+func (p *Proxy) client(host string) *http.Client {
+	tr := &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return p.dial(ctx, host)
+		},
+		TLSClientConfig:        &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12, RootCAs: p.cfg.RootCAs},
+		DisableKeepAlives:      true,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: 64 << 10,
+		ResponseHeaderTimeout:  p.cfg.Timeout,
+	}
+	return &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// tunnel serves an admitted CONNECT host:443: bytes are relayed, not read
+// (TLS is end to end between the tool and the registry), counted both
+// ways, and those into the domain charged to the cap.
+func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start time.Time) {
+	f := store.EgressFetch{Kind: store.EgressTunnel, Method: q.method, Host: q.host}
+	dctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	upc, err := p.dial(dctx, q.host)
+	cancel()
+	if err != nil {
+		code := protocol.AsWire(err).Code
+		p.fail(w, r.Context(), f, &refusal{code: code, status: http.StatusBadGateway, reason: "upstream " + q.host + ": " + protocol.E(code).Message}, start)
+		return
+	}
+	defer upc.Close()
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		p.fail(w, r.Context(), f, &refusal{code: protocol.CodeInternal, status: http.StatusInternalServerError, reason: "cannot tunnel"}, start)
+		return
+	}
+	down, rw, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer down.Close()
+	if _, err := rw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n"); err != nil || rw.Flush() != nil {
+		return
+	}
+	f.Status = http.StatusOK
+	m := &meter{p: p}
+	ctx := context.WithoutCancel(r.Context())
+	var up int64
+	var capHit error
+	done := make(chan struct{})
+	go func() { // domain → upstream
+		defer close(done)
+		up = relay(upc, rw.Reader, down, p.cfg.Timeout, nil)
+		if cw, ok := upc.(*net.TCPConn); ok {
+			cw.CloseWrite()
+		}
+	}()
+	n := relay(down, upc, upc, p.cfg.Timeout, func(k int) error {
+		if err := m.take(ctx, int64(k)); err != nil {
+			capHit = err
+			return err
+		}
+		return nil
+	})
+	down.Close()
+	upc.Close()
+	<-done
+	m.settle(ctx)
+	f.Bytes, f.BytesUp, f.Outcome = n, up, store.EgressFetched
+	if capHit != nil {
+		ref := capRefusal(capHit)
+		f.Outcome, f.Code, f.Reason = store.EgressFailed, string(ref.code), ref.reason
+		if p.cfg.OnRefused != nil {
+			p.cfg.OnRefused(Refusal{EpisodeID: p.cfg.EpisodeID, Method: f.Method, Host: f.Host, Code: ref.code, Reason: ref.reason})
+		}
+	}
+	p.record(ctx, f, start)
+}
+
+// relay copies src to dst until EOF, an error, idle beyond timeout, or
+// charge refusing; it returns the bytes written. deadline is the conn
+// whose read deadline bounds idleness.
+func relay(dst io.Writer, src io.Reader, deadline net.Conn, timeout time.Duration, charge func(int) error) int64 {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		deadline.SetReadDeadline(time.Now().Add(timeout))
+		k, err := src.Read(buf)
+		if k > 0 {
+			if charge != nil && charge(k) != nil {
+				return n
+			}
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return n
+			}
+			n += int64(k)
+		}
+		if err != nil {
+			return n
+		}
+	}
+}

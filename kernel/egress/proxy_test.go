@@ -1,0 +1,286 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// registry serves immutable module objects, a mutable listing, a
+// redirect elsewhere and one to itself.
+func registry(body []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" || r.Header.Get("Cookie") != "" {
+			http.Error(w, "credential forwarded", http.StatusTeapot)
+			return
+		}
+		switch {
+		case r.URL.Path == "/away":
+			http.Redirect(w, r, "https://other.example.org/x", http.StatusFound)
+		case r.URL.Path == "/moved":
+			http.Redirect(w, r, "https://example.com/m/@v/v1.0.0.mod", http.StatusMovedPermanently)
+		case strings.HasSuffix(r.URL.Path, "/@v/list"):
+			io.WriteString(w, "v1.0.0\n")
+		case strings.HasSuffix(r.URL.Path, ".zip"), strings.HasSuffix(r.URL.Path, ".tgz"):
+			w.Header().Set("Content-Type", "application/zip")
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			w.Write(body)
+		case strings.HasSuffix(r.URL.Path, ".mod"):
+			io.WriteString(w, "module m\n")
+		default:
+			http.NotFound(w, r)
+		}
+	}
+}
+
+func get(t *testing.T, c *http.Client, u string) (int, []byte, http.Header) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s body: %v", u, err)
+	}
+	return resp.StatusCode, b, resp.Header
+}
+
+// TestCacheServesSecondEpisode: a second episode's fetch of an immutable
+// module object is served from the shared cache — the upstream counts one
+// request — while a mutable listing goes upstream each time. Each fetch is
+// in its episode's ledger with the body's digest.
+func TestCacheServesSecondEpisode(t *testing.T) {
+	s := openStore(t)
+	body := bytes.Repeat([]byte("module zip "), 50000) // 550 kB: several meter reads
+	up := newUpstream(t, registry(body))
+	cache, err := OpenCache(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := up.config("example.com")
+	cfg.Cache = cache
+	a, b := start(t, s, cfg), start(t, s, cfg)
+	const zip = "http://example.com/golang.org/x/m/@v/v1.0.0.zip"
+	sum := sha256.Sum256(body)
+	for _, r := range []*running{a, b} {
+		code, got, _ := get(t, client(r.url), zip)
+		if code != 200 || !bytes.Equal(got, body) {
+			t.Fatalf("zip: %d, %d bytes", code, len(got))
+		}
+		if code, got, _ := get(t, client(r.url), "http://example.com/golang.org/x/m/@v/list"); code != 200 || string(got) != "v1.0.0\n" {
+			t.Fatalf("list: %d %q", code, got)
+		}
+	}
+	if n := up.count("/golang.org/x/m/@v/v1.0.0.zip"); n != 1 {
+		t.Fatalf("the upstream served the immutable zip %d times, want 1", n)
+	}
+	if n := up.count("/golang.org/x/m/@v/list"); n != 2 {
+		t.Fatalf("the upstream served the mutable list %d times, want 2", n)
+	}
+	for i, r := range []*running{a, b} {
+		l := r.ledger(t, s)
+		if len(l) != 2 {
+			t.Fatalf("episode %d ledger: %+v", i, l)
+		}
+		want := []string{store.EgressFetched, store.EgressCached}[i]
+		z := l[0]
+		if z.Outcome != want || z.Host != "example.com" || z.Path != "/golang.org/x/m/@v/v1.0.0.zip" || z.Status != 200 ||
+			z.Bytes != int64(len(body)) || z.SHA256 != hex.EncodeToString(sum[:]) {
+			t.Fatalf("episode %d zip row: %+v", i, z)
+		}
+		if l[1].Outcome != store.EgressFetched || l[1].Bytes != 7 {
+			t.Fatalf("episode %d list row: %+v", i, l[1])
+		}
+		used, err := s.EgressUsed(t.Context(), r.episode)
+		if err != nil || used != int64(len(body))+7 {
+			t.Fatalf("episode %d charged %d bytes, want %d (%v)", i, used, len(body)+7, err)
+		}
+	}
+}
+
+// TestRefusals: every kind of request the proxy must not forward is
+// refused with 403 and a reason the tool prints, never reaches the
+// upstream, is in the ledger as refused and is reported to OnRefused.
+func TestRefusals(t *testing.T) {
+	s := openStore(t)
+	up := newUpstream(t, registry([]byte("zip")))
+	r := start(t, s, up.config("example.com"))
+	addr := strings.TrimPrefix(r.url, "http://")
+	raw := func(req string) (int, string) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, req)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%q: %v", req, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	cases := []struct{ name, req, code, says string }{
+		{"POST", "POST http://example.com/upload HTTP/1.1\r\nHost: example.com\r\nContent-Length: 0\r\n\r\n", "forbidden", "method POST"},
+		{"PUT", "PUT http://example.com/-/pkg HTTP/1.1\r\nHost: example.com\r\nContent-Length: 0\r\n\r\n", "forbidden", "method PUT"},
+		{"DELETE", "DELETE http://example.com/x HTTP/1.1\r\nHost: example.com\r\n\r\n", "forbidden", "method DELETE"},
+		{"body", "GET http://example.com/m/@v/list HTTP/1.1\r\nHost: example.com\r\nContent-Length: 4\r\n\r\nleak", "forbidden", "bodies are refused"},
+		{"chunked body", "GET http://example.com/m/@v/list HTTP/1.1\r\nHost: example.com\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nleak\r\n0\r\n\r\n", "forbidden", "bodies are refused"},
+		{"CONNECT 22", "CONNECT example.com:22 HTTP/1.1\r\nHost: example.com:22\r\n\r\n", "forbidden", "port 443 only"},
+		{"CONNECT 80", "CONNECT example.com:80 HTTP/1.1\r\nHost: example.com:80\r\n\r\n", "forbidden", "port 443 only"},
+		{"CONNECT off list", "CONNECT github.com:443 HTTP/1.1\r\nHost: github.com:443\r\n\r\n", "forbidden", "not on the policy's egress allowlist"},
+		{"host off list", "GET http://evil.example.org/x HTTP/1.1\r\nHost: evil.example.org\r\n\r\n", "forbidden", "not on the policy's egress allowlist"},
+		{"ip literal", "GET http://127.0.0.1/x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "forbidden", "not on the policy's egress allowlist"},
+		{"other port", "GET http://example.com:8080/x HTTP/1.1\r\nHost: example.com\r\n\r\n", "forbidden", "port 80 only"},
+		{"origin form", "GET /x HTTP/1.1\r\nHost: example.com\r\n\r\n", "invalid_field", "absolute form"},
+		{"dot segment", "GET http://example.com/a/%2e%2e/b HTTP/1.1\r\nHost: example.com\r\n\r\n", "invalid_field", "not canonical"},
+		{"redirect elsewhere", "GET http://example.com/away HTTP/1.1\r\nHost: example.com\r\n\r\n", "redirect_refused", "other.example.org"},
+	}
+	for _, c := range cases {
+		status, body := raw(c.req)
+		if status != http.StatusForbidden || !strings.Contains(body, c.says) || !strings.Contains(body, "("+c.code+")") {
+			t.Errorf("%s: %d %q", c.name, status, body)
+		}
+	}
+	// Only the redirect reached the upstream (it had to, to see it).
+	if n := up.hits.Load(); n != 1 || up.count("/away") != 1 {
+		t.Fatalf("the upstream saw %d requests", n)
+	}
+	// A redirect to an allowlisted host is passed on, not followed.
+	status, _, h := get(t, client(r.url), "http://example.com/moved")
+	if status != http.StatusMovedPermanently || h.Get("Location") != "https://example.com/m/@v/v1.0.0.mod" || up.count("/m/@v/v1.0.0.mod") != 0 {
+		t.Fatalf("allowlisted redirect: %d %q", status, h.Get("Location"))
+	}
+	// Credentials the tool adds are not forwarded.
+	req, _ := http.NewRequest("GET", "http://example.com/m/@v/v1.0.0.mod", nil)
+	req.Header.Set("Authorization", "Bearer stolen")
+	req.Header.Set("Cookie", "session=1")
+	resp, err := client(r.url).Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("request with credentials: %v %v", err, resp)
+	}
+	resp.Body.Close()
+
+	l := r.ledger(t, s)
+	refused := 0
+	for _, f := range l {
+		if f.Outcome == store.EgressRefused {
+			refused++
+			if f.Status != 403 || f.Code == "" || f.Reason == "" {
+				t.Errorf("refused row: %+v", f)
+			}
+		}
+	}
+	if refused != len(cases) || len(r.refusals()) != len(cases) || len(l) != len(cases)+2 {
+		t.Fatalf("ledger %d rows, %d refused; %d signals; want %d refused", len(l), refused, len(r.refusals()), len(cases))
+	}
+}
+
+// TestCapStopsFetches: bytes count against the episode's cap; a fetch
+// that does not fit is refused with limit_exceeded before any byte is
+// sent, and so is every later one.
+func TestCapStopsFetches(t *testing.T) {
+	s := openStore(t)
+	body := bytes.Repeat([]byte("x"), 400<<10)
+	up := newUpstream(t, registry(body))
+	cfg := up.config("example.com")
+	cfg.MaxBytes = 1 << 20
+	r := start(t, s, cfg)
+	c := client(r.url)
+	for i := range 2 {
+		if code, got, _ := get(t, c, "http://example.com/m/@v/v1.0."+string(rune('0'+i))+".zip"); code != 200 || len(got) != len(body) {
+			t.Fatalf("fetch %d: %d", i, code)
+		}
+	}
+	for i := range 2 {
+		code, got, _ := get(t, c, "http://example.com/m/@v/v1.0.9.zip")
+		if code != http.StatusForbidden || !strings.Contains(string(got), "byte cap is reached") {
+			t.Fatalf("over the cap, try %d: %d %q", i, code, got)
+		}
+	}
+	used, _ := s.EgressUsed(t.Context(), r.episode)
+	if used != 2*int64(len(body)) {
+		t.Fatalf("charged %d", used)
+	}
+	if n := len(r.refusals()); n != 2 {
+		t.Fatalf("%d cap signals", n)
+	}
+}
+
+// TestCorruptCacheIsNotServed: a cached blob changed on disk is cut off
+// mid-response (the tool sees an error, not a wrong body), evicted, and
+// the next fetch goes upstream again.
+func TestCorruptCacheIsNotServed(t *testing.T) {
+	s := openStore(t)
+	body := bytes.Repeat([]byte("z"), 200<<10)
+	up := newUpstream(t, registry(body))
+	dir := t.TempDir()
+	cache, _ := OpenCache(dir)
+	cfg := up.config("example.com")
+	cfg.Cache = cache
+	r := start(t, s, cfg)
+	const u = "http://example.com/m/@v/v1.0.0.zip"
+	get(t, client(r.url), u)
+	sum := sha256.Sum256(body)
+	blob := filepath.Join(dir, "blobs", hex.EncodeToString(sum[:]))
+	bad := bytes.Clone(body)
+	bad[len(bad)-1] = 'Z'
+	if err := os.WriteFile(blob, bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client(r.url).Get(u)
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if err == nil {
+		t.Fatal("a corrupt cached body was served whole")
+	}
+	if code, got, _ := get(t, client(r.url), u); code != 200 || !bytes.Equal(got, body) || up.count("/m/@v/v1.0.0.zip") != 2 {
+		t.Fatalf("after eviction: %d, upstream %d", code, up.count("/m/@v/v1.0.0.zip"))
+	}
+}
+
+func TestCacheable(t *testing.T) {
+	for _, c := range []struct {
+		host, path string
+		want       bool
+	}{
+		{"proxy.golang.org", "/github.com/google/uuid/@v/v1.6.0.zip", true},
+		{"proxy.golang.org", "/github.com/google/uuid/@v/v1.6.0.mod", true},
+		{"proxy.golang.org", "/github.com/google/uuid/@v/v1.6.0.info", true},
+		{"proxy.golang.org", "/github.com/google/uuid/@v/list", false},
+		{"proxy.golang.org", "/github.com/google/uuid/@latest", false},
+		{"proxy.golang.org", "/sumdb/sum.golang.org/tile/8/0/x123/456", true},
+		{"proxy.golang.org", "/sumdb/sum.golang.org/tile/8/0/x123/456.p/7", false},
+		{"proxy.golang.org", "/sumdb/sum.golang.org/latest", false},
+		{"proxy.golang.org", "/sumdb/sum.golang.org/lookup/m@v1.0.0", false},
+		{"registry.npmjs.org", "/is-number/-/is-number-7.0.0.tgz", true},
+		{"registry.npmjs.org", "/@types%2fnode/-/node-1.0.0.tgz", true},
+		{"registry.npmjs.org", "/is-number", false},
+		{"files.pythonhosted.org", "/packages/aa/bb/x-1.0.tar.gz", true},
+		{"pypi.org", "/simple/x/", false},
+	} {
+		if got := Cacheable(c.host, c.path, ""); got != c.want {
+			t.Errorf("%s%s: %v", c.host, c.path, got)
+		}
+	}
+	if Cacheable("proxy.golang.org", "/m/@v/v1.0.0.zip", "x=1") {
+		t.Error("a query is cacheable")
+	}
+}
