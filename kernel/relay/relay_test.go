@@ -315,31 +315,42 @@ func TestStreamPassesThrough(t *testing.T) {
 			model := map[string]string{config.WireResponses: "gpt-5.5", config.WireChat: "qwen", config.WireMessages: "claude-x"}[wire]
 			req, _ := http.NewRequest("POST", "http://relay"+config.InferenceRoutes[wire], strings.NewReader(`{"model":"`+model+`","stream":true,"tools":[{}]}`))
 			req.Header.Set("Content-Type", "application/json")
-			resp, err := e.client.Do(req)
-			if err != nil {
-				t.Fatal(err)
+			// Headers and the first event must both arrive while the
+			// fixture holds the rest of the stream.
+			type got struct {
+				line string
+				br   *bufio.Reader
+				body io.Closer
+				err  error
 			}
-			defer resp.Body.Close()
-			first := make(chan string, 1)
-			br := bufio.NewReader(resp.Body)
+			first := make(chan got, 1)
 			go func() {
+				resp, err := e.client.Do(req)
+				if err != nil {
+					first <- got{err: err}
+					return
+				}
+				br := bufio.NewReader(resp.Body)
 				for {
 					line, err := br.ReadString('\n')
 					if err != nil || strings.HasPrefix(line, "data:") {
-						first <- line
+						first <- got{line: line, br: br, body: resp.Body, err: err}
 						return
 					}
 				}
 			}()
+			var g got
 			select {
-			case line := <-first:
-				if !strings.HasPrefix(line, "data:") {
-					t.Fatalf("first line %q", line)
+			case g = <-first:
+				if g.err != nil || !strings.HasPrefix(g.line, "data:") {
+					t.Fatalf("first line %q: %v", g.line, g.err)
 				}
 			case <-time.After(5 * time.Second):
 				close(hold)
 				t.Fatal("the first event did not arrive while the upstream held the rest: the relay buffers")
 			}
+			defer g.body.Close()
+			br := g.br
 			close(hold)
 			rest, _ := io.ReadAll(br)
 			if !strings.Contains(string(rest), "usage") {
