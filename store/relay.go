@@ -13,10 +13,11 @@ import (
 // The inference relay's durable budget and call ledger (kernel/relay,
 // migration 0003). Every change goes through mutate: under the episode's
 // row lock, by the instance that owns the episode, with its ledger event in
-// the same transaction.
+// the same transaction. The relay charges before it forwards (ChargeRelay),
+// gives back what it did not use when it closes (ReleaseRelay) and records
+// each finished call (RecordRelayCall).
 
-// RelayBudget is an episode's inference budget: its limits and its charge
-// (reservations not yet settled plus settled usage).
+// RelayBudget is an episode's inference budget: its limits and its charge.
 type RelayBudget struct {
 	EpisodeID uuid.UUID
 	MaxTokens int64
@@ -26,28 +27,25 @@ type RelayBudget struct {
 	Exhausted bool // the charge reached a limit, or a call did not fit
 }
 
-// RelayReservation is one call's pessimistic charge, taken before anything
-// is forwarded.
-type RelayReservation struct {
-	CallID        uuid.UUID // set by ReserveRelay
-	EpisodeID     uuid.UUID
-	Provider      string
-	Route         string
-	Model         string
-	RequestDigest string
-	Tokens        int64
-	Spend         int64
+// RelayAmount is a charge against an episode's budget.
+type RelayAmount struct {
+	Tokens int64
+	Spend  int64 // micro-USD
 }
 
-// RelaySettlement is what the provider reported for a reserved call.
-type RelaySettlement struct {
-	CallID         uuid.UUID
+// RelayRecord is one finished call, for the ledger.
+type RelayRecord struct {
 	EpisodeID      uuid.UUID
+	Provider       string
+	Route          string
+	Model          string
+	RequestDigest  string
+	Reserved       RelayAmount // what admission set aside for it
+	Charged        RelayAmount // its usage, or Reserved when it reported none
 	Status         int
 	UsageReported  bool
 	InputTokens    int64
 	OutputTokens   int64
-	Spend          int64 // priced by the relay from the reported usage
 	ResponseDigest string
 	FirstByte      time.Duration
 	Duration       time.Duration
@@ -55,14 +53,9 @@ type RelaySettlement struct {
 
 // RelayCall is one row of the relay ledger.
 type RelayCall struct {
-	Reservation RelayReservation
-	StartedAt   time.Time
-	Settled     bool
-	Settlement  RelaySettlement // zero until Settled
-	// What the call is charged: its usage, or its reservation while
-	// unsettled or when it reported none.
-	ChargedTokens int64
-	ChargedSpend  int64
+	ID uuid.UUID
+	RelayRecord
+	At time.Time
 }
 
 const relayBudgetCols = `episode_id, max_tokens, max_spend, tokens, spend, exhausted_at IS NOT NULL`
@@ -103,119 +96,125 @@ func (p *Postgres) SetRelayBudget(ctx context.Context, episodeID uuid.UUID, maxT
 	return out, err
 }
 
-// ReserveRelay charges r's tokens and spend if both fit the episode's
-// limits, and records the call; otherwise it refuses with
-// ErrBudgetExhausted and records the exhaustion once (an event the first
-// time). The episode must be active.
-func (p *Postgres) ReserveRelay(ctx context.Context, r RelayReservation) (RelayReservation, error) {
-	if r.Tokens < 0 || r.Spend < 0 {
-		return RelayReservation{}, invalid("a reservation must not be negative")
+// ChargeRelay charges an episode's budget before anything is forwarded:
+// want, clipped to what is left, and at least min; when even min does not
+// fit it refuses with budget_exhausted and records the exhaustion once.
+// With force (a call that used more than it reserved) it charges want
+// whatever the limit: that usage happened. The episode must be active
+// unless force.
+func (p *Postgres) ChargeRelay(ctx context.Context, episodeID uuid.UUID, min, want RelayAmount, force bool) (RelayAmount, RelayBudget, error) {
+	if min.Tokens < 0 || min.Spend < 0 || want.Tokens < min.Tokens || want.Spend < min.Spend {
+		return RelayAmount{}, RelayBudget{}, invalid("a relay charge must satisfy 0 <= min <= want")
 	}
-	if len(r.Provider) > maxTextField || len(r.Route) > maxTextField || len(r.Model) > maxTextField || len(r.RequestDigest) > maxTextField {
-		return RelayReservation{}, invalid("reservation text field too long")
-	}
-	r.CallID = newID()
+	var got RelayAmount
+	var out RelayBudget
 	exhausted := false
-	err := p.mutate(ctx, "reserve_relay", onEpisode(r.EpisodeID), func(m *mtx) error {
-		if err := m.requireActive(); err != nil {
-			return err
+	err := p.mutate(ctx, "charge_relay", onEpisode(episodeID), func(m *mtx) error {
+		if !force {
+			if err := m.requireActive(); err != nil {
+				return err
+			}
 		}
-		// The limit check is the UPDATE's own WHERE clause: the charge
-		// cannot pass a limit whatever runs beside it.
-		var tokens, spend int64
-		err := m.tx.QueryRow(m.ctx, `UPDATE relay_budgets SET tokens = tokens + $2, spend = spend + $3
-			WHERE episode_id = $1 AND tokens + $2 <= max_tokens AND spend + $3 <= max_spend
-			RETURNING tokens, spend`, r.EpisodeID, r.Tokens, r.Spend).Scan(&tokens, &spend)
+		b, err := scanRelayBudget(m.tx.QueryRow(m.ctx, `SELECT `+relayBudgetCols+` FROM relay_budgets WHERE episode_id = $1`, episodeID))
 		if errors.Is(err, pgx.ErrNoRows) {
-			exhausted = true
-			return markExhausted(m, r.EpisodeID)
+			return notFound("relay budget")
 		}
 		if err != nil {
 			return err
 		}
-		m.write(`INSERT INTO relay_calls (id, episode_id, provider, route, model, request_digest, reserved_tokens, reserved_spend, started_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-			r.CallID, r.EpisodeID, r.Provider, r.Route, r.Model, r.RequestDigest, r.Tokens, r.Spend, m.now)
-		m.emit("inference_reserved", map[string]any{
-			"call_id": r.CallID.String(), "provider": r.Provider, "route": r.Route, "model": r.Model,
-			"request_digest": r.RequestDigest, "reserved_tokens": r.Tokens, "reserved_spend_micro_usd": r.Spend,
-		})
+		got = want
+		if !force {
+			got.Tokens = max(min.Tokens, minInt(want.Tokens, b.MaxTokens-b.Tokens))
+			got.Spend = max(min.Spend, minInt(want.Spend, b.MaxSpend-b.Spend))
+		}
+		// The limit check is the UPDATE's own WHERE clause.
+		err = m.tx.QueryRow(m.ctx, `UPDATE relay_budgets SET tokens = tokens + $2, spend = spend + $3
+			WHERE episode_id = $1 AND ($4 OR (tokens + $2 <= max_tokens AND spend + $3 <= max_spend))
+			RETURNING `+relayBudgetCols, episodeID, got.Tokens, got.Spend, force).Scan(
+			&out.EpisodeID, &out.MaxTokens, &out.MaxSpend, &out.Tokens, &out.Spend, &out.Exhausted)
+		if errors.Is(err, pgx.ErrNoRows) {
+			exhausted, out = true, b
+			return markExhausted(m, episodeID)
+		}
+		if err != nil {
+			return err
+		}
+		m.emit("inference_budget_charged", map[string]any{"tokens": got.Tokens, "spend_micro_usd": got.Spend, "over_limit": force,
+			"charged_tokens": out.Tokens, "charged_spend_micro_usd": out.Spend})
+		if !out.Exhausted && (out.Tokens >= out.MaxTokens || out.MaxSpend > 0 && out.Spend >= out.MaxSpend) {
+			out.Exhausted = true
+			return markExhausted(m, episodeID)
+		}
 		return nil
 	})
 	if err != nil {
-		return RelayReservation{}, err
+		return RelayAmount{}, RelayBudget{}, err
 	}
 	if exhausted {
-		return RelayReservation{}, protocol.Errorf(protocol.CodeBudgetExhausted, "reservation of %d tokens does not fit", r.Tokens)
+		return RelayAmount{}, out, protocol.Errorf(protocol.CodeBudgetExhausted, "a charge of %d tokens does not fit", min.Tokens)
 	}
-	return r, nil
+	return got, out, nil
 }
 
-// markExhausted records the first time an episode's budget ran out; later
-// refusals write nothing, so a worker hammering an empty budget cannot
-// grow the ledger.
-func markExhausted(m *mtx, episodeID uuid.UUID) error {
-	b, err := scanRelayBudget(m.tx.QueryRow(m.ctx, `SELECT `+relayBudgetCols+` FROM relay_budgets WHERE episode_id = $1`, episodeID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return notFound("relay budget")
+func minInt(a, b int64) int64 {
+	if a < b {
+		return a
 	}
-	if err != nil || b.Exhausted {
-		return err
-	}
-	m.write(`UPDATE relay_budgets SET exhausted_at = $2 WHERE episode_id = $1`, episodeID, m.now)
-	m.emit("inference_budget_exhausted", map[string]any{
-		"tokens": b.Tokens, "spend_micro_usd": b.Spend, "max_tokens": b.MaxTokens, "max_spend_micro_usd": b.MaxSpend,
-	})
-	return nil
+	return b
 }
 
-// SettleRelay replaces a call's reservation by its reported usage; a call
-// without usage stays charged its whole reservation. A call settles once.
-// It returns the budget after settling (Exhausted when the charge reached
-// a limit).
-func (p *Postgres) SettleRelay(ctx context.Context, s RelaySettlement) (RelayBudget, error) {
-	if s.InputTokens < 0 || s.OutputTokens < 0 || s.Spend < 0 || len(s.ResponseDigest) > maxTextField {
-		return RelayBudget{}, invalid("settlement usage must not be negative")
+// ReleaseRelay gives back what a relay charged and did not use (its
+// unused block when it closes). Never below zero.
+func (p *Postgres) ReleaseRelay(ctx context.Context, episodeID uuid.UUID, a RelayAmount) (RelayBudget, error) {
+	if a.Tokens < 0 || a.Spend < 0 {
+		return RelayBudget{}, invalid("a release must not be negative")
 	}
 	var out RelayBudget
-	err := p.mutate(ctx, "settle_relay", onEpisode(s.EpisodeID), func(m *mtx) error {
-		var resTokens, resSpend int64
-		err := m.tx.QueryRow(m.ctx, `SELECT reserved_tokens, reserved_spend FROM relay_calls
-			WHERE id = $1 AND episode_id = $2 AND settled_at IS NULL FOR UPDATE`, s.CallID, s.EpisodeID).Scan(&resTokens, &resSpend)
+	err := p.mutate(ctx, "release_relay", onEpisode(episodeID), func(m *mtx) error {
+		var err error
+		out, err = scanRelayBudget(m.tx.QueryRow(m.ctx, `UPDATE relay_budgets SET tokens = GREATEST(tokens - $2, 0), spend = GREATEST(spend - $3, 0)
+			WHERE episode_id = $1 RETURNING `+relayBudgetCols, episodeID, a.Tokens, a.Spend))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("unsettled relay call")
+			return notFound("relay budget")
 		}
 		if err != nil {
 			return err
 		}
-		tokens, spend := resTokens, resSpend
-		if s.UsageReported {
-			tokens, spend = s.InputTokens+s.OutputTokens, s.Spend
-		}
-		b, err := scanRelayBudget(m.tx.QueryRow(m.ctx, `UPDATE relay_budgets SET tokens = tokens + $2, spend = spend + $3
-			WHERE episode_id = $1 RETURNING `+relayBudgetCols, s.EpisodeID, tokens-resTokens, spend-resSpend))
-		if err != nil {
-			return err
-		}
-		m.write(`UPDATE relay_calls SET settled_at = $2, status = $3, usage_reported = $4, input_tokens = $5, output_tokens = $6,
-			tokens = $7, spend = $8, response_digest = $9, first_byte_ms = $10, duration_ms = $11 WHERE id = $1`,
-			s.CallID, m.now, s.Status, s.UsageReported, s.InputTokens, s.OutputTokens, tokens, spend, s.ResponseDigest,
-			s.FirstByte.Milliseconds(), s.Duration.Milliseconds())
-		m.emit("inference_settled", map[string]any{
-			"call_id": s.CallID.String(), "status": s.Status, "usage_reported": s.UsageReported,
-			"input_tokens": s.InputTokens, "output_tokens": s.OutputTokens, "tokens": tokens, "spend_micro_usd": spend,
-			"response_digest": s.ResponseDigest, "duration_ms": s.Duration.Milliseconds(),
-		})
-		if !b.Exhausted && (b.Tokens >= b.MaxTokens || b.Spend >= b.MaxSpend && b.MaxSpend > 0) {
-			if err := markExhausted(m, s.EpisodeID); err != nil {
-				return err
-			}
-			b.Exhausted = true
-		}
-		out = b
+		m.emit("inference_budget_released", map[string]any{"tokens": a.Tokens, "spend_micro_usd": a.Spend})
 		return nil
 	})
 	return out, err
+}
+
+// RecordRelayCall writes a finished call to the relay ledger and the
+// episode's hash-chained ledger. It changes no charge: the budget was
+// charged before the call was forwarded.
+func (p *Postgres) RecordRelayCall(ctx context.Context, r RelayRecord) (uuid.UUID, error) {
+	for _, f := range []string{r.Provider, r.Route, r.Model, r.RequestDigest, r.ResponseDigest} {
+		if len(f) > maxTextField {
+			return uuid.Nil, invalid("relay record text field too long")
+		}
+	}
+	if r.Reserved.Tokens < 0 || r.Reserved.Spend < 0 || r.Charged.Tokens < 0 || r.Charged.Spend < 0 || r.InputTokens < 0 || r.OutputTokens < 0 {
+		return uuid.Nil, invalid("relay record counts must not be negative")
+	}
+	id := newID()
+	err := p.mutate(ctx, "record_relay_call", onEpisode(r.EpisodeID), func(m *mtx) error {
+		m.write(`INSERT INTO relay_calls (id, episode_id, provider, route, model, request_digest, reserved_tokens, reserved_spend,
+			started_at, settled_at, status, usage_reported, input_tokens, output_tokens, tokens, spend, response_digest, first_byte_ms, duration_ms)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
+			id, r.EpisodeID, r.Provider, r.Route, r.Model, r.RequestDigest, r.Reserved.Tokens, r.Reserved.Spend, m.now,
+			r.Status, r.UsageReported, r.InputTokens, r.OutputTokens, r.Charged.Tokens, r.Charged.Spend, r.ResponseDigest,
+			r.FirstByte.Milliseconds(), r.Duration.Milliseconds())
+		m.emit("inference_call", map[string]any{
+			"call_id": id.String(), "provider": r.Provider, "route": r.Route, "model": r.Model, "status": r.Status,
+			"request_digest": r.RequestDigest, "response_digest": r.ResponseDigest, "usage_reported": r.UsageReported,
+			"input_tokens": r.InputTokens, "output_tokens": r.OutputTokens, "reserved_tokens": r.Reserved.Tokens,
+			"charged_tokens": r.Charged.Tokens, "charged_spend_micro_usd": r.Charged.Spend, "duration_ms": r.Duration.Milliseconds(),
+		})
+		return nil
+	})
+	return id, err
 }
 
 // GetRelayBudget reads an episode's inference budget.
@@ -232,35 +231,44 @@ func (p *Postgres) GetRelayBudget(ctx context.Context, episodeID uuid.UUID) (Rel
 	return b, err
 }
 
-// RelayCalls reads an episode's relay ledger in start order.
+// RelayCalls reads an episode's relay ledger in order.
 func (p *Postgres) RelayCalls(ctx context.Context, episodeID uuid.UUID) ([]RelayCall, error) {
 	var out []RelayCall
 	err := p.query(ctx, "relay_calls", func(tx querier) error {
 		rows, err := tx.Query(ctx, `SELECT id, episode_id, provider, route, model, request_digest, reserved_tokens, reserved_spend,
-			started_at, settled_at IS NOT NULL, COALESCE(status, 0), COALESCE(usage_reported, false),
-			COALESCE(input_tokens, 0), COALESCE(output_tokens, 0), COALESCE(tokens, 0), COALESCE(spend, 0),
-			COALESCE(response_digest, ''), COALESCE(first_byte_ms, 0), COALESCE(duration_ms, 0)
+			started_at, COALESCE(status, 0), COALESCE(usage_reported, false), COALESCE(input_tokens, 0), COALESCE(output_tokens, 0),
+			COALESCE(tokens, 0), COALESCE(spend, 0), COALESCE(response_digest, ''), COALESCE(first_byte_ms, 0), COALESCE(duration_ms, 0)
 			FROM relay_calls WHERE episode_id = $1 ORDER BY started_at, id`, episodeID)
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (RelayCall, error) {
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (RelayCall, error) {
 			var c RelayCall
 			var fb, dur int64
-			rs, st := &c.Reservation, &c.Settlement
-			err := r.Scan(&rs.CallID, &rs.EpisodeID, &rs.Provider, &rs.Route, &rs.Model, &rs.RequestDigest,
-				&rs.Tokens, &rs.Spend, &c.StartedAt, &c.Settled, &st.Status, &st.UsageReported,
-				&st.InputTokens, &st.OutputTokens, &c.ChargedTokens, &c.ChargedSpend, &st.ResponseDigest, &fb, &dur)
-			if !c.Settled {
-				c.ChargedTokens, c.ChargedSpend = rs.Tokens, rs.Spend
-			} else {
-				st.CallID, st.EpisodeID, st.Spend = rs.CallID, rs.EpisodeID, c.ChargedSpend
-			}
-			st.FirstByte, st.Duration = time.Duration(fb)*time.Millisecond, time.Duration(dur)*time.Millisecond
-			c.StartedAt = c.StartedAt.UTC()
+			r := &c.RelayRecord
+			err := row.Scan(&c.ID, &r.EpisodeID, &r.Provider, &r.Route, &r.Model, &r.RequestDigest, &r.Reserved.Tokens, &r.Reserved.Spend,
+				&c.At, &r.Status, &r.UsageReported, &r.InputTokens, &r.OutputTokens, &r.Charged.Tokens, &r.Charged.Spend,
+				&r.ResponseDigest, &fb, &dur)
+			r.FirstByte, r.Duration = time.Duration(fb)*time.Millisecond, time.Duration(dur)*time.Millisecond
+			c.At = c.At.UTC()
 			return c, err
 		})
 		return err
 	})
 	return out, err
+}
+
+// markExhausted records the first time an episode's budget ran out; later
+// refusals write nothing, so a worker hammering an empty budget cannot
+// grow the ledger.
+func markExhausted(m *mtx, episodeID uuid.UUID) error {
+	b, err := scanRelayBudget(m.tx.QueryRow(m.ctx, `SELECT `+relayBudgetCols+` FROM relay_budgets WHERE episode_id = $1`, episodeID))
+	if err != nil || b.Exhausted {
+		return err
+	}
+	m.write(`UPDATE relay_budgets SET exhausted_at = $2 WHERE episode_id = $1`, episodeID, m.now)
+	m.emit("inference_budget_exhausted", map[string]any{
+		"tokens": b.Tokens, "spend_micro_usd": b.Spend, "max_tokens": b.MaxTokens, "max_spend_micro_usd": b.MaxSpend,
+	})
+	return nil
 }

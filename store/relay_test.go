@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
-	"github.com/google/uuid"
 )
 
 func relayEpisode(t *testing.T, e *env, maxTokens, maxSpend int64) Episode {
@@ -23,54 +22,46 @@ func relayEpisode(t *testing.T, e *env, maxTokens, maxSpend int64) Episode {
 	return ep
 }
 
-func reservation(ep uuid.UUID, tokens, spend int64) RelayReservation {
-	return RelayReservation{EpisodeID: ep, Provider: "p", Route: "/v1/responses", Model: "m", RequestDigest: "sha256:00", Tokens: tokens, Spend: spend}
-}
+var errExhausted = protocol.E(protocol.CodeBudgetExhausted)
 
-func TestRelayReserveSettleExhaust(t *testing.T) {
+func TestRelayChargeReleaseRecord(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
 	ep := relayEpisode(t, e, 1000, 500)
 
-	r1, err := e.store.ReserveRelay(ctx, reservation(ep.ID, 600, 100))
+	// A block is clipped to what is left, never below min.
+	got, b, err := e.store.ChargeRelay(ctx, ep.ID, RelayAmount{600, 100}, RelayAmount{5000, 100}, false)
+	if err != nil || got.Tokens != 1000 || got.Spend != 100 || b.Tokens != 1000 || !b.Exhausted {
+		t.Fatalf("block: %+v %+v %v", got, b, err)
+	}
+	if _, _, err := e.store.ChargeRelay(ctx, ep.ID, RelayAmount{1, 0}, RelayAmount{1, 0}, false); !errors.Is(err, errExhausted) {
+		t.Fatalf("over the limit: %v", err)
+	}
+	// Giving back the unused part makes room again.
+	if b, err = e.store.ReleaseRelay(ctx, ep.ID, RelayAmount{850, 93}); err != nil || b.Tokens != 150 || b.Spend != 7 {
+		t.Fatalf("release: %+v %v", b, err)
+	}
+	if got, _, err = e.store.ChargeRelay(ctx, ep.ID, RelayAmount{800, 0}, RelayAmount{800, 0}, false); err != nil || got.Tokens != 800 {
+		t.Fatalf("after release: %+v %v", got, err)
+	}
+	// Usage beyond the charge is charged whatever the limit: it happened.
+	if _, b, err = e.store.ChargeRelay(ctx, ep.ID, RelayAmount{}, RelayAmount{400, 0}, true); err != nil || b.Tokens != 1350 {
+		t.Fatalf("forced: %+v %v", b, err)
+	}
+	id, err := e.store.RecordRelayCall(ctx, RelayRecord{EpisodeID: ep.ID, Provider: "p", Route: "/v1/responses", Model: "m",
+		RequestDigest: "sha256:00", Reserved: RelayAmount{600, 9}, Charged: RelayAmount{150, 7}, Status: 200, UsageReported: true,
+		InputTokens: 100, OutputTokens: 50, ResponseDigest: "sha256:11", Duration: 3 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
-	}
-	// 600 reserved: a second 600 does not fit, and nothing is charged.
-	if _, err := e.store.ReserveRelay(ctx, reservation(ep.ID, 600, 100)); !errors.Is(err, protocol.E(protocol.CodeBudgetExhausted)) {
-		t.Fatalf("second reservation: %v", err)
-	}
-	// Settling on the reported usage gives back the unused part.
-	b, err := e.store.SettleRelay(ctx, RelaySettlement{CallID: r1.CallID, EpisodeID: ep.ID, Status: 200, UsageReported: true,
-		InputTokens: 100, OutputTokens: 50, Spend: 7, ResponseDigest: "sha256:11", Duration: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.Tokens != 150 || b.Spend != 7 || !b.Exhausted {
-		// Exhausted is already set: the refused reservation above recorded it.
-		t.Fatalf("after settle: %+v", b)
-	}
-	// A call settles once.
-	if _, err := e.store.SettleRelay(ctx, RelaySettlement{CallID: r1.CallID, EpisodeID: ep.ID, UsageReported: true}); !errors.Is(err, protocol.E(protocol.CodeNotFound)) {
-		t.Fatalf("second settle: %v", err)
-	}
-	// A call without usage is charged its whole reservation.
-	r2, err := e.store.ReserveRelay(ctx, reservation(ep.ID, 800, 400))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b, err = e.store.SettleRelay(ctx, RelaySettlement{CallID: r2.CallID, EpisodeID: ep.ID, Status: 502}); err != nil || b.Tokens != 950 || b.Spend != 407 {
-		t.Fatalf("no-usage settle: %+v %v", b, err)
 	}
 	calls, err := e.store.RelayCalls(ctx, ep.ID)
-	if err != nil || len(calls) != 2 || !calls[0].Settled || calls[0].ChargedTokens != 150 || calls[1].ChargedTokens != 800 ||
-		calls[0].Settlement.ResponseDigest != "sha256:11" || calls[0].Reservation.Model != "m" {
+	if err != nil || len(calls) != 1 || calls[0].ID != id || calls[0].Charged.Tokens != 150 || calls[0].ResponseDigest != "sha256:11" ||
+		calls[0].Duration != 3*time.Millisecond || calls[0].Model != "m" {
 		t.Fatalf("ledger: %+v %v", calls, err)
 	}
-	// The exhaustion is recorded once in the hash-chained ledger, however
-	// many calls are refused.
+	// The exhaustion is recorded once, however many charges are refused.
 	for range 3 {
-		if _, err := e.store.ReserveRelay(ctx, reservation(ep.ID, 100, 0)); !errors.Is(err, protocol.E(protocol.CodeBudgetExhausted)) {
+		if _, _, err := e.store.ChargeRelay(ctx, ep.ID, RelayAmount{1, 0}, RelayAmount{1, 0}, false); !errors.Is(err, errExhausted) {
 			t.Fatalf("over the limit: %v", err)
 		}
 	}
@@ -82,7 +73,8 @@ func TestRelayReserveSettleExhaust(t *testing.T) {
 	for _, ev := range events {
 		kinds[ev.Kind]++
 	}
-	if kinds["inference_budget_exhausted"] != 1 || kinds["inference_reserved"] != 2 || kinds["inference_settled"] != 2 || kinds["inference_budget_set"] != 1 {
+	if kinds["inference_budget_exhausted"] != 1 || kinds["inference_budget_charged"] != 3 || kinds["inference_call"] != 1 ||
+		kinds["inference_budget_released"] != 1 || kinds["inference_budget_set"] != 1 {
 		t.Fatalf("events %v", kinds)
 	}
 	if rep, err := e.store.VerifyLedger(ctx, ep.ID); err != nil || !rep.OK() {
@@ -96,7 +88,7 @@ func TestRelayBudgetSurvivesRestart(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
 	ep := relayEpisode(t, e, 1000, 0)
-	if _, err := e.store.ReserveRelay(ctx, reservation(ep.ID, 900, 0)); err != nil {
+	if _, _, err := e.store.ChargeRelay(ctx, ep.ID, RelayAmount{900, 0}, RelayAmount{900, 0}, false); err != nil {
 		t.Fatal(err)
 	}
 	e.store.Close()
@@ -105,7 +97,7 @@ func TestRelayBudgetSurvivesRestart(t *testing.T) {
 	if err != nil || b.Tokens != 900 {
 		t.Fatalf("after restart: %+v %v", b, err)
 	}
-	if _, err := again.ReserveRelay(ctx, reservation(ep.ID, 200, 0)); !errors.Is(err, protocol.E(protocol.CodeBudgetExhausted)) {
+	if _, _, err := again.ChargeRelay(ctx, ep.ID, RelayAmount{200, 0}, RelayAmount{200, 0}, false); !errors.Is(err, errExhausted) {
 		t.Fatalf("restart reset the budget: %v", err)
 	}
 	if b, err = again.SetRelayBudget(ctx, ep.ID, 2000, 0); err != nil || b.Tokens != 900 || b.MaxTokens != 2000 {
@@ -113,8 +105,8 @@ func TestRelayBudgetSurvivesRestart(t *testing.T) {
 	}
 }
 
-// Racing reservations never pass the limit together.
-func TestRelayReservationRace(t *testing.T) {
+// Racing charges never pass the limit together.
+func TestRelayChargeRace(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
 	ep := relayEpisode(t, e, 1000, 0)
@@ -125,13 +117,13 @@ func TestRelayReservationRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := e.store.ReserveRelay(ctx, reservation(ep.ID, 300, 0))
+			_, _, err := e.store.ChargeRelay(ctx, ep.ID, RelayAmount{300, 0}, RelayAmount{300, 0}, false)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case err == nil:
 				granted++
-			case !errors.Is(err, protocol.E(protocol.CodeBudgetExhausted)):
+			case !errors.Is(err, errExhausted):
 				t.Error(err)
 			}
 		}()
@@ -150,14 +142,17 @@ func TestRelayRefusesWithoutBudgetOrOwnership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.ReserveRelay(ctx, reservation(ep.ID, 1, 0)); !errors.Is(err, protocol.E(protocol.CodeNotFound)) {
+	if _, _, err := e.store.ChargeRelay(ctx, ep.ID, RelayAmount{1, 0}, RelayAmount{1, 0}, false); !errors.Is(err, protocol.E(protocol.CodeNotFound)) {
 		t.Fatalf("no budget: %v", err)
 	}
 	if _, err := e.store.SetRelayBudget(ctx, ep.ID, 10, 0); err != nil {
 		t.Fatal(err)
 	}
 	other := e.open("kernel-b", 0)
-	if _, err := other.ReserveRelay(ctx, reservation(ep.ID, 1, 0)); !errors.Is(err, protocol.E(protocol.CodeStaleAuthority)) {
-		t.Fatalf("a kernel without the episode's ownership reserved: %v", err)
+	if _, _, err := other.ChargeRelay(ctx, ep.ID, RelayAmount{1, 0}, RelayAmount{1, 0}, false); !errors.Is(err, protocol.E(protocol.CodeStaleAuthority)) {
+		t.Fatalf("a kernel without the episode's ownership charged: %v", err)
+	}
+	if _, _, err := e.store.ChargeRelay(ctx, ep.ID, RelayAmount{2, 0}, RelayAmount{1, 0}, false); !errors.Is(err, protocol.E(protocol.CodeInvalidField)) {
+		t.Fatalf("min above want: %v", err)
 	}
 }

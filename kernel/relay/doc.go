@@ -18,13 +18,20 @@
 //     top-level key, and its model is allowed by both the signed policy and
 //     the provider. Everything else is refused with a JSON error from the
 //     closed catalogue, and nothing is forwarded.
-//   - Nothing is forwarded without a durable reservation. The relay
-//     reserves a pessimistic charge (the body's bytes as input tokens plus
-//     the request's output cap, or the provider's ceiling) in the store
-//     before forwarding and settles it on the usage the provider reports;
-//     a call that reports no usage stays charged its whole reservation. A
-//     call that does not fit is refused (budget_exhausted) and the
-//     exhaustion is signalled once.
+//   - Nothing is forwarded without a durable charge. Each call reserves a
+//     pessimistic amount (the body's bytes as input tokens plus the
+//     request's output cap, or the provider's ceiling, priced by the
+//     provider's table) from budget the relay has already charged to the
+//     episode in the store; when that pool is short the relay charges a
+//     block (an eighth of the policy's limits, at least the call's need)
+//     first, with the limit check in the UPDATE itself. A call settles on
+//     the usage the provider reports; one that reports none keeps its whole
+//     reservation, usage beyond it is charged whatever the limit, and the
+//     unused pool is given back on Close. A restart keeps every charge, and
+//     a kernel that dies leaves its pool charged (at most one block). A
+//     call that does not fit is refused (budget_exhausted, 429) and the
+//     exhaustion is signalled once (Options.OnExhausted) and recorded once
+//     in the episode's ledger.
 //   - Streams pass through as they arrive: each chunk read from the
 //     upstream is written and flushed to the worker before the next read.
 //     Usage is parsed from the events as they pass; prompt and completion

@@ -30,8 +30,9 @@ import (
 // (*store.Postgres).
 type Ledger interface {
 	SetRelayBudget(ctx context.Context, episodeID uuid.UUID, maxTokens, maxSpend int64) (store.RelayBudget, error)
-	ReserveRelay(ctx context.Context, r store.RelayReservation) (store.RelayReservation, error)
-	SettleRelay(ctx context.Context, s store.RelaySettlement) (store.RelayBudget, error)
+	ChargeRelay(ctx context.Context, episodeID uuid.UUID, min, want store.RelayAmount, force bool) (store.RelayAmount, store.RelayBudget, error)
+	ReleaseRelay(ctx context.Context, episodeID uuid.UUID, a store.RelayAmount) (store.RelayBudget, error)
+	RecordRelayCall(ctx context.Context, r store.RelayRecord) (uuid.UUID, error)
 }
 
 // Exhausted is what the relay signals when an episode's budget runs out.
@@ -79,6 +80,18 @@ type Relay struct {
 	settling sync.WaitGroup
 	mu       sync.Mutex
 	closed   bool // no new asynchronous settlement once Close waits
+
+	// pool is budget this relay has durably charged to the episode and
+	// not yet set aside for a call. Admission takes a call's reservation
+	// from it without a database round trip; when it runs short the relay
+	// charges a block (an eighth of the limits, at least the call's need)
+	// before forwarding, so every call in flight and every token used is
+	// always covered by a durable charge. A settled call's unused part
+	// returns to the pool; Close gives the pool back. A kernel that dies
+	// leaves its pool charged: at most one block, erring on the safe side.
+	poolMu sync.Mutex
+	pool   store.RelayAmount
+	block  store.RelayAmount
 }
 
 // New resolves the provider's credential and records the episode's budget
@@ -128,6 +141,7 @@ func New(ctx context.Context, opts Options) (*Relay, error) {
 		}
 	}
 	if opts.Budget != nil {
+		r.block = store.RelayAmount{Tokens: max(opts.Budget.MaxTokens/8, 1), Spend: opts.Budget.MaxSpendMicroUSD / 8}
 		if _, err := opts.Ledger.SetRelayBudget(ctx, opts.EpisodeID, opts.Budget.MaxTokens, opts.Budget.MaxSpendMicroUSD); err != nil {
 			return nil, err
 		}
@@ -219,6 +233,17 @@ func (r *Relay) Close() error {
 	r.closed = true
 	r.mu.Unlock()
 	r.settling.Wait()
+	r.poolMu.Lock()
+	defer r.poolMu.Unlock()
+	if r.pool != (store.RelayAmount{}) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, rerr := r.opts.Ledger.ReleaseRelay(ctx, r.opts.EpisodeID, r.pool); rerr != nil {
+			r.opts.Log.Error("returning the unused budget failed; it stays charged", "error", rerr)
+		} else {
+			r.pool = store.RelayAmount{}
+		}
+	}
 	return err
 }
 
@@ -271,11 +296,8 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// Pessimistic: every byte of the body a token (an upper bound for
 	// text under byte-level tokenizers), and the whole output cap.
 	inEst := int64(len(body))
-	res, err := r.opts.Ledger.ReserveRelay(req.Context(), store.RelayReservation{
-		EpisodeID: r.opts.EpisodeID, Provider: r.opts.ProviderName, Route: c.route, Model: c.model,
-		RequestDigest: reqDigest, Tokens: inEst + outCap, Spend: spend(price, inEst, outCap),
-	})
-	if err != nil {
+	res := store.RelayAmount{Tokens: inEst + outCap, Spend: spend(price, inEst, outCap)}
+	if err := r.take(req.Context(), res); err != nil {
 		if errors.Is(err, protocol.E(protocol.CodeBudgetExhausted)) {
 			r.exhausted()
 			r.refuse(w, refuse(protocol.CodeBudgetExhausted, http.StatusTooManyRequests, "budget exhausted"))
@@ -288,19 +310,22 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	out := r.forward(w, req, c, body)
 	out.start, out.end, out.reqDigest = start, time.Now(), reqDigest
+	// The unused part of the reservation goes back to the pool at once,
+	// before the next call on this connection is admitted.
+	charged := r.charged(res, price, out)
 	// The worker's answer ends when this handler returns; the ledger
 	// write must not delay it (nor a stream's end).
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		r.settle(res, c, price, out)
+		r.record(res, charged, c, out)
 		return
 	}
 	r.settling.Add(1)
 	r.mu.Unlock()
 	go func() {
 		defer r.settling.Done()
-		r.settle(res, c, price, out)
+		r.record(res, charged, c, out)
 	}()
 }
 
@@ -408,30 +433,75 @@ func pump(w http.ResponseWriter, body io.Reader, tr *tracker, h hash.Hash) time.
 	}
 }
 
-func (r *Relay) settle(res store.RelayReservation, c call, price config.Price, o outcome) {
+// take sets res aside for a call from the pool, charging a block to the
+// episode first when the pool is short. Refills are serialised: one
+// durable charge at a time.
+func (r *Relay) take(ctx context.Context, res store.RelayAmount) error {
+	r.poolMu.Lock()
+	defer r.poolMu.Unlock()
+	if r.pool.Tokens >= res.Tokens && r.pool.Spend >= res.Spend {
+		r.pool.Tokens -= res.Tokens
+		r.pool.Spend -= res.Spend
+		return nil
+	}
+	need := store.RelayAmount{Tokens: max(res.Tokens-r.pool.Tokens, 0), Spend: max(res.Spend-r.pool.Spend, 0)}
+	want := store.RelayAmount{Tokens: max(need.Tokens, r.block.Tokens), Spend: max(need.Spend, r.block.Spend)}
+	got, _, err := r.opts.Ledger.ChargeRelay(ctx, r.opts.EpisodeID, need, want, false)
+	if err != nil {
+		return err
+	}
+	r.pool.Tokens += got.Tokens - res.Tokens
+	r.pool.Spend += got.Spend - res.Spend
+	return nil
+}
+
+// charged settles a call against its reservation: its reported usage (or
+// the whole reservation when it reported none, or nothing when it never
+// reached the provider). What it did not use returns to the pool; usage
+// beyond the reservation is charged durably, whatever the limit.
+func (r *Relay) charged(res store.RelayAmount, price config.Price, o outcome) store.RelayAmount {
 	u := o.usage
 	if o.notSent {
-		u = usage{reported: true} // nothing reached the provider: nothing spent
+		u = usage{reported: true}
 	}
+	used := res
+	if u.reported {
+		used = store.RelayAmount{Tokens: u.input + u.output, Spend: spend(price, u.input, u.output)}
+	}
+	back := store.RelayAmount{Tokens: max(res.Tokens-used.Tokens, 0), Spend: max(res.Spend-used.Spend, 0)}
+	over := store.RelayAmount{Tokens: max(used.Tokens-res.Tokens, 0), Spend: max(used.Spend-res.Spend, 0)}
+	r.poolMu.Lock()
+	r.pool.Tokens += back.Tokens
+	r.pool.Spend += back.Spend
+	r.poolMu.Unlock()
+	if over != (store.RelayAmount{}) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, b, err := r.opts.Ledger.ChargeRelay(ctx, r.opts.EpisodeID, store.RelayAmount{}, over, true); err != nil {
+			r.opts.Log.Error("charging usage beyond the reservation failed", "error", err)
+		} else if b.Exhausted {
+			r.exhausted()
+		}
+	}
+	return used
+}
+
+// record writes the finished call to the ledger; only what is not
+// content: route, model, status, counts, digests, timings.
+func (r *Relay) record(res, charged store.RelayAmount, c call, o outcome) {
 	dur := o.end.Sub(o.start)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := r.opts.Ledger.SettleRelay(ctx, store.RelaySettlement{
-		CallID: res.CallID, EpisodeID: res.EpisodeID, Status: o.status, UsageReported: u.reported,
-		InputTokens: u.input, OutputTokens: u.output, Spend: spend(price, u.input, u.output),
-		ResponseDigest: o.respDigest, FirstByte: o.firstByte, Duration: dur,
+	_, err := r.opts.Ledger.RecordRelayCall(ctx, store.RelayRecord{
+		EpisodeID: r.opts.EpisodeID, Provider: r.opts.ProviderName, Route: c.route, Model: c.model, RequestDigest: o.reqDigest,
+		Reserved: res, Charged: charged, Status: o.status, UsageReported: o.usage.reported || o.notSent,
+		InputTokens: o.usage.input, OutputTokens: o.usage.output, ResponseDigest: o.respDigest, FirstByte: o.firstByte, Duration: dur,
 	})
-	// Only what is not content: route, model, status, counts, digests.
 	r.opts.Log.Info("inference call", "route", c.route, "model", c.model, "stream", c.stream, "status", o.status,
-		"usage_reported", u.reported, "input_tokens", u.input, "output_tokens", u.output,
+		"usage_reported", o.usage.reported, "input_tokens", o.usage.input, "output_tokens", o.usage.output,
 		"request_digest", o.reqDigest, "response_digest", o.respDigest, "first_byte", o.firstByte, "duration", dur)
 	if err != nil {
-		// The reservation stays charged: the budget errs on the safe side.
-		r.opts.Log.Error("settlement failed; the call stays charged its reservation", "error", err)
-		return
-	}
-	if b.Exhausted {
-		r.exhausted()
+		r.opts.Log.Error("recording the call failed (its budget was charged before it was forwarded)", "error", err)
 	}
 }
 

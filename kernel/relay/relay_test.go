@@ -183,6 +183,20 @@ func (e *env) settled() {
 	e.relay.settling.Wait()
 }
 
+// used is what the episode's budget has been used for: the durable charge
+// less the relay's unspent pool.
+func (e *env) used() int64 {
+	e.t.Helper()
+	e.settled()
+	b, err := e.store.GetRelayBudget(context.Background(), e.episode)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.relay.poolMu.Lock()
+	defer e.relay.poolMu.Unlock()
+	return b.Tokens - e.relay.pool.Tokens
+}
+
 func errCode(t testing.TB, body []byte) string {
 	t.Helper()
 	var eb errorBody
@@ -315,31 +329,42 @@ func TestStreamPassesThrough(t *testing.T) {
 			model := map[string]string{config.WireResponses: "gpt-5.5", config.WireChat: "qwen", config.WireMessages: "claude-x"}[wire]
 			req, _ := http.NewRequest("POST", "http://relay"+config.InferenceRoutes[wire], strings.NewReader(`{"model":"`+model+`","stream":true,"tools":[{}]}`))
 			req.Header.Set("Content-Type", "application/json")
-			resp, err := e.client.Do(req)
-			if err != nil {
-				t.Fatal(err)
+			// Headers and the first event must both arrive while the
+			// fixture holds the rest of the stream.
+			type got struct {
+				line string
+				br   *bufio.Reader
+				body io.Closer
+				err  error
 			}
-			defer resp.Body.Close()
-			first := make(chan string, 1)
-			br := bufio.NewReader(resp.Body)
+			first := make(chan got, 1)
 			go func() {
+				resp, err := e.client.Do(req)
+				if err != nil {
+					first <- got{err: err}
+					return
+				}
+				br := bufio.NewReader(resp.Body)
 				for {
 					line, err := br.ReadString('\n')
 					if err != nil || strings.HasPrefix(line, "data:") {
-						first <- line
+						first <- got{line: line, br: br, body: resp.Body, err: err}
 						return
 					}
 				}
 			}()
+			var g got
 			select {
-			case line := <-first:
-				if !strings.HasPrefix(line, "data:") {
-					t.Fatalf("first line %q", line)
+			case g = <-first:
+				if g.err != nil || !strings.HasPrefix(g.line, "data:") {
+					t.Fatalf("first line %q: %v", g.line, g.err)
 				}
 			case <-time.After(5 * time.Second):
 				close(hold)
 				t.Fatal("the first event did not arrive while the upstream held the rest: the relay buffers")
 			}
+			defer g.body.Close()
+			br := g.br
 			close(hold)
 			rest, _ := io.ReadAll(br)
 			if !strings.Contains(string(rest), "usage") {
@@ -347,8 +372,8 @@ func TestStreamPassesThrough(t *testing.T) {
 			}
 			e.settled()
 			calls, err := e.store.RelayCalls(context.Background(), e.episode)
-			if err != nil || len(calls) != 1 || !calls[0].Settled || !calls[0].Settlement.UsageReported ||
-				calls[0].Settlement.InputTokens != 1200 || calls[0].Settlement.OutputTokens != 80 {
+			if err != nil || len(calls) != 1 || !calls[0].UsageReported ||
+				calls[0].InputTokens != 1200 || calls[0].OutputTokens != 80 || calls[0].Charged.Tokens != 1280 {
 				t.Fatalf("ledger %+v %v", calls, err)
 			}
 		})
@@ -372,17 +397,16 @@ func TestBudgetReserveSettleExhaust(t *testing.T) {
 		t.Fatalf("call 1: %d %s", resp.StatusCode, b)
 	}
 	e.settled()
-	b, _ := e.store.GetRelayBudget(ctx, e.episode)
-	if b.Tokens != 150 {
-		t.Fatalf("settled on usage: charge %d, want 150", b.Tokens)
+	if u := e.used(); u != 150 {
+		t.Fatalf("settled on usage: used %d, want 150", u)
 	}
 	// No usage: the whole reservation stays charged.
 	if resp, b := e.post("/v1/responses", body); resp.StatusCode != 200 {
 		t.Fatalf("call 2: %d %s", resp.StatusCode, b)
 	}
 	e.settled()
-	if b, _ = e.store.GetRelayBudget(ctx, e.episode); b.Tokens != 150+reserve {
-		t.Fatalf("no-usage call: charge %d, want %d", b.Tokens, 150+reserve)
+	if u := e.used(); u != 150+reserve {
+		t.Fatalf("no-usage call: used %d, want %d", u, 150+reserve)
 	}
 	// Exactly one more reservation fits; it settles at 150, and then a
 	// bigger call cannot fit.
@@ -408,17 +432,22 @@ func TestBudgetReserveSettleExhaust(t *testing.T) {
 		t.Fatalf("ledger %v %v", calls, err)
 	}
 	for i, c := range calls {
-		if c.Reservation.Route != "/v1/responses" || c.Reservation.Model != "gpt-5.5" || c.Settlement.Status != 200 ||
-			!strings.HasPrefix(c.Reservation.RequestDigest, "sha256:") || !strings.HasPrefix(c.Settlement.ResponseDigest, "sha256:") {
+		if c.Route != "/v1/responses" || c.Model != "gpt-5.5" || c.Status != 200 || c.Reserved.Tokens != reserve ||
+			!strings.HasPrefix(c.RequestDigest, "sha256:") || !strings.HasPrefix(c.ResponseDigest, "sha256:") {
 			t.Fatalf("call %d: %+v", i, c)
 		}
 	}
-	if calls[0].ChargedSpend != spend(config.Price{InputMicroUSDPerMTok: 1_250_000, OutputMicroUSDPerMTok: 10_000_000}, 100, 50) || calls[1].Settlement.UsageReported {
+	if calls[0].Charged.Spend != spend(config.Price{InputMicroUSDPerMTok: 1_250_000, OutputMicroUSDPerMTok: 10_000_000}, 100, 50) ||
+		calls[1].UsageReported || calls[1].Charged.Tokens != reserve || calls[2].Charged.Tokens != 150 {
 		t.Fatalf("spend %+v", calls)
+	}
+	// Closing gives back the pool: the durable charge is what was used.
+	e.relay.Close()
+	if b, err := e.store.GetRelayBudget(ctx, e.episode); err != nil || b.Tokens != 300+reserve {
+		t.Fatalf("after close: %+v %v, want %d", b, err, 300+reserve)
 	}
 	// A kernel restart cannot reset it: a new relay on the same episode
 	// refuses as well.
-	e.relay.Close()
 	again, err := New(ctx, Options{ProviderName: "fixture", Provider: e.relay.opts.Provider, EpisodeID: e.episode, Budget: budget,
 		Ledger: e.store, Getenv: e.relay.opts.Getenv})
 	if err != nil {
@@ -471,10 +500,9 @@ func TestUpstreamDown(t *testing.T) {
 	}
 	e.settled()
 	// Nothing reached a provider: the reservation is released.
-	b, err := e.store.GetRelayBudget(context.Background(), e.episode)
-	calls, _ := e.store.RelayCalls(context.Background(), e.episode)
-	if err != nil || b.Tokens != 0 || len(calls) != 1 || calls[0].Settlement.Status != 502 {
-		t.Fatalf("budget %+v calls %+v %v", b, calls, err)
+	calls, err := e.store.RelayCalls(context.Background(), e.episode)
+	if u := e.used(); err != nil || u != 0 || len(calls) != 1 || calls[0].Status != 502 || calls[0].Charged.Tokens != 0 {
+		t.Fatalf("used %d calls %+v %v", u, calls, err)
 	}
 }
 

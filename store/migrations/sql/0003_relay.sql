@@ -1,11 +1,11 @@
 -- The inference relay's budget and call ledger (issue 13, kernel/relay).
 -- relay_budgets holds one episode's limits (from its signed policy) and its
--- charge: every reservation not yet settled plus every settled call's
--- reported usage. A reservation is one UPDATE whose WHERE clause is the
--- limit check, under the episode's row lock, so two racing calls cannot
--- both take the last token; a restart keeps the charge, and a call whose
--- reservation was never settled (the kernel died mid-call) stays charged
--- in full: a call that may have reached the provider has spent.
+-- charge: what its relays have set aside before forwarding (blocks they
+-- admit calls from) plus any usage beyond that, minus what a closing relay
+-- gave back. A charge is one UPDATE whose WHERE clause is the limit check,
+-- under the episode's row lock, so racing charges cannot both take the last
+-- token. A restart keeps the charge, and what a relay held when the kernel
+-- died stays charged: a call that may have reached the provider has spent.
 CREATE TABLE relay_budgets (
   episode_id  uuid PRIMARY KEY REFERENCES episodes (id),
   max_tokens  bigint NOT NULL CHECK (max_tokens >= 0),
@@ -15,9 +15,9 @@ CREATE TABLE relay_budgets (
   exhausted_at timestamptz
 );
 
--- One row per forwarded call: what was asked (route, model, request
--- digest), what it reserved, and once settled what the provider reported.
--- Never prompt or completion text.
+-- One row per finished call: what was asked (route, model, request
+-- digest), what admission set aside, what the provider reported and what
+-- the call was charged. Never prompt or completion text.
 CREATE TABLE relay_calls (
   id              uuid PRIMARY KEY,
   episode_id      uuid NOT NULL REFERENCES relay_budgets (episode_id),
