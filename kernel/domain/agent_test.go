@@ -1,6 +1,7 @@
 package domain_test
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -242,5 +243,57 @@ func TestAgentProfileReachesOnlyLoopback(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // a datagram in flight would land by now
 	if n := h.hits.Load(); n != 0 {
 		t.Errorf("the host's listeners saw %d connections or datagrams from the domain", n)
+	}
+}
+
+// TestEntryBridgesToTheRelay is an agent domain as issue 13 builds it: a
+// rootfs with autonomic-entry, the relay socket bound in, the agent
+// profile. The agent (here the probe) speaks HTTP to 127.0.0.1:8787 and
+// reaches the host's relay server through the bridge; its config file is in
+// HOME; nothing is a violation; the host's listeners see nothing.
+func TestEntryBridgesToTheRelay(t *testing.T) {
+	d, ctx := setup(t)
+	h := listenOnHost(t)
+	entry, err := bed.Static(ctx, "./entry/cmd/autonomic-entry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := newID("agents")
+	if _, _, err := bed.AddRootfs(ctx, name, []rootfs.Add{{Src: entry, Dest: "/usr/local/bin/autonomic-entry"}}); err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := workspace(t, nil)
+	relayID := newID("relay")
+	hostSocket(t, relayID, "relay")
+	script := fmt.Sprintf(`%[1]s http http://127.0.0.1:8787/v1/responses connect-tcp %[2]s connect-tcp 1.1.1.1:443
+cat "$HOME/.codex/config.toml"; echo "MODEL=$MODEL"; exit 5`, testbed.ProbePath, h.tcp)
+	r, err := d.Create(ctx, domain.Spec{ID: newID("d"), Generation: 1, WorkspaceID: ws, RelaySocket: relayID, Rootfs: name,
+		Seccomp: compileShipped(t, "agent"), OneShot: true,
+		Argv: []string{"autonomic-entry", "--home-file", ".codex/config.toml=" + base64.StdEncoding.EncodeToString([]byte("wire_api = \"responses\"\n")),
+			"--env", "MODEL=gpt-5.5", "--bridge", "127.0.0.1:8787=/run/autonomic/inference.sock", "--", "/bin/sh", "-c", script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := r.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(r.Output())
+	for _, want := range []string{"http=200 relay GET /v1/responses", "connect-tcp:" + h.tcp + "=ECONNREFUSED", "connect-tcp:1.1.1.1:443=EPERM",
+		`wire_api = "responses"`, "MODEL=gpt-5.5"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if ex.ExitCode == nil || *ex.ExitCode != 5 {
+		t.Errorf("exit %+v, want ARGV's 5", ex)
+	}
+	vs := r.Violations()
+	if len(vs) != 1 || vs[0].Syscall != "connect" || vs[0].Destination != "1.1.1.1:443" {
+		t.Errorf("violations %+v, want the one connect to 1.1.1.1:443", vs)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := h.hits.Load(); n != 0 {
+		t.Errorf("the host's listeners saw %d connections from the domain", n)
 	}
 }
