@@ -206,8 +206,9 @@ func listenOnHost(t *testing.T) *hostListeners {
 
 // TestAgentProfileReachesOnlyLoopback: under the agent profile a worker
 // has AF_INET and AF_INET6 sockets and its own loopback (connect, addressed
-// sendto, send and sendmsg without an address); a connect, sendto or
-// sendmsg to anything else fails with EPERM and leaves one violation frame
+// sendto and sendmmsg, send and sendmsg without an address); a connect,
+// sendto, sendmsg or sendmmsg to anything else, or naming an address the
+// monitor cannot read, fails with EPERM and leaves one violation frame
 // naming the call and its destination; nothing reaches the host's
 // loopback listeners or its Unix sockets, abstract or path.
 func TestAgentProfileReachesOnlyLoopback(t *testing.T) {
@@ -216,12 +217,13 @@ func TestAgentProfileReachesOnlyLoopback(t *testing.T) {
 	out, ex, vs := runFiltered(t, compileShipped(t, "agent"), testbed.ProbePath, "loopback",
 		"connect-tcp", h.tcp, "connect-tcp", "[::1]:"+tcpPort, "udp-sendto", h.udp, "connect-abstract", h.abstract, "connect-unix", h.path,
 		"connect-tcp", "10.0.0.1:80", "connect-tcp", "1.1.1.1:443", "connect-tcp", "[2606:4700:4700::1111]:443",
-		"udp-sendto", "1.1.1.1:53", "udp-sendmsg", "8.8.8.8:53")
+		"udp-sendto", "1.1.1.1:53", "udp-sendmsg", "8.8.8.8:53", "udp-sendmmsg", "127.0.0.2:9", "udp-sendmmsg", "9.9.9.9:53", "connect-badptr")
 	for _, want := range []string{"loopback:tcp4=ok", "loopback:tcp6=ok", "loopback:udp4=ok", "loopback:udp6=ok",
 		"connect-tcp:" + h.tcp + "=ECONNREFUSED", "connect-tcp:[::1]:" + tcpPort + "=ECONNREFUSED", "udp-sendto:" + h.udp + "=ok",
 		"connect-abstract:" + h.abstract + "=ECONNREFUSED", "connect-unix:" + h.path + "=ENOENT",
 		"connect-tcp:10.0.0.1:80=EPERM", "connect-tcp:1.1.1.1:443=EPERM", "connect-tcp:[2606:4700:4700::1111]:443=EPERM",
-		"udp-sendto:1.1.1.1:53=EPERM", "udp-sendmsg:8.8.8.8:53=EPERM"} {
+		"udp-sendto:1.1.1.1:53=EPERM", "udp-sendmsg:8.8.8.8:53=EPERM", "udp-sendmmsg:127.0.0.2:9=ok", "udp-sendmmsg:9.9.9.9:53=EPERM",
+		"connect-badptr=EPERM"} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("probe output lacks %q:\n%s", want, out)
 		}
@@ -236,7 +238,8 @@ func TestAgentProfileReachesOnlyLoopback(t *testing.T) {
 			t.Errorf("violation lacks domain pid or timestamp: %+v", v)
 		}
 	}
-	want := []string{"connect 10.0.0.1:80 x1", "connect 1.1.1.1:443 x1", "connect [2606:4700:4700::1111]:443 x1", "sendto 1.1.1.1:53 x1", "sendmsg 8.8.8.8:53 x1"}
+	want := []string{"connect 10.0.0.1:80 x1", "connect 1.1.1.1:443 x1", "connect [2606:4700:4700::1111]:443 x1", "sendto 1.1.1.1:53 x1", "sendmsg 8.8.8.8:53 x1",
+		"sendmmsg 9.9.9.9:53 x1", "connect unreadable x1"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

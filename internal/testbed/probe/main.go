@@ -212,6 +212,16 @@ func main() {
 			for _, network := range []string{"tcp4", "tcp6", "udp4", "udp6"} {
 				fmt.Printf("loopback:%s=%s\n", network, loopback(network))
 			}
+		case "connect-badptr":
+			// An address the monitor cannot read: refused, reported.
+			fd, _ := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+			_, _, e := unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), 8, 16)
+			report(what, e)
+		case "udp-sendmmsg":
+			// Two datagrams in one call, the first to this domain's
+			// loopback, the second to ADDR.
+			report(what+":"+os.Args[i+1], sendmmsg(os.Args[i+1]))
+			i++
 		case "http":
 			// GET a URL (http://host:port/path) or, with "unix:PATH", the
 			// path /probe over that Unix socket; prints status and body.
@@ -494,4 +504,35 @@ func loopback(network string) string {
 		return fmt.Sprintf("recv %d %v", n, err)
 	}
 	return "ok"
+}
+
+func sendmmsg(addr string) syscall.Errno {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer unix.Close(fd)
+	type sockaddrIn struct {
+		family uint16
+		port   [2]byte
+		addr   [4]byte
+		zero   [8]byte
+	}
+	type mmsghdr struct {
+		hdr unix.Msghdr
+		n   uint32
+		_   [4]byte
+	}
+	names := [2]sockaddrIn{{family: unix.AF_INET, port: [2]byte{0, 9}, addr: [4]byte{127, 0, 0, 1}}}
+	ap := netip.MustParseAddrPort(addr)
+	names[1] = sockaddrIn{family: unix.AF_INET, port: [2]byte{byte(ap.Port() >> 8), byte(ap.Port())}, addr: ap.Addr().As4()}
+	payload := []byte("probe")
+	iov := unix.Iovec{Base: &payload[0]}
+	iov.SetLen(len(payload))
+	var msgs [2]mmsghdr
+	for i := range msgs {
+		msgs[i].hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&names[i])), Namelen: 16, Iov: &iov, Iovlen: 1}
+	}
+	_, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), 2, 0, 0, 0)
+	return e
 }
