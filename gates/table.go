@@ -25,7 +25,7 @@ func Table() []Gate {
 			// Isolation: every namespace, the filesystem, privilege and rlimits.
 			{"./kernel/domain", []string{"TestWorkerSeesOnlyItsDomain", "TestWorkerNamespacesAreItsOwn", "TestUpperLayerHoldsWrites",
 				"TestSharedRootPropagation", "TestDomainRootIsContained", "TestRlimitsAreTheDomains", "TestDiskIsBounded",
-				"TestStderrMustBePipeOrNull", "TestBrokerSocketIsNobodys",
+				"TestStderrMustBePipeOrNull", "TestBrokerSocketIsNobodys", "TestRelaySocketIsBoundLikeTheBrokers",
 				// Each cgroup limit: enforced where the host offers the
 				// controller (the hog is stopped), else reported not enforced
 				// (and release_ready is false; see qc).
@@ -34,9 +34,10 @@ func Table() []Gate {
 				// cannot hide.
 				"TestInetSocketIsRefusedAndRecorded", "TestFloorCannotBeWidened", "TestFloorConfinesFamiliesPersonaAndNewerCalls",
 				"TestX32SyscallKillsWorker", "TestViolationFloodIsCoalesced", "TestSigsysHandlerHidesNothing",
+				"TestAgentProfileReachesOnlyLoopback",
 				// The launcher's admission: its requests, its rootfs, and the
 				// one sudoers rule that reaches it (installed by make install).
-				"TestHostileRequests", "TestRootfsContentIsItsIdentity", "TestRootfsMismatchIsRefused",
+				"TestHostileRequests", "TestRootfsContentIsItsIdentity", "TestRootfsMismatchIsRefused", "TestNamedRootfs",
 				"TestSudoersRuleParses", "TestSudoersRuleAllowsOnlyTheLauncherWithoutArguments"}},
 		}, Scope: "this host's kernel and cgroup layout; a cgroup limit the host does not offer is proven reported, not enforced (the report's host.not_enforced), and the host matrix (hosts section) covers the other layouts"},
 		{Name: "old_process_fork_cleanup", Proves: "a forked descendant cannot survive domain destruction", Tests: []Run{

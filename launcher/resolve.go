@@ -53,10 +53,11 @@ func (l *launcher) workerEnv() ([]string, error) {
 }
 
 // openRootfs opens the named rootfs ("" the default) and returns its
-// identity, the SHA-256 of its manifest. Hashing a large manifest on every create is the launcher's
-// biggest single cost, so the digest is cached in root-owned state, keyed by
-// everything that changes when the file does (device, inode, size, mtime,
-// ctime); the rootfs is root-owned, so only root could forge a match.
+// identity, the SHA-256 of its manifest. Hashing a large manifest on every
+// create is the launcher's biggest single cost, so the digest is cached in
+// root-owned state, keyed by everything that changes when the file does
+// (device, inode, size, mtime, ctime); the rootfs is root-owned, so only
+// root could forge a match.
 //
 // The manifest names every file's digest, owner and mode, so the digest is
 // the tree's identity only once the tree is proven to match it: the

@@ -384,6 +384,10 @@ type Violation struct {
 	HostPID     int32    `json:"host_pid"` // as the host sees it, for correlation with host tools
 	MonotonicNs int64    `json:"monotonic_ns"`
 	Count       uint64   `json:"count"`
+	// Destination is the address a refused connect, sendto, sendmsg or
+	// sendmmsg named ("1.1.1.1:443", "[2001:db8::1]:53", "family 17"),
+	// read from the worker's memory: evidence, never trusted.
+	Destination string `json:"destination,omitempty"`
 }
 
 // Exited is the end of a domain's worker.

@@ -124,6 +124,8 @@ func TestHostileRequests(t *testing.T) {
 		{"directory as relay socket", "h-dirrelay", jsonFrame(t, with(createReq("h-dirrelay", ws), "relay_socket", "notsocket")), protocol.CodePathUnsafe},
 		{"missing relay socket", "h-norelay", jsonFrame(t, with(createReq("h-norelay", ws), "relay_socket", "absent")), protocol.CodeNotFound},
 		{"relay socket path", "h-pathrelay", jsonFrame(t, with(createReq("h-pathrelay", ws), "relay_socket", "../sockets/x")), protocol.CodeInvalidField},
+		{"unknown rootfs", "h-norootfs", jsonFrame(t, with(createReq("h-norootfs", ws), "rootfs", "absent")), protocol.CodeNotFound},
+		{"rootfs path", "h-pathrootfs", jsonFrame(t, with(createReq("h-pathrootfs", ws), "rootfs", "/etc")), protocol.CodeInvalidField},
 		{"env outside allowlist", "h-env", jsonFrame(t, with(createReq("h-env", ws), "env", map[string]string{"LD_PRELOAD": "/tmp/x.so"})), protocol.CodeInvalidField},
 		{"limit above max", "h-limit", jsonFrame(t, with(createReq("h-limit", ws), "limits", map[string]any{"nproc": 1 << 40})), protocol.CodeLimitExceeded},
 		{"unknown checkpoint", "h-ckpt", jsonFrame(t, with(createReq("h-ckpt", ws), "checkpoint", strings.Repeat("ab", 32))), protocol.CodeCheckpointNotFound},
