@@ -57,7 +57,7 @@ func archive(t *testing.T, es ...entry) ([]byte, string) {
 
 // baseClone is a prepared workspace of a small repository with a
 // subdirectory, an executable and a symlink.
-func baseClone(t *testing.T) (Clone, string) {
+func baseClone(t testing.TB) (Clone, string) {
 	t.Helper()
 	src := t.TempDir()
 	testbed.Git(t, src, "init", "-q", "-b", "main")
