@@ -234,6 +234,11 @@ func TestHarvestBoundsAndDigest(t *testing.T) {
 	if _, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{ArchiveBytes: 512}); !errors.As(err, &r) {
 		t.Fatalf("archive over its cap: %v", err)
 	}
+	// Each file has its own cap, below what the patch cap would catch.
+	ar, digest = archive(t, entry{name: "new.txt", typ: tar.TypeReg, data: strings.Repeat("y\n", 50)})
+	if _, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{FileBytes: 10}); !errors.As(err, &r) {
+		t.Fatalf("a file over its cap: %v", err)
+	}
 	var many []entry
 	for i := range 20 {
 		many = append(many, entry{name: "d" + string(rune('a'+i)) + "/", typ: tar.TypeDir, mode: 0o755})
