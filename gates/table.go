@@ -96,7 +96,12 @@ func Table() []Gate {
 		}, Scope: "Ed25519 approvals checked by the broker"},
 		{Name: "coding_agent_violation_repair_epoch2", Proves: "full hostile scenario: seccomp trip, fence, destroy, restore, commit under epoch 2", Tests: []Run{
 			{"./gates", []string{"TestCodingAgentScenario"}},
-			{"./kernel/episode", []string{"TestEpisodeLifecycle", "TestViolationRepairEpoch2", "TestViolationStormRepairsOnce", "TestRepairRestoresThePristineBase", "TestMaxRepairsContains"}},
+			{"./kernel/episode", []string{"TestEpisodeLifecycle", "TestViolationRepairEpoch2", "TestViolationStormRepairsOnce", "TestRepairRestoresThePristineBase", "TestMaxRepairsContains",
+				// An agent that only edits files: its change harvested from
+				// the checkpoint archive and taken through the horizon, a
+				// hostile workspace read as data, and the wall-time bound.
+				"TestHarvestLandsTheFix", "TestHarvestDeniedByPolicy", "TestHarvestHostileWorkspace", "TestWallTimeEndsAnEpisode"}},
+			{"./kernel/workspace", []string{"TestHarvestRefusesHostileEntries", "TestHarvestBoundsAndDigest"}},
 		}, Scope: "autonomic serve (this tree's build) as the service account, the installed launcher (proven to be this tree's build) through the sudoers rule, so make install must have run; a fixture model and a scripted agent, not a live LLM"},
 	}
 }

@@ -265,3 +265,72 @@ $E commit -effect "$id" -revision "$rev"`
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// TestHarvestHostileWorkspace plants, in a real domain, what a hostile
+// worker can leave for the harvest, and shows each is refused or left out
+// and none is followed, executed or able to block or exhaust the kernel:
+// symlinks to the kernel's files, its credentials and /proc; a FIFO (and
+// a device node it cannot even make); names with a newline and invalid
+// UTF-8; a sparse giant; and a modified .git (hooks, core.fsmonitor, a
+// config include, alternates, a gitdir file) next to a hard link, which
+// lands as plain content while nothing in .git is used.
+func TestHarvestHostileWorkspace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	r := harvestRig(t, ctx, "harvest_hostile")
+	marker := filepath.Join(t.TempDir(), "host-ran-worker-code")
+	fix := `sed -i 's/ + 1))/))/' src/calc.sh` + "\n"
+	py := func(code string) string { return "python3 -c '" + code + "'\n" }
+	for _, c := range []struct {
+		name   string
+		script string
+		want   episode.OutcomeKind
+		reason string
+	}{
+		{"symlinks", fix + "ln -s /etc/autonomic/kernel.json kernel.json\nln -s /proc/self/environ src/environ\n" +
+			"ln -s ../../../../../root/.ssh/id_ed25519 src/key\n", episode.OutcomeDenied, "symlink"},
+		{"fifo and device", fix + py(`import os; os.mkfifo("src/pipe")`) + py(`import os
+try: os.mknod("src/null", 0o20666, os.makedev(1, 3))
+except OSError: pass`), episode.OutcomeDenied, "FIFO"},
+		{"newline name", fix + py(`open(b"src/evil\nname.sh", "w").write("x")`), episode.OutcomeDenied, "control"},
+		{"invalid utf-8 name", fix + py(`open(b"src/bad\xff.sh", "w").write("x")`), episode.OutcomeDenied, "UTF-8"},
+		{"sparse giant", fix + py(`f = open("src/giant", "wb"); f.truncate(512 << 20)`), episode.OutcomeFailed, "checkpoint_too_large"},
+		{"modified .git and a hard link", fix + "ln Makefile src/hard.mk\n" +
+			"for h in pre-commit post-commit reference-transaction post-checkout pre-push; do printf '#!/bin/sh\\ntouch " + marker + "\\n' > .git/hooks/$h; chmod +x .git/hooks/$h; done\n" +
+			"printf '[core]\\n\\tfsmonitor = touch " + marker + "\\n\\thooksPath = .git/hooks\\n[include]\\n\\tpath = /etc/shadow\\n' >> .git/config\n" +
+			"mkdir -p .git/objects/info; echo /var/lib/autonomic/repos/other.git/objects > .git/objects/info/alternates\n" +
+			"mkdir -p vendor; echo 'gitdir: /var/lib/autonomic' > vendor/.git\n", episode.OutcomeLanded, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			start := time.Now()
+			e, err := r.k.Start(ctx, r.harvestSpec(c.script))
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := r.ended(t, ctx, e, c.want)
+			t.Logf("ended in %s", time.Since(start).Round(time.Millisecond))
+			if !strings.Contains(o.Reason, c.reason) {
+				t.Errorf("reason %q, want it to say %q", o.Reason, c.reason)
+			}
+			if c.want != episode.OutcomeLanded {
+				if head := testbed.Git(t, r.repo, "rev-parse", "refs/heads/main"); head != r.base {
+					t.Fatal("main moved")
+				}
+				return
+			}
+			files := testbed.Git(t, r.repo, "diff", "--name-only", r.base, "refs/heads/main")
+			if files != "src/calc.sh\nsrc/hard.mk" {
+				t.Fatalf("the commit touches %q, want the fix and the hard link's content only", files)
+			}
+			if a, b := testbed.Git(t, r.repo, "show", "refs/heads/main:Makefile"), testbed.Git(t, r.repo, "show", "refs/heads/main:src/hard.mk"); a != b {
+				t.Fatal("the hard link did not land as the same content")
+			}
+			if cfg := testbed.Git(t, r.repo, "config", "--list", "--local"); strings.Contains(cfg, "fsmonitor") || strings.Contains(cfg, "include") {
+				t.Fatalf("the authoritative repository's configuration changed:\n%s", cfg)
+			}
+		})
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatal("worker-planted code ran on the host")
+	}
+}

@@ -57,7 +57,7 @@ func archive(t *testing.T, es ...entry) ([]byte, string) {
 
 // baseClone is a prepared workspace of a small repository with a
 // subdirectory, an executable and a symlink.
-func baseClone(t *testing.T) (Clone, string) {
+func baseClone(t testing.TB) (Clone, string) {
 	t.Helper()
 	src := t.TempDir()
 	testbed.Git(t, src, "init", "-q", "-b", "main")
@@ -233,6 +233,11 @@ func TestHarvestBoundsAndDigest(t *testing.T) {
 	var r *Refusal
 	if _, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{ArchiveBytes: 512}); !errors.As(err, &r) {
 		t.Fatalf("archive over its cap: %v", err)
+	}
+	// Each file has its own cap, below what the patch cap would catch.
+	ar, digest = archive(t, entry{name: "new.txt", typ: tar.TypeReg, data: strings.Repeat("y\n", 50)})
+	if _, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{FileBytes: 10}); !errors.As(err, &r) {
+		t.Fatalf("a file over its cap: %v", err)
 	}
 	var many []entry
 	for i := range 20 {
