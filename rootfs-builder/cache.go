@@ -22,6 +22,8 @@ const DefaultRootfsCache = "/var/cache/autonomic/rootfs"
 // upgrade keeps serving the cached tree until the cache entry is removed.
 func CacheKey(spec *Spec, adds []Add) (string, error) {
 	h := sha256.New()
+	// Bump when the builder's output for one spec changes (a new manifest
+	// field, another file layout): old entries then stop matching.
 	io.WriteString(h, "autonomic-rootfs-cache-v1\n")
 	sj, err := json.Marshal(spec)
 	if err != nil {
