@@ -52,8 +52,8 @@ type Config struct {
 
 // Hooks run at the named points of a commit.
 type Hooks struct {
-	// AfterIntent runs after commit_intent is durable, before committing
-	// is recorded.
+	// AfterIntent runs after commit_intent is recorded (durable only once
+	// committing is), before committing is recorded.
 	AfterIntent func(e store.Effect)
 	// BeforeAdapter runs after committing is durable, before the adapter
 	// acts.
@@ -478,6 +478,8 @@ func (b *Broker) request(e store.Effect) (Request, error) {
 
 // Commit crosses the horizon: the checks and commit_intent in one store
 // transaction, committing recorded, then the adapter, then the outcome.
+// Committing and the outcome are the two commits that wait for their WAL
+// flush; committing's carries commit_intent with it.
 func (b *Broker) Commit(ctx context.Context, e store.Effect, revision int, epoch int64) (store.Effect, error) {
 	a, _, err := b.adapter(e.Kind, e.TargetID)
 	if err != nil {

@@ -29,7 +29,9 @@ func (p *Postgres) BeginCommit(ctx context.Context, req CommitRequest, check Com
 	var view CommitView
 	// All three locks and the decisions in the first round trip.
 	tg := onEffect(req.EffectID)
-	tg.leaseMode, tg.decisions = "FOR UPDATE", true
+	// commit_intent may be lost in a database crash: no adapter acts
+	// before committing is durable, and its flush carries this commit.
+	tg.leaseMode, tg.decisions, tg.lossy = "FOR UPDATE", true, true
 	err := p.mutate(ctx, "begin_commit", tg, func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {

@@ -150,7 +150,7 @@ func (p *Postgres) ProposeEffect(ctx context.Context, req Proposal) (Effect, err
 	}
 	var out Effect
 	tg := onEpisode(req.EpisodeID)
-	tg.leaseMode, tg.leaseID = "FOR SHARE", req.LeaseID
+	tg.leaseMode, tg.leaseID, tg.lossy = "FOR SHARE", req.LeaseID, true
 	err = p.mutate(ctx, "propose_effect", tg, func(m *mtx) error {
 		if err := m.requireActive(); err != nil {
 			return err
@@ -233,7 +233,7 @@ func (p *Postgres) PrepareEffect(ctx context.Context, req Prepare) (Effect, erro
 	}
 	var out Effect
 	tg := onEffect(req.EffectID)
-	tg.leaseMode = "FOR SHARE"
+	tg.leaseMode, tg.lossy = "FOR SHARE", true
 	err := p.mutate(ctx, "prepare_effect", tg, func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
@@ -274,6 +274,7 @@ func (p *Postgres) ReviseEffect(ctx context.Context, req Revision) (Effect, erro
 	}
 	var out Effect
 	tg := onEffect(req.EffectID)
+	tg.lossy = true
 	if req.Prepare != nil {
 		tg.leaseMode = "FOR SHARE"
 	}
@@ -323,7 +324,11 @@ func (p *Postgres) Transition(ctx context.Context, req Transition) (Effect, erro
 		return Effect{}, invalid("unknown effect state")
 	}
 	var out Effect
-	err := p.mutate(ctx, "effect_transition", onEffect(req.EffectID), func(m *mtx) error {
+	tg := onEffect(req.EffectID)
+	// Before the horizon a crash may lose the move; committing, the intent
+	// an adapter acts under, and the settling moves are durable.
+	tg.lossy = req.To == Evaluating || req.To == Ready
+	err := p.mutate(ctx, "effect_transition", tg, func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
 			return err
@@ -501,7 +506,9 @@ func (p *Postgres) Evaluate(ctx context.Context, req Evaluation) (Effect, error)
 		}
 	}
 	var out Effect
-	err := p.mutate(ctx, "evaluate_effect", onEffect(req.EffectID), func(m *mtx) error {
+	tg := onEffect(req.EffectID)
+	tg.lossy = true
+	err := p.mutate(ctx, "evaluate_effect", tg, func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
 			return err

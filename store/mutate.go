@@ -33,6 +33,11 @@ type target struct {
 	// decisions: also read the decisions bound to the effect's current
 	// revision and epoch (under the effect's lock, so they cannot move).
 	decisions bool
+	// lossy: the transaction commits without waiting for its WAL flush
+	// (synchronous_commit = off). Only for the records a database crash
+	// may lose (doc.go, "Durability"): a proposal, a prepare, an
+	// evaluation, commit_intent.
+	lossy bool
 }
 
 func onEpisode(id uuid.UUID) target { return target{id: id, what: "episode"} }
@@ -68,6 +73,8 @@ type mtx struct {
 	// Rows locked in the first round trip, when the target asked.
 	lease     *Lease
 	decisions []Decision
+	// lossy: see target.lossy.
+	lossy bool
 }
 
 func (m *mtx) lock(e Effect) {
@@ -178,7 +185,7 @@ func begin(ctx context.Context, conn *pgx.Conn, tg target) (*mtx, error) {
 			WHERE d.effect_id = $1 ORDER BY d.created_at, d.id`, tg.id)
 	}
 	br := conn.SendBatch(ctx, &b)
-	m := &mtx{ctx: ctx, tx: br.Tx()}
+	m := &mtx{ctx: ctx, tx: br.Tx(), lossy: tg.lossy}
 	err := readLocks(br, m, tg)
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -244,6 +251,12 @@ func (m *mtx) commit() (committed bool, err error) {
 	}
 	if err := m.queueLedger(); err != nil {
 		return false, err
+	}
+	if m.lossy {
+		// Whatever commits after this one and waits for its flush
+		// flushes this one too: the WAL is one sequence, flushed as a
+		// prefix.
+		m.writes.Queue("SET LOCAL synchronous_commit = off")
 	}
 	m.writes.Queue("COMMIT")
 	n := m.writes.Len()
