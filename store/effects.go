@@ -375,18 +375,19 @@ func (p *Postgres) Transition(ctx context.Context, req Transition) (Effect, erro
 	return out, err
 }
 
-// Effect reads an effect.
 // EffectInEpisode reads one of an episode's effects together with the
 // episode's current epoch, in one statement (one round trip, one
 // snapshot): the broker's ownership check on every worker request. When
 // the episode has no such effect the answer is not_found and the epoch is
-// still returned, so a fenced caller can be told it is fenced first.
+// still returned, so a fenced caller can be told it is fenced first. The
+// effect comes without its version vector (nil): what compares it is the
+// commit horizon, which reads it again under its locks.
 func (p *Postgres) EffectInEpisode(ctx context.Context, episodeID, effectID uuid.UUID) (Effect, int64, error) {
 	var e Effect
 	var epoch int64
 	err := p.query(ctx, "effect_in_episode", func(tx querier) error {
 		var err error
-		e, err = scanEffect(withFirst{tx.QueryRow(ctx, `SELECT (SELECT epoch FROM episodes WHERE id = $1), `+effectCols+`
+		e, err = scanEffect(withFirst{tx.QueryRow(ctx, `SELECT (SELECT epoch FROM episodes WHERE id = $1), `+effectColsNoVector+`
 			FROM effects WHERE id = $2 AND episode_id = $1`, episodeID, effectID), &epoch})
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
@@ -410,6 +411,7 @@ type withFirst struct {
 
 func (w withFirst) Scan(dest ...any) error { return w.row.Scan(append([]any{w.first}, dest...)...) }
 
+// Effect reads an effect.
 func (p *Postgres) Effect(ctx context.Context, id uuid.UUID) (Effect, error) {
 	var out Effect
 	err := p.query(ctx, "effect", func(tx querier) error {

@@ -33,6 +33,8 @@ type target struct {
 	// decisions: also read the decisions bound to the effect's current
 	// revision and epoch (under the effect's lock, so they cannot move).
 	decisions bool
+	// spend: also read the episode's spend (spendSQL), under the lock.
+	spend bool
 	// lossy: the transaction commits without waiting for its WAL flush
 	// (synchronous_commit = off). Only for the records a database crash
 	// may lose (doc.go, "Durability"): a proposal, a prepare, an
@@ -48,12 +50,16 @@ func onEffect(id uuid.UUID) target {
 	return target{via: "effects", id: id, what: "effect", effect: true}
 }
 
-func (tg target) episodeSQL() string {
-	where := `id = $1`
-	if tg.via != "" {
-		where = `id = (SELECT episode_id FROM ` + tg.via + ` WHERE id = $1)`
+// episodeID is the episode's id as an SQL expression of $1.
+func (tg target) episodeID() string {
+	if tg.via == "" {
+		return `$1`
 	}
-	return `SELECT ` + episodeLockCols + `, clock_timestamp() FROM episodes WHERE ` + where + ` FOR UPDATE`
+	return `(SELECT episode_id FROM ` + tg.via + ` WHERE id = $1)`
+}
+
+func (tg target) episodeSQL() string {
+	return `SELECT ` + episodeLockCols + `, clock_timestamp() FROM episodes WHERE id = ` + tg.episodeID() + ` FOR UPDATE`
 }
 
 // mtx is one mutation of one episode, with the episode row locked. Changes
@@ -73,6 +79,7 @@ type mtx struct {
 	// Rows locked in the first round trip, when the target asked.
 	lease     *Lease
 	decisions []Decision
+	spent     Spend
 	// lossy: see target.lossy.
 	lossy bool
 }
@@ -184,6 +191,9 @@ func begin(ctx context.Context, conn *pgx.Conn, tg target) (*mtx, error) {
 			JOIN effects e ON e.id = d.effect_id AND e.revision = d.revision AND e.epoch = d.epoch
 			WHERE d.effect_id = $1 ORDER BY d.created_at, d.id`, tg.id)
 	}
+	if tg.spend {
+		b.Queue(spendSQL(tg.episodeID()), tg.id, SpendWindow.Microseconds())
+	}
 	br := conn.SendBatch(ctx, &b)
 	m := &mtx{ctx: ctx, tx: br.Tx(), lossy: tg.lossy}
 	err := readLocks(br, m, tg)
@@ -231,6 +241,13 @@ func readLocks(br pgx.BatchResults, m *mtx, tg target) error {
 		if err != nil {
 			return err
 		}
+	}
+	if tg.spend {
+		s := &m.spent
+		if err := br.QueryRow().Scan(&m.now, &s.Bytes, &s.Effects, &s.LastMinute); err != nil {
+			return err
+		}
+		m.now = m.now.UTC()
 	}
 	return nil
 }
