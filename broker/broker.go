@@ -308,8 +308,8 @@ func (b *Broker) fence(ctx context.Context, episodeID uuid.UUID, req *protocol.W
 	if err != nil {
 		return store.Lease{}, protocol.Errorf(protocol.CodeInvalidField, "lease_id")
 	}
-	ep, err := b.cfg.Store.Episode(ctx, episodeID)
-	if err != nil {
+	ep, lease, err := b.cfg.Store.LeaseInEpisode(ctx, episodeID, leaseID)
+	if err != nil && ep.ID == uuid.Nil {
 		return store.Lease{}, err
 	}
 	if req.Epoch != ep.Epoch {
@@ -318,7 +318,6 @@ func (b *Broker) fence(ctx context.Context, episodeID uuid.UUID, req *protocol.W
 	if ep.State != store.EpisodeActive {
 		return store.Lease{}, protocol.Errorf(protocol.CodeStaleAuthority, "episode is %s", ep.State)
 	}
-	lease, err := b.cfg.Store.Lease(ctx, leaseID)
 	if err != nil {
 		return store.Lease{}, err
 	}

@@ -378,6 +378,7 @@ func lockEpisode(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Episode, time.Ti
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // query runs a single-statement read outside an explicit transaction: one
