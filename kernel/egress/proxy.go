@@ -74,6 +74,7 @@ type Proxy struct {
 	allow map[string]bool
 	srv   *http.Server
 	wg    sync.WaitGroup
+	bank  *bank
 }
 
 // Allowlist is an episode's effective allow list: the policy's egress
@@ -108,6 +109,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Timeout = 5 * time.Minute
 	}
 	p := &Proxy{cfg: cfg, allow: map[string]bool{}}
+	p.bank = &bank{ledger: cfg.Ledger, p: p}
 	for _, h := range cfg.Allow {
 		if !policy.ValidHost(h) {
 			return nil, fmt.Errorf("egress: %q is not a host name", h)
@@ -133,11 +135,12 @@ func (p *Proxy) Serve(l net.Listener) error {
 	return err
 }
 
-// Close stops serving, cuts open tunnels and waits until every fetch in
-// flight has been recorded.
+// Close stops serving, cuts open tunnels, waits until every fetch in
+// flight has been recorded, and gives back the unused byte reservation.
 func (p *Proxy) Close() error {
 	err := p.srv.Close()
 	p.wg.Wait()
+	p.bank.close()
 	return err
 }
 
@@ -211,55 +214,6 @@ func (p *Proxy) record(ctx context.Context, f store.EgressFetch, start time.Time
 	_ = p.cfg.Ledger.RecordEgress(ctx, f)
 }
 
-// meter charges bytes delivered into the domain against the episode's
-// cap, reserving ahead in blocks so a stream costs one database round
-// trip per block, not per read. settle returns what was reserved and not
-// delivered.
-type meter struct {
-	p                  *Proxy
-	reserved, consumed int64
-}
-
-const meterBlock = 1 << 20
-
-func (m *meter) take(ctx context.Context, n int64) error {
-	if m.consumed+n <= m.reserved {
-		m.consumed += n
-		return nil
-	}
-	need := m.consumed + n - m.reserved
-	block := max(need, meterBlock)
-	_, err := m.p.cfg.Ledger.ReserveEgress(ctx, m.p.cfg.EpisodeID, block, m.p.cfg.MaxBytes)
-	if errors.Is(err, store.ErrEgressCap) && block > need {
-		block = need // the last bytes under the cap
-		_, err = m.p.cfg.Ledger.ReserveEgress(ctx, m.p.cfg.EpisodeID, block, m.p.cfg.MaxBytes)
-	}
-	if err != nil {
-		return err
-	}
-	m.reserved += block
-	m.consumed += n
-	return nil
-}
-
-// reserveExact reserves n bytes known in advance (a body's length): one
-// round trip, nothing to give back if it all arrives.
-func (m *meter) reserveExact(ctx context.Context, n int64) error {
-	if _, err := m.p.cfg.Ledger.ReserveEgress(ctx, m.p.cfg.EpisodeID, n, m.p.cfg.MaxBytes); err != nil {
-		return err
-	}
-	m.reserved += n
-	return nil
-}
-
-func (m *meter) settle(ctx context.Context) {
-	if left := m.reserved - m.consumed; left > 0 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = m.p.cfg.Ledger.ReleaseEgress(ctx, m.p.cfg.EpisodeID, left)
-	}
-}
-
 func capRefusal(err error) *refusal {
 	if errors.Is(err, store.ErrEgressCap) {
 		return refuse(protocol.CodeLimitExceeded, "the episode's egress byte cap is reached: no further fetches")
@@ -303,12 +257,10 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 	f := store.EgressFetch{Kind: store.EgressHTTP, Method: q.method, Host: q.host, Path: q.path}
 	key := q.host + q.path
 	cacheable := p.cfg.Cache != nil && q.method == http.MethodGet && Cacheable(q.host, q.path, q.query)
-	m := &meter{p: p}
-	defer m.settle(r.Context())
 	if cacheable {
 		if e, blob, ok := p.cfg.Cache.lookup(key); ok {
 			defer blob.Close()
-			if err := m.reserveExact(ctx, e.Size); err != nil {
+			if err := p.bank.take(ctx, e.Size); err != nil {
 				p.refuse(w, ctx, f, capRefusal(err), start)
 				return
 			}
@@ -322,13 +274,12 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 				if errors.Is(err, errCorrupt) {
 					p.cfg.Cache.evict(key, e.SHA256)
 				}
-				m.consumed = n
+				p.bank.give(e.Size - n)
 				p.record(ctx, f, start)
 				// Cut the connection: the length promised was not met, so
 				// the tool sees a failure, never a short or wrong body.
 				panic(http.ErrAbortHandler)
 			}
-			m.consumed = n
 			f.SHA256 = e.SHA256
 			p.record(ctx, f, start)
 			return
@@ -380,8 +331,13 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 		p.fail(w, ctx, f, refuse(protocol.CodeResponseTooLarge, "the upstream response exceeds egress.max_response_bytes"), start)
 		return
 	}
+	// A known length is charged whole before the first byte, so a body
+	// that does not fit is refused, not cut; what does not arrive is
+	// given back.
+	prepaid := int64(0)
 	if resp.ContentLength > 0 && q.method == http.MethodGet {
-		if err := m.reserveExact(ctx, resp.ContentLength); err != nil {
+		prepaid = resp.ContentLength
+		if err := p.bank.take(ctx, prepaid); err != nil {
 			p.refuse(w, ctx, f, capRefusal(err), start)
 			return
 		}
@@ -416,9 +372,11 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 				ferr = refuse(protocol.CodeResponseTooLarge, "the upstream response exceeds egress.max_response_bytes")
 				break
 			}
-			if err := m.take(ctx, int64(k)); err != nil {
-				ferr = capRefusal(err)
-				break
+			if prepaid == 0 {
+				if err := p.bank.take(ctx, int64(k)); err != nil {
+					ferr = capRefusal(err)
+					break
+				}
 			}
 			hash.Write(buf[:k])
 			if keep {
@@ -443,6 +401,9 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 		}
 	}
 	f.Bytes = n
+	if prepaid > n {
+		p.bank.give(prepaid - n)
+	}
 	if ferr != nil || (resp.ContentLength >= 0 && n != resp.ContentLength) {
 		if keep {
 			file.abort()
@@ -513,7 +474,6 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 		return
 	}
 	f.Status = http.StatusOK
-	m := &meter{p: p}
 	ctx := context.WithoutCancel(r.Context())
 	var up int64
 	var capHit error
@@ -526,7 +486,7 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 		}
 	}()
 	n := relay(down, upc, upc, p.cfg.Timeout, func(k int) error {
-		if err := m.take(ctx, int64(k)); err != nil {
+		if err := p.bank.take(ctx, int64(k)); err != nil {
 			capHit = err
 			return err
 		}
@@ -535,7 +495,6 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 	down.Close()
 	upc.Close()
 	<-done
-	m.settle(ctx)
 	f.Bytes, f.BytesUp, f.Outcome = n, up, store.EgressFetched
 	if capHit != nil {
 		ref := capRefusal(capHit)

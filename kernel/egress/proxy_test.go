@@ -105,6 +105,7 @@ func TestCacheServesSecondEpisode(t *testing.T) {
 		if l[1].Outcome != store.EgressFetched || l[1].Bytes != 7 {
 			t.Fatalf("episode %d list row: %+v", i, l[1])
 		}
+		r.p.Close() // gives back the bank's unused reservation
 		used, err := s.EgressUsed(t.Context(), r.episode)
 		if err != nil || used != int64(len(body))+7 {
 			t.Fatalf("episode %d charged %d bytes, want %d (%v)", i, used, len(body)+7, err)
@@ -213,6 +214,7 @@ func TestCapStopsFetches(t *testing.T) {
 			t.Fatalf("over the cap, try %d: %d %q", i, code, got)
 		}
 	}
+	r.p.Close()
 	used, _ := s.EgressUsed(t.Context(), r.episode)
 	if used != 2*int64(len(body)) {
 		t.Fatalf("charged %d", used)
@@ -282,5 +284,72 @@ func TestCacheable(t *testing.T) {
 	}
 	if Cacheable("proxy.golang.org", "/m/@v/v1.0.0.zip", "x=1") {
 		t.Error("a query is cacheable")
+	}
+}
+
+// TestCapHoldsUnderConcurrency: sixteen concurrent fetches of 100 KiB
+// under a 1 MiB cap — ten are delivered, six refused before their first
+// byte, and the store's counter says exactly what was delivered. Bodies
+// of unknown length (chunked) are cut at the cap: never more than the
+// cap is delivered.
+func TestCapHoldsUnderConcurrency(t *testing.T) {
+	s := openStore(t)
+	body := bytes.Repeat([]byte("c"), 100<<10)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/chunked/") {
+			for i := 0; i < 4; i++ {
+				w.Write(body[:len(body)/4])
+				w.(http.Flusher).Flush()
+			}
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
+	})
+	for _, prefix := range []string{"/known/", "/chunked/"} {
+		cfg := up.config("example.com")
+		cfg.MaxBytes = 1 << 20
+		r := start(t, s, cfg)
+		type result struct {
+			code int
+			n    int
+			err  error
+		}
+		results := make(chan result, 16)
+		for i := range 16 {
+			go func() {
+				resp, err := client(r.url).Get("http://example.com" + prefix + strconv.Itoa(i))
+				if err != nil {
+					results <- result{err: err}
+					return
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				results <- result{resp.StatusCode, len(b), err}
+			}()
+		}
+		var delivered, whole int
+		for range 16 {
+			x := <-results
+			if x.code == 200 && x.err == nil {
+				whole++
+			}
+			if x.code == 200 {
+				delivered += x.n
+			}
+		}
+		r.p.Close()
+		used, _ := s.EgressUsed(t.Context(), r.episode)
+		var recorded int64
+		for _, f := range r.ledger(t, s) {
+			recorded += f.Bytes
+		}
+		if used > 1<<20 || recorded > 1<<20 || int64(delivered) > used {
+			t.Fatalf("%s: used %d, recorded %d, delivered %d over a 1 MiB cap", prefix, used, recorded, delivered)
+		}
+		if prefix == "/known/" && (whole != 10 || used != 10*int64(len(body))) {
+			t.Fatalf("known lengths: %d whole, used %d", whole, used)
+		}
+		t.Logf("%s: %d whole, %d bytes delivered, %d charged", prefix, whole, delivered, used)
 	}
 }

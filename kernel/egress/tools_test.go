@@ -208,6 +208,7 @@ func TestDependenciesThroughTheProxy(t *testing.T) {
 			}
 			in += f.Bytes
 		}
+		r.p.Close()
 		used, _ := s.EgressUsed(t.Context(), r.episode)
 		if in < 10000 || used != in {
 			t.Fatalf("tunnels delivered %d bytes, %d charged", in, used)
