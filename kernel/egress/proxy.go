@@ -486,6 +486,10 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 		}
 	}()
 	n := relay(down, upc, upc, p.cfg.Timeout, func(k int) error {
+		if k < 0 {
+			p.bank.give(int64(-k))
+			return nil
+		}
 		if err := p.bank.take(ctx, int64(k)); err != nil {
 			capHit = err
 			return err
@@ -507,7 +511,8 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 }
 
 // relay copies src to dst until EOF, an error, idle beyond timeout, or
-// charge refusing; it returns the bytes written. deadline is the conn
+// charge refusing; it returns the bytes written. charge(k) is called
+// before k bytes are written, charge(-k) if they then could not be. deadline is the conn
 // whose read deadline bounds idleness.
 func relay(dst io.Writer, src io.Reader, deadline net.Conn, timeout time.Duration, charge func(int) error) int64 {
 	buf := make([]byte, 32<<10)
@@ -520,6 +525,9 @@ func relay(dst io.Writer, src io.Reader, deadline net.Conn, timeout time.Duratio
 				return n
 			}
 			if _, werr := dst.Write(buf[:k]); werr != nil {
+				if charge != nil {
+					charge(-k) // not delivered: give it back
+				}
 				return n
 			}
 			n += int64(k)

@@ -3,11 +3,15 @@ package egress
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -351,5 +355,63 @@ func TestCapHoldsUnderConcurrency(t *testing.T) {
 			t.Fatalf("known lengths: %d whole, used %d", whole, used)
 		}
 		t.Logf("%s: %d whole, %d bytes delivered, %d charged", prefix, whole, delivered, used)
+	}
+}
+
+// TestServesOnUnixSocket: the kernel serves the proxy on the episode's
+// egress socket (a Unix socket the domain reaches through its bridge):
+// plain fetches and CONNECT tunnels both work over it, and a tunnel's
+// bytes are counted, charged and recorded without a path or digest.
+func TestServesOnUnixSocket(t *testing.T) {
+	s := openStore(t)
+	up := newUpstream(t, registry([]byte("zip body")))
+	cfg := up.config("example.com")
+	ep := newEpisode(t, s)
+	cfg.EpisodeID, cfg.Ledger, cfg.MaxBytes = ep, s, 1<<30
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "egress.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(l)
+	defer p.Close()
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}
+	proxyURL, _ := url.Parse("http://127.0.0.1:8788")
+	// Plain HTTP through the socket.
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DialContext: dial}}
+	if code, b, _ := get(t, c, "http://example.com/m/@v/v1.0.0.zip"); code != 200 || string(b) != "zip body" {
+		t.Fatalf("plain: %d %q", code, b)
+	}
+	// HTTPS through a CONNECT tunnel: TLS is end to end with the
+	// upstream (its certificate, example.com), the proxy only relays.
+	roots := x509.NewCertPool()
+	roots.AddCert(up.srv.Certificate())
+	tc := &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyURL(proxyURL), DialContext: dial,
+		TLSClientConfig: &tls.Config{RootCAs: roots},
+	}}
+	if code, b, _ := get(t, tc, "https://example.com/m/@v/v1.0.0.zip"); code != 200 || string(b) != "zip body" {
+		t.Fatalf("tunnel: %d %q", code, b)
+	}
+	tc.CloseIdleConnections()
+	p.Close()
+	l2, err := s.EgressFetches(t.Context(), ep)
+	if err != nil || len(l2) != 2 {
+		t.Fatalf("ledger: %v %+v", err, l2)
+	}
+	tun := l2[1]
+	if tun.Kind != store.EgressTunnel || tun.Host != "example.com" || tun.Path != "" || tun.SHA256 != "" || tun.Bytes < 8 || tun.BytesUp == 0 {
+		t.Fatalf("tunnel row: %+v", tun)
+	}
+	used, _ := s.EgressUsed(t.Context(), ep)
+	if used != l2[0].Bytes+tun.Bytes {
+		t.Fatalf("charged %d, delivered %d", used, l2[0].Bytes+tun.Bytes)
 	}
 }
