@@ -53,10 +53,13 @@ type Config struct {
 	MaxResponseBytes int64
 	// Timeout bounds one plain-HTTP fetch and a tunnel's idle time
 	// (default 5 min).
-	Timeout   time.Duration
-	Ledger    Ledger
-	Cache     *Cache // nil: no cache
-	OnRefused func(Refusal)
+	Timeout time.Duration
+	// MaxConcurrent bounds the requests and tunnels in flight (default
+	// 64); beyond it a request is refused as effect_broker_saturated.
+	MaxConcurrent int
+	Ledger        Ledger
+	Cache         *Cache // nil: no cache
+	OnRefused     func(Refusal)
 
 	// Upstream overrides, for tests with an upstream on loopback: the
 	// resolver, the networks its addresses may be in (empty: public
@@ -75,6 +78,7 @@ type Proxy struct {
 	srv   *http.Server
 	wg    sync.WaitGroup
 	bank  *bank
+	slots chan struct{}
 }
 
 // Allowlist is an episode's effective allow list: the policy's egress
@@ -108,7 +112,10 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Minute
 	}
-	p := &Proxy{cfg: cfg, allow: map[string]bool{}}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 64
+	}
+	p := &Proxy{cfg: cfg, allow: map[string]bool{}, slots: make(chan struct{}, cfg.MaxConcurrent)}
 	p.bank = &bank{ledger: cfg.Ledger, p: p}
 	for _, h := range cfg.Allow {
 		if !policy.ValidHost(h) {
@@ -120,7 +127,7 @@ func New(cfg Config) (*Proxy, error) {
 		Handler:           p,
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          nil,
+		IdleTimeout:       2 * time.Minute,
 	}
 	return p, nil
 }
@@ -150,6 +157,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.wg.Done()
 	start := time.Now()
 	q, ref := admit(r, p.allow)
+	if ref == nil {
+		select {
+		case p.slots <- struct{}{}:
+			defer func() { <-p.slots }()
+		default:
+			ref = &refusal{code: protocol.CodeEffectBrokerSaturated, status: http.StatusServiceUnavailable,
+				reason: "too many fetches in flight for this episode; retry"}
+		}
+	}
 	if ref != nil {
 		kind := store.EgressHTTP
 		if r.Method == http.MethodConnect {

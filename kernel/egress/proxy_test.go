@@ -415,3 +415,41 @@ func TestServesOnUnixSocket(t *testing.T) {
 		t.Fatalf("charged %d, delivered %d", used, l2[0].Bytes+tun.Bytes)
 	}
 }
+
+// TestConcurrencyIsBounded: with every slot held by an open tunnel, the
+// next request is refused (503, effect_broker_saturated), recorded and
+// reported; once the tunnel closes, requests are served again.
+func TestConcurrencyIsBounded(t *testing.T) {
+	s := openStore(t)
+	up := newUpstream(t, registry([]byte("zip")))
+	cfg := up.config("example.com")
+	cfg.MaxConcurrent = 1
+	r := start(t, s, cfg)
+	c, err := net.Dial("tcp", strings.TrimPrefix(r.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("tunnel: %v %v", err, resp)
+	}
+	code, body, _ := get(t, client(r.url), "http://example.com/m/@v/list")
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "effect_broker_saturated") {
+		t.Fatalf("with the slot held: %d %q", code, body)
+	}
+	c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if code, _, _ := get(t, client(r.url), "http://example.com/m/@v/list"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slot was never freed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(r.refusals()); n < 1 {
+		t.Fatal("saturation not reported")
+	}
+}
