@@ -453,3 +453,21 @@ func TestConcurrencyIsBounded(t *testing.T) {
 		t.Fatal("saturation not reported")
 	}
 }
+
+// TestUpstreamCertificateIsVerified: the upgrade to HTTPS is verified —
+// an upstream whose certificate the roots do not vouch for is never
+// read, and the tool gets a 502 saying so.
+func TestUpstreamCertificateIsVerified(t *testing.T) {
+	s := openStore(t)
+	up := newUpstream(t, registry([]byte("zip")))
+	cfg := up.config("example.com")
+	cfg.RootCAs = x509.NewCertPool() // trusts nothing
+	r := start(t, s, cfg)
+	code, body, _ := get(t, client(r.url), "http://example.com/m/@v/v1.0.0.zip")
+	if code != http.StatusBadGateway || !strings.Contains(string(body), "target_unavailable") || up.hits.Load() != 0 {
+		t.Fatalf("%d %q, upstream served %d", code, body, up.hits.Load())
+	}
+	if l := r.ledger(t, s); len(l) != 1 || l[0].Outcome != store.EgressFailed {
+		t.Fatalf("ledger: %+v", l)
+	}
+}
