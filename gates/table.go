@@ -78,7 +78,13 @@ func Table() []Gate {
 			{"./kernel/relay", []string{"TestRouteTable", "TestKeyInjection", "TestStreamPassesThrough", "TestBudgetReserveSettleExhaust",
 				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile"}},
 			{"./store", []string{"TestRelayChargeRace", "TestRelayBudgetSurvivesRestart"}},
-		}, Scope: "the socket from inside a real domain and from the host; HTTP targets are loopback servers; the signed lease's paths, bytes and rates checked at the commit horizon with verification off"},
+			// The egress proxy (issue 14): the worker's other way out, read
+			// only, allowlisted, recorded and capped.
+			{"./kernel/egress", []string{"TestDependenciesThroughTheProxy", "TestRefusals", "TestCapStopsFetches",
+				"TestCapHoldsUnderConcurrency", "TestCacheServesSecondEpisode", "TestCorruptCacheIsNotServed",
+				"TestUpstreamCertificateIsVerified", "TestServesOnUnixSocket", "TestConcurrencyIsBounded"}},
+			{"./store", []string{"TestEgressCapIsAtomic"}},
+		}, Scope: "the socket from inside a real domain and from the host; HTTP targets are loopback servers; the signed lease's paths, bytes and rates checked at the commit horizon with verification off; the egress proxy on the host (not yet inside a domain) with the real go and npm against the real registries, and loopback HTTPS upstreams for redirects, certificates and caps; the inference relay over a real Unix socket in front of the fixture models, with real PostgreSQL budgets"},
 		{Name: "sensor_poisoning", Proves: "hostile evidence cannot escalate authority", Tests: []Run{
 			{"./kernel/sensor", []string{"TestSensorPoisoning", "TestClientLiarIsRecorded"}},
 			{"./kernel/episode", []string{"TestSensorPoisoningInEpisode", "TestMaxRiskDecides", "TestThrottleTakesEffect"}},

@@ -53,10 +53,13 @@ type Config struct {
 	MaxResponseBytes int64
 	// Timeout bounds one plain-HTTP fetch and a tunnel's idle time
 	// (default 5 min).
-	Timeout   time.Duration
-	Ledger    Ledger
-	Cache     *Cache // nil: no cache
-	OnRefused func(Refusal)
+	Timeout time.Duration
+	// MaxConcurrent bounds the requests and tunnels in flight (default
+	// 64); beyond it a request is refused as effect_broker_saturated.
+	MaxConcurrent int
+	Ledger        Ledger
+	Cache         *Cache // nil: no cache
+	OnRefused     func(Refusal)
 
 	// Upstream overrides, for tests with an upstream on loopback: the
 	// resolver, the networks its addresses may be in (empty: public
@@ -74,6 +77,8 @@ type Proxy struct {
 	allow map[string]bool
 	srv   *http.Server
 	wg    sync.WaitGroup
+	bank  *bank
+	slots chan struct{}
 }
 
 // Allowlist is an episode's effective allow list: the policy's egress
@@ -107,7 +112,11 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Minute
 	}
-	p := &Proxy{cfg: cfg, allow: map[string]bool{}}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 64
+	}
+	p := &Proxy{cfg: cfg, allow: map[string]bool{}, slots: make(chan struct{}, cfg.MaxConcurrent)}
+	p.bank = &bank{ledger: cfg.Ledger, p: p}
 	for _, h := range cfg.Allow {
 		if !policy.ValidHost(h) {
 			return nil, fmt.Errorf("egress: %q is not a host name", h)
@@ -118,7 +127,7 @@ func New(cfg Config) (*Proxy, error) {
 		Handler:           p,
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          nil,
+		IdleTimeout:       2 * time.Minute,
 	}
 	return p, nil
 }
@@ -133,11 +142,12 @@ func (p *Proxy) Serve(l net.Listener) error {
 	return err
 }
 
-// Close stops serving, cuts open tunnels and waits until every fetch in
-// flight has been recorded.
+// Close stops serving, cuts open tunnels, waits until every fetch in
+// flight has been recorded, and gives back the unused byte reservation.
 func (p *Proxy) Close() error {
 	err := p.srv.Close()
 	p.wg.Wait()
+	p.bank.close()
 	return err
 }
 
@@ -147,6 +157,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.wg.Done()
 	start := time.Now()
 	q, ref := admit(r, p.allow)
+	if ref == nil {
+		select {
+		case p.slots <- struct{}{}:
+			defer func() { <-p.slots }()
+		default:
+			ref = &refusal{code: protocol.CodeEffectBrokerSaturated, status: http.StatusServiceUnavailable,
+				reason: "too many fetches in flight for this episode; retry"}
+		}
+	}
 	if ref != nil {
 		kind := store.EgressHTTP
 		if r.Method == http.MethodConnect {
@@ -211,55 +230,6 @@ func (p *Proxy) record(ctx context.Context, f store.EgressFetch, start time.Time
 	_ = p.cfg.Ledger.RecordEgress(ctx, f)
 }
 
-// meter charges bytes delivered into the domain against the episode's
-// cap, reserving ahead in blocks so a stream costs one database round
-// trip per block, not per read. settle returns what was reserved and not
-// delivered.
-type meter struct {
-	p                  *Proxy
-	reserved, consumed int64
-}
-
-const meterBlock = 1 << 20
-
-func (m *meter) take(ctx context.Context, n int64) error {
-	if m.consumed+n <= m.reserved {
-		m.consumed += n
-		return nil
-	}
-	need := m.consumed + n - m.reserved
-	block := max(need, meterBlock)
-	_, err := m.p.cfg.Ledger.ReserveEgress(ctx, m.p.cfg.EpisodeID, block, m.p.cfg.MaxBytes)
-	if errors.Is(err, store.ErrEgressCap) && block > need {
-		block = need // the last bytes under the cap
-		_, err = m.p.cfg.Ledger.ReserveEgress(ctx, m.p.cfg.EpisodeID, block, m.p.cfg.MaxBytes)
-	}
-	if err != nil {
-		return err
-	}
-	m.reserved += block
-	m.consumed += n
-	return nil
-}
-
-// reserveExact reserves n bytes known in advance (a body's length): one
-// round trip, nothing to give back if it all arrives.
-func (m *meter) reserveExact(ctx context.Context, n int64) error {
-	if _, err := m.p.cfg.Ledger.ReserveEgress(ctx, m.p.cfg.EpisodeID, n, m.p.cfg.MaxBytes); err != nil {
-		return err
-	}
-	m.reserved += n
-	return nil
-}
-
-func (m *meter) settle(ctx context.Context) {
-	if left := m.reserved - m.consumed; left > 0 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = m.p.cfg.Ledger.ReleaseEgress(ctx, m.p.cfg.EpisodeID, left)
-	}
-}
-
 func capRefusal(err error) *refusal {
 	if errors.Is(err, store.ErrEgressCap) {
 		return refuse(protocol.CodeLimitExceeded, "the episode's egress byte cap is reached: no further fetches")
@@ -303,12 +273,10 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 	f := store.EgressFetch{Kind: store.EgressHTTP, Method: q.method, Host: q.host, Path: q.path}
 	key := q.host + q.path
 	cacheable := p.cfg.Cache != nil && q.method == http.MethodGet && Cacheable(q.host, q.path, q.query)
-	m := &meter{p: p}
-	defer m.settle(r.Context())
 	if cacheable {
 		if e, blob, ok := p.cfg.Cache.lookup(key); ok {
 			defer blob.Close()
-			if err := m.reserveExact(ctx, e.Size); err != nil {
+			if err := p.bank.take(ctx, e.Size); err != nil {
 				p.refuse(w, ctx, f, capRefusal(err), start)
 				return
 			}
@@ -322,13 +290,12 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 				if errors.Is(err, errCorrupt) {
 					p.cfg.Cache.evict(key, e.SHA256)
 				}
-				m.consumed = n
+				p.bank.give(e.Size - n)
 				p.record(ctx, f, start)
 				// Cut the connection: the length promised was not met, so
 				// the tool sees a failure, never a short or wrong body.
 				panic(http.ErrAbortHandler)
 			}
-			m.consumed = n
 			f.SHA256 = e.SHA256
 			p.record(ctx, f, start)
 			return
@@ -380,8 +347,13 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 		p.fail(w, ctx, f, refuse(protocol.CodeResponseTooLarge, "the upstream response exceeds egress.max_response_bytes"), start)
 		return
 	}
+	// A known length is charged whole before the first byte, so a body
+	// that does not fit is refused, not cut; what does not arrive is
+	// given back.
+	prepaid := int64(0)
 	if resp.ContentLength > 0 && q.method == http.MethodGet {
-		if err := m.reserveExact(ctx, resp.ContentLength); err != nil {
+		prepaid = resp.ContentLength
+		if err := p.bank.take(ctx, prepaid); err != nil {
 			p.refuse(w, ctx, f, capRefusal(err), start)
 			return
 		}
@@ -416,9 +388,11 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 				ferr = refuse(protocol.CodeResponseTooLarge, "the upstream response exceeds egress.max_response_bytes")
 				break
 			}
-			if err := m.take(ctx, int64(k)); err != nil {
-				ferr = capRefusal(err)
-				break
+			if prepaid == 0 {
+				if err := p.bank.take(ctx, int64(k)); err != nil {
+					ferr = capRefusal(err)
+					break
+				}
 			}
 			hash.Write(buf[:k])
 			if keep {
@@ -443,6 +417,9 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 		}
 	}
 	f.Bytes = n
+	if prepaid > n {
+		p.bank.give(prepaid - n)
+	}
 	if ferr != nil || (resp.ContentLength >= 0 && n != resp.ContentLength) {
 		if keep {
 			file.abort()
@@ -513,7 +490,6 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 		return
 	}
 	f.Status = http.StatusOK
-	m := &meter{p: p}
 	ctx := context.WithoutCancel(r.Context())
 	var up int64
 	var capHit error
@@ -526,7 +502,11 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 		}
 	}()
 	n := relay(down, upc, upc, p.cfg.Timeout, func(k int) error {
-		if err := m.take(ctx, int64(k)); err != nil {
+		if k < 0 {
+			p.bank.give(int64(-k))
+			return nil
+		}
+		if err := p.bank.take(ctx, int64(k)); err != nil {
 			capHit = err
 			return err
 		}
@@ -535,7 +515,6 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 	down.Close()
 	upc.Close()
 	<-done
-	m.settle(ctx)
 	f.Bytes, f.BytesUp, f.Outcome = n, up, store.EgressFetched
 	if capHit != nil {
 		ref := capRefusal(capHit)
@@ -548,7 +527,8 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 }
 
 // relay copies src to dst until EOF, an error, idle beyond timeout, or
-// charge refusing; it returns the bytes written. deadline is the conn
+// charge refusing; it returns the bytes written. charge(k) is called
+// before k bytes are written, charge(-k) if they then could not be. deadline is the conn
 // whose read deadline bounds idleness.
 func relay(dst io.Writer, src io.Reader, deadline net.Conn, timeout time.Duration, charge func(int) error) int64 {
 	buf := make([]byte, 32<<10)
@@ -561,6 +541,9 @@ func relay(dst io.Writer, src io.Reader, deadline net.Conn, timeout time.Duratio
 				return n
 			}
 			if _, werr := dst.Write(buf[:k]); werr != nil {
+				if charge != nil {
+					charge(-k) // not delivered: give it back
+				}
 				return n
 			}
 			n += int64(k)

@@ -3,11 +3,15 @@ package egress
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -105,6 +109,7 @@ func TestCacheServesSecondEpisode(t *testing.T) {
 		if l[1].Outcome != store.EgressFetched || l[1].Bytes != 7 {
 			t.Fatalf("episode %d list row: %+v", i, l[1])
 		}
+		r.p.Close() // gives back the bank's unused reservation
 		used, err := s.EgressUsed(t.Context(), r.episode)
 		if err != nil || used != int64(len(body))+7 {
 			t.Fatalf("episode %d charged %d bytes, want %d (%v)", i, used, len(body)+7, err)
@@ -213,6 +218,7 @@ func TestCapStopsFetches(t *testing.T) {
 			t.Fatalf("over the cap, try %d: %d %q", i, code, got)
 		}
 	}
+	r.p.Close()
 	used, _ := s.EgressUsed(t.Context(), r.episode)
 	if used != 2*int64(len(body)) {
 		t.Fatalf("charged %d", used)
@@ -282,5 +288,186 @@ func TestCacheable(t *testing.T) {
 	}
 	if Cacheable("proxy.golang.org", "/m/@v/v1.0.0.zip", "x=1") {
 		t.Error("a query is cacheable")
+	}
+}
+
+// TestCapHoldsUnderConcurrency: sixteen concurrent fetches of 100 KiB
+// under a 1 MiB cap — ten are delivered, six refused before their first
+// byte, and the store's counter says exactly what was delivered. Bodies
+// of unknown length (chunked) are cut at the cap: never more than the
+// cap is delivered.
+func TestCapHoldsUnderConcurrency(t *testing.T) {
+	s := openStore(t)
+	body := bytes.Repeat([]byte("c"), 100<<10)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/chunked/") {
+			for i := 0; i < 4; i++ {
+				w.Write(body[:len(body)/4])
+				w.(http.Flusher).Flush()
+			}
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
+	})
+	for _, prefix := range []string{"/known/", "/chunked/"} {
+		cfg := up.config("example.com")
+		cfg.MaxBytes = 1 << 20
+		r := start(t, s, cfg)
+		type result struct {
+			code int
+			n    int
+			err  error
+		}
+		results := make(chan result, 16)
+		for i := range 16 {
+			go func() {
+				resp, err := client(r.url).Get("http://example.com" + prefix + strconv.Itoa(i))
+				if err != nil {
+					results <- result{err: err}
+					return
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				results <- result{resp.StatusCode, len(b), err}
+			}()
+		}
+		var delivered, whole int
+		for range 16 {
+			x := <-results
+			if x.code == 200 && x.err == nil {
+				whole++
+			}
+			if x.code == 200 {
+				delivered += x.n
+			}
+		}
+		r.p.Close()
+		used, _ := s.EgressUsed(t.Context(), r.episode)
+		var recorded int64
+		for _, f := range r.ledger(t, s) {
+			recorded += f.Bytes
+		}
+		if used > 1<<20 || recorded > 1<<20 || int64(delivered) > used {
+			t.Fatalf("%s: used %d, recorded %d, delivered %d over a 1 MiB cap", prefix, used, recorded, delivered)
+		}
+		if prefix == "/known/" && (whole != 10 || used != 10*int64(len(body))) {
+			t.Fatalf("known lengths: %d whole, used %d", whole, used)
+		}
+		t.Logf("%s: %d whole, %d bytes delivered, %d charged", prefix, whole, delivered, used)
+	}
+}
+
+// TestServesOnUnixSocket: the kernel serves the proxy on the episode's
+// egress socket (a Unix socket the domain reaches through its bridge):
+// plain fetches and CONNECT tunnels both work over it, and a tunnel's
+// bytes are counted, charged and recorded without a path or digest.
+func TestServesOnUnixSocket(t *testing.T) {
+	s := openStore(t)
+	up := newUpstream(t, registry([]byte("zip body")))
+	cfg := up.config("example.com")
+	ep := newEpisode(t, s)
+	cfg.EpisodeID, cfg.Ledger, cfg.MaxBytes = ep, s, 1<<30
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "egress.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(l)
+	defer p.Close()
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}
+	proxyURL, _ := url.Parse("http://127.0.0.1:8788")
+	// Plain HTTP through the socket.
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DialContext: dial}}
+	if code, b, _ := get(t, c, "http://example.com/m/@v/v1.0.0.zip"); code != 200 || string(b) != "zip body" {
+		t.Fatalf("plain: %d %q", code, b)
+	}
+	// HTTPS through a CONNECT tunnel: TLS is end to end with the
+	// upstream (its certificate, example.com), the proxy only relays.
+	roots := x509.NewCertPool()
+	roots.AddCert(up.srv.Certificate())
+	tc := &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyURL(proxyURL), DialContext: dial,
+		TLSClientConfig: &tls.Config{RootCAs: roots},
+	}}
+	if code, b, _ := get(t, tc, "https://example.com/m/@v/v1.0.0.zip"); code != 200 || string(b) != "zip body" {
+		t.Fatalf("tunnel: %d %q", code, b)
+	}
+	tc.CloseIdleConnections()
+	p.Close()
+	l2, err := s.EgressFetches(t.Context(), ep)
+	if err != nil || len(l2) != 2 {
+		t.Fatalf("ledger: %v %+v", err, l2)
+	}
+	tun := l2[1]
+	if tun.Kind != store.EgressTunnel || tun.Host != "example.com" || tun.Path != "" || tun.SHA256 != "" || tun.Bytes < 8 || tun.BytesUp == 0 {
+		t.Fatalf("tunnel row: %+v", tun)
+	}
+	used, _ := s.EgressUsed(t.Context(), ep)
+	if used != l2[0].Bytes+tun.Bytes {
+		t.Fatalf("charged %d, delivered %d", used, l2[0].Bytes+tun.Bytes)
+	}
+}
+
+// TestConcurrencyIsBounded: with every slot held by an open tunnel, the
+// next request is refused (503, effect_broker_saturated), recorded and
+// reported; once the tunnel closes, requests are served again.
+func TestConcurrencyIsBounded(t *testing.T) {
+	s := openStore(t)
+	up := newUpstream(t, registry([]byte("zip")))
+	cfg := up.config("example.com")
+	cfg.MaxConcurrent = 1
+	r := start(t, s, cfg)
+	c, err := net.Dial("tcp", strings.TrimPrefix(r.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("tunnel: %v %v", err, resp)
+	}
+	code, body, _ := get(t, client(r.url), "http://example.com/m/@v/list")
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "effect_broker_saturated") {
+		t.Fatalf("with the slot held: %d %q", code, body)
+	}
+	c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if code, _, _ := get(t, client(r.url), "http://example.com/m/@v/list"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slot was never freed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(r.refusals()); n < 1 {
+		t.Fatal("saturation not reported")
+	}
+}
+
+// TestUpstreamCertificateIsVerified: the upgrade to HTTPS is verified —
+// an upstream whose certificate the roots do not vouch for is never
+// read, and the tool gets a 502 saying so.
+func TestUpstreamCertificateIsVerified(t *testing.T) {
+	s := openStore(t)
+	up := newUpstream(t, registry([]byte("zip")))
+	cfg := up.config("example.com")
+	cfg.RootCAs = x509.NewCertPool() // trusts nothing
+	r := start(t, s, cfg)
+	code, body, _ := get(t, client(r.url), "http://example.com/m/@v/v1.0.0.zip")
+	if code != http.StatusBadGateway || !strings.Contains(string(body), "target_unavailable") || up.hits.Load() != 0 {
+		t.Fatalf("%d %q, upstream served %d", code, body, up.hits.Load())
+	}
+	if l := r.ledger(t, s); len(l) != 1 || l[0].Outcome != store.EgressFailed {
+		t.Fatalf("ledger: %+v", l)
 	}
 }

@@ -81,7 +81,9 @@ func npmEnv(dir, proxyURL string) []string {
 // (203.0.113.0/24), which the default (public unicast only) refuses — as
 // it must; TestPinningRefusesReservedAddresses shows it. Where they
 // resolve to public addresses it is empty: the default applies.
-func siteNets(t *testing.T) []netip.Prefix {
+func siteNets(t *testing.T) []netip.Prefix { return benchNets(t) }
+
+func benchNets(t testing.TB) []netip.Prefix {
 	var nets []netip.Prefix
 	for _, h := range registries {
 		addrs, err := net.DefaultResolver.LookupNetIP(t.Context(), "ip", h)
@@ -206,6 +208,7 @@ func TestDependenciesThroughTheProxy(t *testing.T) {
 			}
 			in += f.Bytes
 		}
+		r.p.Close()
 		used, _ := s.EgressUsed(t.Context(), r.episode)
 		if in < 10000 || used != in {
 			t.Fatalf("tunnels delivered %d bytes, %d charged", in, used)
