@@ -29,6 +29,9 @@ import (
 const usage = `usage: autonomic <command> [flags]
 
 commands:
+  run --repo PATH --agent NAME [--ref REF] "TASK"
+                                        the main job: the agent fixes TASK in a domain through the running kernel;
+                                        prints the timeline and the commit that landed, or why nothing did
   serve --config FILE                   run the kernel: store (managed cluster when no url), broker, episode controller,
                                         recovery, then the operator API
   preflight [--config FILE] [--json]    what this host and its launcher enforce (and, with a config, the database), with a verdict
@@ -83,6 +86,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return eventsCmd(args[1:], stdout, stderr)
 	case "policy":
 		return policyCmd(args[1:], os.Stdin, stdout, stderr)
+	case "run":
+		return runCmd(args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2

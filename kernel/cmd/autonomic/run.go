@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/kernel/api"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
+)
+
+// DefaultConfig is where install.sh's operator finds the kernel's
+// configuration.
+const DefaultConfig = "/etc/autonomic/autonomic.json"
+
+// runCmd is the main job in one command: an agent, a repository and a
+// task become an episode of the running kernel, whose timeline is printed
+// as it happens, ending with the commit that landed or why none did.
+//
+// The kernel stays the authority: the repository must be one of its
+// configured git_commit targets (it never writes a path an operator names
+// at run time), and the policy is signed here, with the operator's own key,
+// whose public half the kernel's policy_keys must already hold.
+func runCmd(args []string, stdout, stderr io.Writer) int {
+	o := newOpFlags("run", stderr)
+	repo := o.fs.String("repo", "", "the repository: a configured git_commit target's repo")
+	agentName := o.fs.String("agent", "", "the agent profile (codex, claude, opencode)")
+	ref := o.fs.String("ref", "", "the ref the change lands on (default refs/heads/agent/<agent>-<time>)")
+	keyPath := o.fs.String("key", "", "the operator's policy key (default $AUTONOMIC_OPERATOR_KEY or ~/.config/autonomic/operator.pem; made on first use)")
+	wait := o.fs.Duration("wait", 30*time.Minute, "give up following the episode after this long (the episode's own wall time bounds the agent)")
+	pos, err := o.parse(args)
+	if err != nil || len(pos) != 1 || *repo == "" || *agentName == "" || strings.TrimSpace(pos[0]) == "" {
+		fmt.Fprintln(stderr, `usage: autonomic run --repo PATH --agent NAME [--ref REF] [--config FILE] "TASK"`)
+		return 2
+	}
+	task := pos[0]
+	cfgPath := *o.cfg
+	if cfgPath == "" {
+		cfgPath = DefaultConfig
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "autonomic: run needs the kernel's configuration (--config): %v\n", err)
+		return 2
+	}
+	if *o.socket == "" {
+		*o.socket = cfg.APISocket()
+	}
+
+	// The operator's key: made on first use; the kernel must know it.
+	if *keyPath == "" {
+		if *keyPath, err = defaultKeyPath(); err != nil {
+			fmt.Fprintln(stderr, "autonomic:", err)
+			return 2
+		}
+	}
+	key, err := loadOrMakeKey(*keyPath)
+	if err != nil {
+		fmt.Fprintln(stderr, "autonomic: operator key:", err)
+		return 1
+	}
+	if key.made {
+		fmt.Fprintf(stdout, "operator key %s made at %s\n", key.keyID, key.path)
+	}
+	if !key.registered(cfg.PolicyKeys) {
+		fmt.Fprintf(stderr, "autonomic: the kernel does not know operator key %s; register its public half:\n"+
+			"  add  \"%s\": \"%s\"  to policy_keys in %s, then restart the kernel\n", key.keyID, key.keyID, key.pub, cfgPath)
+		return 2
+	}
+
+	// The repository: only a configured target, resolved on the host's
+	// real path, so a symlink cannot name another.
+	real, err := filepath.EvalSymlinks(*repo)
+	if err == nil {
+		real, err = filepath.Abs(real)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "autonomic: --repo: %v\n", err)
+		return 2
+	}
+	targetID, target, ok := targetFor(cfg, real)
+	if !ok {
+		fmt.Fprintf(stderr, "autonomic: %s is not a git_commit target of this kernel; add it to targets.git_commit in %s\n", real, cfgPath)
+		return 2
+	}
+	base, err := gitHead(real)
+	if err != nil {
+		fmt.Fprintf(stderr, "autonomic: --repo: %v\n", err)
+		return 2
+	}
+	if *ref == "" {
+		*ref = "refs/heads/agent/" + *agentName + "-" + time.Now().UTC().Format("20060102-150405")
+	}
+	spec, err := agentSpec(agentRun{Agent: *agentName, Task: task, Repo: real, Base: base, Ref: *ref,
+		TargetID: targetID, Target: target, Key: key})
+	if err != nil {
+		fmt.Fprintln(stderr, "autonomic:", err)
+		return 2
+	}
+
+	c := api.NewClient(*o.socket)
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancelWait := context.WithTimeout(ctx, *wait)
+	defer cancelWait()
+	ep, err := c.Start(ctx, spec)
+	if err != nil {
+		return opFail(stderr, err)
+	}
+	fmt.Fprintf(stdout, "episode %s: %s on %s (%s at %s)\n", ep.ID, *agentName, targetID, *ref, short(base))
+	return follow(ctx, c, ep.ID, *o.json, stdout, stderr)
+}
+
+// follow prints the episode's ledger as it grows until the episode has
+// ended, then its outcome. It is a reader: interrupting it leaves the
+// episode running.
+func follow(ctx context.Context, c *api.Client, id string, asJSON bool, stdout, stderr io.Writer) int {
+	after := int64(-1)
+	for {
+		es, err := c.Events(ctx, id, after, 200)
+		if err != nil && ctx.Err() == nil {
+			return opFail(stderr, err)
+		}
+		for _, e := range es {
+			if asJSON {
+				b, _ := json.Marshal(e)
+				fmt.Fprintln(stdout, string(b))
+			} else {
+				fmt.Fprintf(stdout, "%s  epoch %-3d %-28s %s\n", e.At.Local().Format(time.TimeOnly), e.Epoch, e.Kind, oneLine(e.Body))
+			}
+			after = e.Seq
+		}
+		v, err := c.Episode(ctx, id)
+		if err == nil && v.Live == nil && len(es) == 0 {
+			return outcome(v, stdout)
+		}
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "autonomic: stopped following %s (%v); it goes on: autonomic episode status %s\n", id, context.Cause(ctx), id)
+			return 1
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// outcome prints how the episode ended; only a landed change is success.
+func outcome(v api.EpisodeView, stdout io.Writer) int {
+	fmt.Fprintf(stdout, "episode %s ended: %s\n", v.ID, v.State)
+	if v.State == "completed" {
+		return 0
+	}
+	return 1
+}
+
+// targetFor finds the git_commit target whose repository is repo.
+func targetFor(cfg *config.Config, repo string) (string, config.GitCommitTarget, bool) {
+	for id, t := range cfg.Targets.GitCommit {
+		r, err := filepath.EvalSymlinks(t.Repo)
+		if err == nil && r == repo {
+			return id, t, true
+		}
+	}
+	return "", config.GitCommitTarget{}, false
+}
+
+// gitHead is the repository's HEAD commit, as the operator sees it.
+func gitHead(repo string) (string, error) {
+	cmd := exec.Command("git", "-C", repo, "rev-parse", "--verify", "HEAD^{commit}")
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1")
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", fmt.Errorf("not a git repository with a commit: %s", strings.TrimSpace(string(ee.Stderr)))
+		}
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
