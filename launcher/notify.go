@@ -77,9 +77,13 @@ func watchNotifications(listener int, stop <-chan struct{}, out *frameWriter) {
 		}
 		// The task is parked in the notified call until we answer, so its
 		// pid names it now; ID_VALID afterwards proves it still does (the
-		// pid cannot have been reused in between).
-		inDomain := domainPID(req.PID)
+		// pid cannot have been reused in between). A call that continues
+		// is not reported: its domain pid is not needed.
 		dest, local := destination(&req)
+		var inDomain int32
+		if !local {
+			inDomain = domainPID(req.PID)
+		}
 		id := req.ID
 		if ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) != nil {
 			continue // the task died: no call happened to anyone

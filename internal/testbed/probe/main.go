@@ -222,6 +222,10 @@ func main() {
 			// loopback, the second to ADDR.
 			report(what+":"+os.Args[i+1], sendmmsg(os.Args[i+1]))
 			i++
+		case "connect-loop":
+			// N loopback connects (and closes), timed: what a notified
+			// connect costs a worker.
+			connectLoop(arg(&i))
 		case "http":
 			// GET a URL (http://host:port/path) or, with "unix:PATH", the
 			// path /probe over that Unix socket; prints status and body.
@@ -535,4 +539,37 @@ func sendmmsg(addr string) syscall.Errno {
 	}
 	_, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), 2, 0, 0, 0)
 	return e
+}
+
+func connectLoop(n int) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		fmt.Printf("connect-loop=%v\n", err)
+		return
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	ap := netip.MustParseAddrPort(ln.Addr().String())
+	sa := &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	start := time.Now()
+	for range n {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Connect(fd, sa)
+			unix.Close(fd)
+		}
+		if err != nil {
+			fmt.Printf("connect-loop=%v\n", err)
+			return
+		}
+	}
+	fmt.Printf("connect-loop_ns=%d\n", time.Since(start).Nanoseconds()/int64(max(n, 1)))
 }
