@@ -29,7 +29,7 @@ import (
 const usage = `usage: autonomic <command> [flags]
 
 commands:
-  run --repo PATH --agent NAME [--ref REF] "TASK"
+  run --repo PATH --agent NAME [--ref REF] [--model M] [--key PEM] "TASK"
                                         the main job: the agent fixes TASK in a domain through the running kernel;
                                         prints the timeline and the commit that landed, or why nothing did
   serve --config FILE                   run the kernel: store (managed cluster when no url), broker, episode controller,

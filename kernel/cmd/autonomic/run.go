@@ -10,12 +10,14 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/episode"
 )
 
 // DefaultConfig is where install.sh's operator finds the kernel's
@@ -34,12 +36,13 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	o := newOpFlags("run", stderr)
 	repo := o.fs.String("repo", "", "the repository: a configured git_commit target's repo")
 	agentName := o.fs.String("agent", "", "the agent profile (codex, claude, opencode)")
-	ref := o.fs.String("ref", "", "the ref the change lands on (default refs/heads/agent/<agent>-<time>)")
+	ref := o.fs.String("ref", "", "the ref the change lands on (default: the target's refs/heads/agent/<agent>, or its only allowed ref)")
+	model := o.fs.String("model", "", "the model the agent asks for (default: the profile's, if the provider serves it)")
 	keyPath := o.fs.String("key", "", "the operator's policy key (default $AUTONOMIC_OPERATOR_KEY or ~/.config/autonomic/operator.pem; made on first use)")
 	wait := o.fs.Duration("wait", 30*time.Minute, "give up following the episode after this long (the episode's own wall time bounds the agent)")
 	pos, err := o.parse(args)
 	if err != nil || len(pos) != 1 || *repo == "" || *agentName == "" || strings.TrimSpace(pos[0]) == "" {
-		fmt.Fprintln(stderr, `usage: autonomic run --repo PATH --agent NAME [--ref REF] [--config FILE] "TASK"`)
+		fmt.Fprintln(stderr, `usage: autonomic run --repo PATH --agent NAME [--ref REF] [--model M] [--key PEM] [--config FILE] "TASK"`)
 		return 2
 	}
 	task := pos[0]
@@ -92,16 +95,25 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "autonomic: %s is not a git_commit target of this kernel; add it to targets.git_commit in %s\n", real, cfgPath)
 		return 2
 	}
-	base, err := gitHead(real)
-	if err != nil {
-		fmt.Fprintf(stderr, "autonomic: --repo: %v\n", err)
+	if *ref == "" {
+		if *ref, err = defaultRef(target, *agentName); err != nil {
+			fmt.Fprintln(stderr, "autonomic:", err)
+			return 2
+		}
+	} else if !slices.Contains(target.AllowedRefs, *ref) {
+		fmt.Fprintf(stderr, "autonomic: --ref %s is not among the target's allowed_refs (%s)\n", *ref, strings.Join(target.AllowedRefs, ", "))
 		return 2
 	}
-	if *ref == "" {
-		*ref = "refs/heads/agent/" + *agentName + "-" + time.Now().UTC().Format("20060102-150405")
+	// The agent starts from the ref's commit, and the change lands on the
+	// ref as a fast-forward (git_commit's precondition): the ref must
+	// exist, and a ref that moves meanwhile refuses the change.
+	base, err := gitRef(real, *ref)
+	if err != nil {
+		fmt.Fprintf(stderr, "autonomic: --repo: %v (create %s at the commit the agent should start from)\n", err, *ref)
+		return 2
 	}
-	spec, err := agentSpec(agentRun{Agent: *agentName, Task: task, Repo: real, Base: base, Ref: *ref,
-		TargetID: targetID, Target: target, Key: key})
+	spec, prof, provider, err := agentSpec(agentRun{Agent: *agentName, Task: task, Repo: real, Base: base, Ref: *ref,
+		TargetID: targetID, Target: target, Key: key, Model: *model, Cfg: cfg})
 	if err != nil {
 		fmt.Fprintln(stderr, "autonomic:", err)
 		return 2
@@ -116,7 +128,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return opFail(stderr, err)
 	}
-	fmt.Fprintf(stdout, "episode %s: %s on %s (%s at %s)\n", ep.ID, *agentName, targetID, *ref, short(base))
+	fmt.Fprintf(stdout, "episode %s: %s (rootfs %s, wall time %s) through provider %s on %s (%s at %s)\n",
+		ep.ID, *agentName, prof.Rootfs, prof.WallTime(), provider, targetID, *ref, short(base))
 	return follow(ctx, c, ep.ID, *o.json, stdout, stderr)
 }
 
@@ -156,9 +169,22 @@ func follow(ctx context.Context, c *api.Client, id string, asJSON bool, stdout, 
 
 // outcome prints how the episode ended; only a landed change is success.
 func outcome(v api.EpisodeView, stdout io.Writer) int {
-	fmt.Fprintf(stdout, "episode %s ended: %s\n", v.ID, v.State)
-	if v.State == "completed" {
+	o := v.Outcome
+	switch {
+	case o == nil:
+		fmt.Fprintf(stdout, "episode %s ended %s: nothing landed (it did not end by itself)\n", v.ID, v.State)
+	case o.Kind == episode.OutcomeLanded:
+		fmt.Fprintf(stdout, "landed: %s at %s (effect %s)\n", o.Ref, o.Commit, o.Effect)
 		return 0
+	default:
+		why := string(o.Kind)
+		if o.Code != "" {
+			why += " (" + o.Code + ")"
+		}
+		if o.Reason != "" {
+			why += ": " + o.Reason
+		}
+		fmt.Fprintf(stdout, "episode %s ended %s, nothing landed: %s\n", v.ID, v.State, why)
 	}
 	return 1
 }
@@ -174,15 +200,15 @@ func targetFor(cfg *config.Config, repo string) (string, config.GitCommitTarget,
 	return "", config.GitCommitTarget{}, false
 }
 
-// gitHead is the repository's HEAD commit, as the operator sees it.
-func gitHead(repo string) (string, error) {
-	cmd := exec.Command("git", "-C", repo, "rev-parse", "--verify", "HEAD^{commit}")
+// gitRef is the commit ref names in the repository, as the operator sees it.
+func gitRef(repo, ref string) (string, error) {
+	cmd := exec.Command("git", "-C", repo, "rev-parse", "--verify", ref+"^{commit}")
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1")
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return "", fmt.Errorf("not a git repository with a commit: %s", strings.TrimSpace(string(ee.Stderr)))
+			return "", fmt.Errorf("no commit at %s: %s", ref, strings.TrimSpace(string(ee.Stderr)))
 		}
 		return "", err
 	}

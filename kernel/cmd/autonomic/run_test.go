@@ -1,0 +1,289 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	agent "github.com/autonomic-kernel/autonomic/agents"
+	"github.com/autonomic-kernel/autonomic/gates/scenario"
+	"github.com/autonomic-kernel/autonomic/internal/fixturemodel"
+	"github.com/autonomic-kernel/autonomic/internal/privileged"
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/rootfs-builder"
+	"github.com/autonomic-kernel/autonomic/store/storetest"
+)
+
+// agentsRootfs is the agents rootfs (rootfs-builder/specs/agents.json)
+// with this tree's autonomic-entry, from the builder's content-addressed
+// cache: built once (npm, ~1.5 min), verified after.
+var (
+	agentsOnce              sync.Once
+	agentsDir, agentsDigest string
+	agentsErr               error
+)
+
+func agentsRootfs(t *testing.T, ctx context.Context, bed *testbed.Bed) (string, string) {
+	t.Helper()
+	agentsOnce.Do(func() {
+		entry, err := bed.Static(ctx, "./entry/cmd/autonomic-entry")
+		if err != nil {
+			agentsErr = err
+			return
+		}
+		mod, _ := testbed.ModuleRoot()
+		spec, err := rootfs.LoadSpec(filepath.Join(mod, "rootfs-builder/specs/agents.json"))
+		if err != nil {
+			agentsErr = err
+			return
+		}
+		start := time.Now()
+		var hit bool
+		agentsDir, agentsDigest, hit, agentsErr = rootfs.BuildCached(ctx, spec, "", rootfs.Options{Add: []rootfs.Add{{Src: entry, Dest: agent.EntryPath}}})
+		t.Logf("agents rootfs %s cached=%v in %v", agentsDir, hit, time.Since(start).Round(time.Millisecond))
+	})
+	if agentsErr != nil {
+		t.Fatalf("agents rootfs: %v", agentsErr)
+	}
+	return agentsDir, agentsDigest
+}
+
+// runKernel is a kernel serving the reference repository as target
+// "calc", with a fixture provider per wire API and the agents rootfs.
+type runKernel struct {
+	cfgPath, repo, base, key string
+	models                   map[string]*fixturemodel.Server // by wire API
+	logs                     *lockedBuffer
+}
+
+// providerKey is the provider credential only the kernel holds.
+const providerKeyEnv, providerKey = "AUTONOMIC_TEST_PROVIDER_KEY", "sk-kernel-held-5e2a9f"
+
+func startRunKernel(t *testing.T, ctx context.Context) *runKernel {
+	t.Helper()
+	privileged.Require(t)
+	bed, err := testbed.New(ctx, testbed.Options{Spec: "rootfs-builder/specs/worker.json", EffectClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			bed.RemoveCgroups()
+			return
+		}
+		_ = bed.Close()
+	})
+	dir, digest := agentsRootfs(t, ctx, bed)
+	if err := bed.NameRootfs("agents", dir, digest); err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp("", "autonomic-run-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cluster := storetest.Start(t)
+	if err := cluster.CreateDatabase(ctx, "kernel"); err != nil {
+		t.Fatal(err)
+	}
+	rk := &runKernel{repo: filepath.Join(tmp, "calc.git"), models: map[string]*fixturemodel.Server{}, logs: &lockedBuffer{}}
+	if rk.base, err = scenario.Seed(ctx, rk.repo); err != nil {
+		t.Fatal(err)
+	}
+	// Each agent's change lands on its own ref, which starts at the base.
+	for _, name := range agent.Names() {
+		testbed.Git(t, rk.repo, "update-ref", "refs/heads/agent/"+name, rk.base)
+	}
+	t.Setenv(providerKeyEnv, providerKey)
+	providers := map[string]any{}
+	for _, wire := range []string{fixturemodel.Responses, fixturemodel.Messages, fixturemodel.Chat} {
+		m, err := fixturemodel.Start(fixturemodel.FixCalc(wire, "/workspace"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		rk.models[wire] = m
+		var models []string
+		prices := map[string]any{}
+		for _, name := range agent.Names() {
+			p, _ := agent.Load(name)
+			if p.WireAPI == wire {
+				models = append(models, p.Model)
+				prices[p.Model] = map[string]any{"input_micro_usd_per_mtok": 1_000_000, "output_micro_usd_per_mtok": 4_000_000}
+			}
+		}
+		providers["fixture-"+wire] = map[string]any{"wire_api": wire, "upstream": m.URL, "credential_env": providerKeyEnv,
+			"models": models, "prices": prices}
+	}
+	// The operator's key, made on first use by the command itself.
+	rk.key = filepath.Join(tmp, "operator", "operator.pem")
+	key, err := loadOrMakeKey(rk.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(testbed.CgroupV2Mount(), bed.CgroupParent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := json.Marshal(map[string]any{
+		"policy_keys": map[string]string{key.keyID: key.pub},
+		"state_dir":   filepath.Join(tmp, "state"),
+		"store":       map[string]any{"url": cluster.KernelConnString("kernel"), "admin_url": cluster.AdminConnString("kernel")},
+		"domain": map[string]any{"backend": "linux", "launcher_path": bed.Launcher, "direct": true,
+			"workspaces_root": bed.Workspaces, "sockets_root": bed.Sockets, "cgroup_parent": "/" + rel},
+		"sensor": map[string]any{"kind": "rules"},
+		"targets": map[string]any{"git_commit": map[string]any{"calc": map[string]any{"repo": rk.repo,
+			"allowed_refs":  []string{"refs/heads/agent/codex", "refs/heads/agent/claude", "refs/heads/agent/opencode"},
+			"allowed_paths": []string{"src/**", "README.md", "Makefile"}, "forbidden_paths": []string{".env", "config/**", "tests/**"},
+			"verify_argv": []string{"make", "test"}, "class": 3}}},
+		"automatic_verification": true,
+		"max_repairs":            1,
+		"regulator":              map[string]any{"start_level": "act"},
+		"inference":              map[string]any{"providers": providers},
+		"episode":                map[string]any{"checkpoints_dir": filepath.Join(bed.State, "checkpoints")},
+		"api":                    map[string]any{"socket": filepath.Join(tmp, "api.sock")},
+	})
+	rk.cfgPath = filepath.Join(tmp, "autonomic.json")
+	if err := os.WriteFile(rk.cfgPath, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(rk.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: rk.logs, JSONFormat: true, Level: hclog.Info})
+	startServe(t, ctx, cfg, log, rk.logs, &[2]int{bed.OwnerUID, bed.OwnerGID})
+	return rk
+}
+
+// TestRunLandsEachAgentsFix is the main job through the command: for each
+// shipped agent, `autonomic run --repo --agent TASK` against a running
+// kernel starts the agent CLI for real in a domain on the agents rootfs,
+// driven through its relay by a fixture model speaking its wire API; the
+// agent edits src/calc.sh knowing nothing of effects, the harvest lands
+// the change on refs/heads/agent/<name> through the horizon (verification
+// included), and the command streams the timeline and ends with the
+// branch and commit. The provider saw only its inference route, always
+// with the kernel's key; the timeline holds every call.
+func TestRunLandsEachAgentsFix(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	rk := startRunKernel(t, ctx)
+	task := "Fix the failing test: src/calc.sh adds one too many. Do not change the tests."
+	for _, name := range agent.Names() {
+		t.Run(name, func(t *testing.T) {
+			p, err := agent.Load(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := rk.models[p.WireAPI]
+			var out, errb bytes.Buffer
+			began := time.Now()
+			code := runCmd([]string{"--repo", rk.repo, "--agent", name, "--config", rk.cfgPath, "--key", rk.key, "--wait", "8m", task}, &out, &errb)
+			t.Logf("autonomic run --agent %s: exit %d in %v\n%s%s", name, code, time.Since(began).Round(time.Millisecond), out.String(), errb.String())
+			ref := "refs/heads/agent/" + name
+			landed := regexp.MustCompile(`(?m)^landed: ` + regexp.QuoteMeta(ref) + ` at ([0-9a-f]{40}) \(effect [0-9a-f-]{36}\)$`).FindStringSubmatch(out.String())
+			if code != 0 || landed == nil {
+				t.Fatalf("the run did not end landed on %s", ref)
+			}
+			if head := strings.TrimSpace(testbed.Git(t, rk.repo, "rev-parse", ref)); head != landed[1] {
+				t.Errorf("%s is %s, the command said %s", ref, head, landed[1])
+			}
+			if parent := strings.TrimSpace(testbed.Git(t, rk.repo, "rev-parse", ref+"^")); parent != rk.base {
+				t.Errorf("the commit's parent is %s, want the base %s", parent, rk.base)
+			}
+			calc := testbed.Git(t, rk.repo, "show", ref+":"+fixturemodel.CalcFile)
+			if !strings.Contains(calc, fixturemodel.CalcFix) || strings.Contains(calc, fixturemodel.CalcBug) {
+				t.Errorf("landed src/calc.sh:\n%s", calc)
+			}
+			if files := strings.Fields(testbed.Git(t, rk.repo, "diff", "--name-only", rk.base, ref)); len(files) != 1 || files[0] != fixturemodel.CalcFile {
+				t.Errorf("the commit changes %v, want only %s", files, fixturemodel.CalcFile)
+			}
+			reqs := m.Requests()
+			if len(reqs) == 0 {
+				t.Fatal("the fixture model saw no request")
+			}
+			for _, q := range reqs {
+				if q.Method != "POST" || q.Path != fixturemodel.Routes[p.WireAPI] {
+					t.Errorf("the provider saw %s %s", q.Method, q.Path)
+				}
+				got := q.Header.Get("Authorization")
+				want := "Bearer " + providerKey
+				if p.WireAPI == fixturemodel.Messages {
+					got, want = q.Header.Get("X-Api-Key"), providerKey
+				}
+				if got != want {
+					t.Errorf("the provider got credential %q, want the kernel's", got)
+				}
+			}
+			if n := strings.Count(out.String(), " inference_call "); n != len(reqs) {
+				t.Errorf("the timeline shows %d inference calls, the provider saw %d", n, len(reqs))
+			}
+		})
+	}
+}
+
+// TestRunRefusesWhatTheKernelCannotTake: a key the kernel does not know is
+// made on first use and refused with how to register it; a repository
+// that is no target, and a ref the target does not allow, are usage
+// errors; nothing starts.
+func TestRunRefusesWhatTheKernelCannotTake(t *testing.T) {
+	tmp := t.TempDir()
+	repo, _ := testbed.BareRepo(t, tmp, "r.git", map[string]string{"a": "a\n"}, "base")
+	cfgPath := filepath.Join(tmp, "autonomic.json")
+	cfg := func(keys map[string]string) []byte {
+		doc, _ := json.Marshal(map[string]any{"state_dir": filepath.Join(tmp, "state"), "store": map[string]any{"url": "postgres://x@127.0.0.1:1/x"},
+			"domain": map[string]any{"backend": "unsafe_local"}, "sensor": map[string]any{"kind": "rules"}, "policy_keys": keys,
+			"targets": map[string]any{"git_commit": map[string]any{"r": map[string]any{"repo": repo, "allowed_paths": []string{"**"},
+				"allowed_refs": []string{"refs/heads/agent/codex", "refs/heads/main"}}}},
+			"api": map[string]any{"socket": filepath.Join(tmp, "api.sock")}})
+		return doc
+	}
+	doc := cfg(map[string]string{})
+	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(tmp, "k", "operator.pem")
+	run := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := runCmd(append([]string{"--config", cfgPath, "--key", key}, args...), &out, &errb)
+		return code, out.String() + errb.String()
+	}
+	code, out := run("--repo", repo, "--agent", "codex", "fix it")
+	if code != 2 || !strings.Contains(out, "made at "+key) || !strings.Contains(out, "does not know operator key") || !strings.Contains(out, "policy_keys") {
+		t.Errorf("unknown key: exit %d\n%s", code, out)
+	}
+	if fi, err := os.Stat(key); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the key file: %v %v", fi, err)
+	}
+	k, _ := loadOrMakeKey(key)
+	os.WriteFile(cfgPath, cfg(map[string]string{k.keyID: k.pub}), 0o600)
+	other, _ := testbed.BareRepo(t, tmp, "other.git", map[string]string{"a": "a\n"}, "base")
+	for name, c := range map[string]struct {
+		args []string
+		want string
+	}{
+		"not a target":    {[]string{"--repo", other, "--agent", "codex", "x"}, "is not a git_commit target"},
+		"ref not allowed": {[]string{"--repo", repo, "--agent", "codex", "--ref", "refs/heads/x", "x"}, "not among the target's allowed_refs"},
+		"ref missing":     {[]string{"--repo", repo, "--agent", "codex", "x"}, "create refs/heads/agent/codex at the commit"},
+		"no provider":     {[]string{"--repo", repo, "--agent", "codex", "--ref", "refs/heads/main", "x"}, `no provider in inference.providers speaks its wire API "responses"`},
+		"unknown agent":   {[]string{"--repo", repo, "--agent", "aider", "--ref", "refs/heads/main", "x"}, "aider"},
+	} {
+		if code, out := run(c.args...); code != 2 || !strings.Contains(out, c.want) {
+			t.Errorf("%s: exit %d, want 2 and %q\n%s", name, code, c.want, out)
+		}
+	}
+}
