@@ -60,11 +60,31 @@ install_rootfs() { # NAME SPEC
 }
 rootfs=/var/lib/autonomic-rootfs/worker
 digest=$(install_rootfs worker rootfs-builder/specs/worker.json)
-# The agents' rootfs (agent CLIs from npm, pinned by its spec), named "agents" in the launcher's
-# rootfses table, where the spec exists.
+# The agents' rootfs (agent CLIs from npm at the versions its spec pins), named "agents" in the
+# launcher's rootfses table: built into the builder's content-addressed cache, so a re-install with
+# the same spec and binaries only re-verifies it (seconds, not the npm install's minutes). The
+# launcher uses the cache entry in place (root's, verified against its manifest on every create).
+# Optional: `autonomic run` needs it, nothing else does. With --prebuilt (a host-matrix guest, no
+# npm registry) it is taken from DIR/rootfs-cache when the payload carries one, else skipped.
+rootfs_cache=/var/cache/autonomic/rootfs
 rootfses={}
-if [ -f rootfs-builder/specs/agents.json ]; then
-	rootfses="{\"agents\": {\"path\": \"/var/lib/autonomic-rootfs/agents\", \"manifest_sha256\": \"$(install_rootfs agents rootfs-builder/specs/agents.json)\"}}"
+agents_from=
+if [ "$bin" != bin ]; then
+	[ -d "$bin/rootfs-cache" ] && agents_from=$bin/rootfs-cache
+elif command -v npm >/dev/null; then
+	agents_from=build
+fi
+if [ -n "$agents_from" ]; then
+	install -d -o root -g root -m 0755 /var/cache/autonomic "$rootfs_cache"
+	[ "$agents_from" = build ] || cp -a "$agents_from"/. "$rootfs_cache"/
+	agents=$("$bin/autonomic-rootfs" build --quiet --spec rootfs-builder/specs/agents.json --cache "$rootfs_cache" \
+		--add "$bin/autonomic-effect"=/usr/local/bin/autonomic-effect --add "$bin/autonomic-entry"=/usr/local/bin/autonomic-entry)
+	rootfses="{\"agents\": {\"path\": \"${agents#* }\", \"manifest_sha256\": \"${agents%% *}\"}}"
+	echo "install: agents rootfs ${agents#* }"
+elif [ "$bin" != bin ]; then
+	echo "install: $bin carries no rootfs-cache: the agents rootfs is skipped (autonomic run needs it; build it where npm is reachable with autonomic-rootfs build --spec rootfs-builder/specs/agents.json --cache DIR)" >&2
+else
+	echo "install: npm is not installed: the agents rootfs is skipped (autonomic run needs it)" >&2
 fi
 
 cgroup2=$(findmnt -n -t cgroup2 -o TARGET | head -n 1)
