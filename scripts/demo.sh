@@ -108,6 +108,22 @@ for _ in $(seq 100); do [ -s "$demo/model.url" ] && break; sleep 0.1; done
 model=$(cat "$demo/model.url")
 echo "model endpoint: $model"
 
+# The main job needs the agents rootfs, which install.sh builds only where npm is reachable.
+agents=
+if grep -q '"agents"' /etc/autonomic/launcher.json; then
+	say "A fixture model for Codex (OpenAI Responses, the 'fix the reference repository' script) on loopback"
+	rm -f "$demo/agent-model.url"
+	spawn_as_service autonomic-scenario agent-model --wire responses --addr-file "$demo/agent-model.url" >"$demo/agent-model.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 100); do [ -s "$demo/agent-model.url" ] && break; sleep 0.1; done
+	agents=$(cat "$demo/agent-model.url")
+	echo "agent model upstream: $agents"
+else
+	echo "demo: the launcher has no agents rootfs (install.sh skips it without npm): the Codex episode is skipped" >&2
+fi
+# autonomic run signs with the operator's key under its own id (operator-<first 4 bytes of SHA-256>).
+operator_id=operator-$(base64 -d "$demo/policy.pub" | sha256sum | cut -c1-8)
+
 cat >"$cfg.new" <<JSON
 {
   "state_dir": "/var/lib/autonomic",
@@ -118,13 +134,15 @@ cat >"$cfg.new" <<JSON
   "sensor": {"kind": "openai_compatible", "endpoint": "$model", "model": "fixture-model-1",
              "allowed_models": ["fixture-model-1"], "timeout_ms": 5000},
   "targets": {"git_commit": {"calc": {"repo": "$demo/calc.git",
-             "allowed_refs": ["refs/heads/agent/normal", "refs/heads/agent/hostile"],
+             "allowed_refs": ["refs/heads/agent/normal", "refs/heads/agent/hostile", "refs/heads/agent/codex"],
              "allowed_paths": ["src/**", "README.md", "Makefile"], "forbidden_paths": [".env", "config/**", "tests/**"],
              "verify_argv": ["make", "test"], "class": 3}}},
   "automatic_verification": true,
   "max_repairs": 1,
   "episode": {"checkpoints_dir": "/var/lib/autonomic-launcher/checkpoints"},
-  "policy_keys": {"demo": "$(cat "$demo/policy.pub")"},
+  "policy_keys": {"demo": "$(cat "$demo/policy.pub")", "$operator_id": "$(cat "$demo/policy.pub")"},
+  "inference": {"providers": {"fixture-responses": {"wire_api": "responses", "upstream": "${agents:-http://127.0.0.1:9}",
+             "models": ["gpt-5.5"], "prices": {"gpt-5.5": {"input_micro_usd_per_mtok": 1250000, "output_micro_usd_per_mtok": 10000000}}}}},
   "regulator": {"start_level": "observe", "recover_after": 3, "recover_for_ms": 1000, "health_interval_ms": 250},
   "api": {"socket": "/var/lib/autonomic/api.sock"}
 }
@@ -149,6 +167,15 @@ say "The normal and the hostile episode, through the kernel's API"
 run="$demo/runs/$(date -u +%Y%m%dT%H%M%SZ).json"
 as_kernel autonomic-scenario run --config "$cfg" --repo "$demo/calc.git" --key "$demo/policy.pem" --key-id demo \
 	--model "$model" --out "$run"
+
+if [ -n "$agents" ]; then
+	say "The main job: autonomic run — the real Codex CLI fixes the reference repository through the relay"
+	# Codex starts from refs/heads/agent/codex, reset to the seeded base each demo.
+	as_kernel git -C "$demo/calc.git" update-ref refs/heads/agent/codex refs/heads/main
+	as_kernel autonomic run --config "$cfg" --key "$demo/policy.pem" --repo "$demo/calc.git" --agent codex \
+		"Fix the failing test: src/calc.sh adds one too many. Do not change the tests."
+	as_kernel git -C "$demo/calc.git" --no-pager show --stat --format='%h %s%n%n%b' refs/heads/agent/codex
+fi
 
 say "Where to look"
 echo "this run, each episode's timeline, checks and full ledger (JSON): $run"

@@ -4,6 +4,11 @@
 //	autonomic-scenario model --listen 127.0.0.1:0 --addr-file F
 //	    serves the poisoned fixture model until SIGTERM; GET /stats
 //	    answers {"requests": N, "injected": M}.
+//	autonomic-scenario agent-model --wire responses|messages|chat --listen 127.0.0.1:0 --addr-file F
+//	    serves internal/fixturemodel's "fix the reference repository"
+//	    script for a real agent CLI speaking that wire API (one run's
+//	    worth of turns) until SIGTERM; F gets its base URL, an
+//	    inference.providers upstream.
 //	autonomic-scenario run --config F --repo DIR --key PEM --key-id ID --model URL [--out F]
 //	    seeds the fixture repository, runs the normal and the hostile
 //	    episode through the kernel's API, prints each run's timeline and
@@ -28,6 +33,7 @@ import (
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/gates/scenario"
+	"github.com/autonomic-kernel/autonomic/internal/fixturemodel"
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
@@ -43,6 +49,8 @@ func main() {
 	switch os.Args[1] {
 	case "model":
 		err = model(ctx, os.Args[2:])
+	case "agent-model":
+		err = agentModel(ctx, os.Args[2:])
 	case "run":
 		var ok bool
 		if ok, err = run(ctx, os.Args[2:]); err == nil && !ok {
@@ -58,7 +66,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: autonomic-scenario model|run [flags] (see the package doc)")
+	fmt.Fprintln(os.Stderr, "usage: autonomic-scenario model|agent-model|run [flags] (see the package doc)")
 	os.Exit(2)
 }
 
@@ -74,6 +82,29 @@ func model(ctx context.Context, args []string) error {
 	defer m.Close()
 	if *addrFile != "" {
 		if err := os.WriteFile(*addrFile, []byte(m.Endpoint()+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func agentModel(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("agent-model", flag.ExitOnError)
+	wire := fs.String("wire", fixturemodel.Responses, "the wire API: responses, messages or chat")
+	listen := fs.String("listen", "127.0.0.1:0", "loopback address")
+	addrFile := fs.String("addr-file", "", "write the base URL here once listening")
+	_ = fs.Parse(args)
+	if *listen != "127.0.0.1:0" {
+		return errors.New("agent-model listens on a fresh loopback port only")
+	}
+	m, err := fixturemodel.Start(fixturemodel.FixCalc(*wire, "/workspace"))
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if *addrFile != "" {
+		if err := os.WriteFile(*addrFile, []byte(m.URL+"\n"), 0o644); err != nil {
 			return err
 		}
 	}
