@@ -155,3 +155,79 @@ func isSocket(p string) bool {
 	fi, err := os.Lstat(p)
 	return err == nil && fi.Mode().Type() == os.ModeSocket
 }
+
+// budgetWorker makes one model call through the bridge, then waits.
+const budgetWorker = `
+body='{"model":"fixture-1","messages":[{"role":"user","content":"hi"}]}'
+exec 3<>/dev/tcp/127.0.0.1/8787
+printf 'POST /v1/chat/completions HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' ${#body} "$body" >&3
+cat <&3; echo; exec 3<&-
+sleep 120
+`
+
+// TestRelayExhaustionNarrowsTheEpisode: a call that does not fit the
+// signed policy's inference budget is refused, never forwarded, recorded in
+// the ledger, and reaches the episode's homeostat as pressure on the fast
+// loop: its regime leaves stable (the broker then narrows what commits).
+func TestRelayExhaustionNarrowsTheEpisode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	model, err := fixturemodel.Start(fixturemodel.Script{Wire: fixturemodel.Chat, Turns: []fixturemodel.Turn{{Text: "never"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	p, err := seccomp.Shipped(episode.ProfileAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentProg, err := seccomp.Compile(p, seccomp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obs *episode.Observer
+	r := newRig(t, ctx, "exhaustion", withConfig(func(c *episode.Config) {
+		obs = c.Observer
+		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg.Bytes()}
+		c.Providers = map[string]config.Provider{"fixture": {WireAPI: config.WireChat, Upstream: model.URL,
+			Models: []string{"fixture-1"}, Prices: map[string]config.Price{"fixture-1": {}}, MaxOutputTokens: 1000}}
+		c.RelayLedger = c.Store.(relay.Ledger)
+	}))
+	spec := r.spec(nil)
+	signed, err := policy.Sign(policyKey(), policyKeyID, policy.Document{Schema: policy.Schema, ID: "exhaustion", Version: 1,
+		Capability: grantSpec(), Semantic: policy.Semantic{MaxRisk: 0.5},
+		Inference: &policy.Inference{Models: []string{"fixture-1"}, MaxTokens: 50}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Policy, spec.Seccomp, spec.Inference = signed, episode.ProfileAgent, "fixture"
+	spec.Argv = []string{entryPath, "--bridge", "127.0.0.1:8787=/run/autonomic/inference.sock", "--", "/bin/bash", "-c", budgetWorker}
+	e, err := r.k.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regime := ""
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, regime = obs.Trajectory(ctx, e.ID()); regime != "stable" {
+			break
+		}
+	}
+	if regime != "uncertain" {
+		t.Fatalf("regime after the exhausted budget = %q, want uncertain", regime)
+	}
+	if n := model.Calls(); n != 0 {
+		t.Errorf("the provider saw %d calls beyond the budget", n)
+	}
+	events, err := r.st.Events(ctx, e.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, ev := range events {
+		kinds = append(kinds, ev.Kind)
+	}
+	if !strings.Contains(strings.Join(kinds, " "), "inference_budget_exhausted") {
+		t.Errorf("the ledger lacks the exhaustion: %v", kinds)
+	}
+	r.end(t, ctx, e, episode.Aborted, "test over")
+}
