@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,14 +118,26 @@ func TestRealAgentsFixTheReferenceRepository(t *testing.T) {
 	}
 
 	// The operator's first run makes the key and says how to register it.
-	cfgPath := filepath.Join(tmp, "operator.json")
-	keyPath := filepath.Join(tmp, "operator", "operator.pem")
-	if err := os.WriteFile(cfgPath, kernelConfig(map[string]string{}), 0o600); err != nil {
+	// The operator here is the service account (as in make demo): git
+	// refuses a repository another user owns, and the API socket is its.
+	opDir := filepath.Join(tmp, "operator")
+	if err := os.Mkdir(opDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	cfgPath := filepath.Join(opDir, "autonomic.json")
+	keyPath := filepath.Join(opDir, "key", "operator.pem")
+	writeConfig := func(doc []byte) {
+		if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		chownTree(t, opDir, uid, gid)
+	}
+	writeConfig(kernelConfig(map[string]string{}))
 	task := "Fix the failing test: src/calc.sh adds one too many. Do not change the tests."
 	run := func(args ...string) (int, string) {
 		cmd := exec.CommandContext(ctx, shared.kernel, append([]string{"run", "--config", cfgPath, "--key", keyPath}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + opDir, "LANG=C.UTF-8"}
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
@@ -141,9 +154,7 @@ func TestRealAgentsFixTheReferenceRepository(t *testing.T) {
 		t.Fatalf("a first run: exit %d, want 2 with the key to register\n%s", code, out)
 	}
 	doc := kernelConfig(map[string]string{reg[1]: reg[2]})
-	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeConfig(doc)
 	cfg, err := config.Parse(doc)
 	if err != nil {
 		t.Fatal(err)
