@@ -77,6 +77,13 @@ func agentSpec(r agentRun) ([]byte, *agent.Profile, string, error) {
 	doc := policy.Document{Schema: policy.Schema, ID: "autonomic-run", Version: 1, Capability: cap,
 		Semantic:  policy.Semantic{MaxRisk: 0.5},
 		Inference: &policy.Inference{Models: []string{model}, MaxTokens: runMaxTokens, MaxSpendMicroUSD: runMaxSpendUSD * 1_000_000}}
+	// The episode's egress proxy is granted and served, but the agent's
+	// argv does not bridge it (no 127.0.0.1:8788, no HTTPS_PROXY) yet:
+	// measured here, Codex 0.171.0 with HTTPS_PROXY set sends its own
+	// background requests through the proxy, each refused is drift on the
+	// fast loop, and after four the episode is unstable, where the class 3
+	// harvest is denied (stale_authority). Bridging waits for profiles that
+	// turn that traffic off.
 	if hosts := egressDefault(r.Cfg); len(hosts) > 0 {
 		doc.Egress = &policy.Egress{Allow: hosts}
 	}
