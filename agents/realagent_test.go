@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/agents/agentrootfs"
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
 )
@@ -41,27 +42,11 @@ func agentsRootfs(t *testing.T) string {
 	t.Helper()
 	privileged.Require(t)
 	rootfsOnce.Do(func() {
-		spec, err := rootfs.LoadSpec("../rootfs-builder/specs/agents.json")
-		if err != nil {
-			rootfsErr = err
-			return
-		}
-		var adds []rootfs.Add
-		if _, err := os.Stat("../entry/cmd/autonomic-entry"); err == nil {
-			bin := filepath.Join(os.TempDir(), fmt.Sprintf("autonomic-entry-%d", os.Getpid()))
-			cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./entry/cmd/autonomic-entry")
-			cmd.Dir, cmd.Env = "..", append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				rootfsErr = fmt.Errorf("building autonomic-entry: %v\n%s", err, out)
-				return
-			}
-			defer os.Remove(bin)
-			adds = append(adds, rootfs.Add{Src: bin, Dest: EntryPath})
-		}
 		start := time.Now()
-		dir, digest, hit, err := rootfs.BuildCached(context.Background(), spec, "", rootfs.Options{Add: adds})
-		rootfsDir, rootfsErr = dir, err
-		t.Logf("agents rootfs %s (%s) cached=%v in %s, autonomic-entry added: %v", dir, digest, hit, time.Since(start).Round(time.Millisecond), len(adds) > 0)
+		var digest string
+		var entry bool
+		rootfsDir, digest, entry, rootfsErr = agentrootfs.Build(context.Background(), "..", "")
+		t.Logf("agents rootfs %s (%s) in %s, autonomic-entry added: %v", rootfsDir, digest, time.Since(start).Round(time.Millisecond), entry)
 	})
 	if rootfsErr != nil {
 		t.Fatalf("agents rootfs: %v", rootfsErr)
