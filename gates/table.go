@@ -75,7 +75,7 @@ func Table() []Gate {
 			{"./gates", []string{"TestEffectBrokerFromInsideADomain"}},
 			// The inference relay: the other socket a domain holds (issue 13).
 			{"./kernel/relay", []string{"TestRouteTable", "TestKeyInjection", "TestStreamPassesThrough", "TestBudgetReserveSettleExhaust",
-				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile"}},
+				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile", "TestLogCarriesNoContent"}},
 			{"./store", []string{"TestRelayChargeRace", "TestRelayBudgetSurvivesRestart"}},
 		}, Scope: "the socket from inside a real domain and from the host; HTTP targets are loopback servers; the signed lease's paths, bytes and rates checked at the commit horizon with verification off"},
 		{Name: "sensor_poisoning", Proves: "hostile evidence cannot escalate authority", Tests: []Run{
