@@ -76,7 +76,7 @@ func Table() []Gate {
 			{"./gates", []string{"TestEffectBrokerFromInsideADomain"}},
 			// The inference relay: the other socket a domain holds (issue 13).
 			{"./kernel/relay", []string{"TestRouteTable", "TestKeyInjection", "TestStreamPassesThrough", "TestBudgetReserveSettleExhaust",
-				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile"}},
+				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile", "TestLogCarriesNoContent"}},
 			{"./store", []string{"TestRelayChargeRace", "TestRelayBudgetSurvivesRestart"}},
 			// The egress proxy (issue 14): the worker's other way out, read
 			// only, allowlisted, recorded and capped.

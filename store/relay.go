@@ -11,7 +11,7 @@ import (
 )
 
 // The inference relay's durable budget and call ledger (kernel/relay,
-// migration 0003). Every change goes through mutate: under the episode's
+// migration 0004). Every change goes through mutate: under the episode's
 // row lock, by the instance that owns the episode, with its ledger event in
 // the same transaction. The relay charges before it forwards (ChargeRelay),
 // gives back what it did not use when it closes (ReleaseRelay) and records
