@@ -420,7 +420,7 @@ func TestBudgetReserveSettleExhaust(t *testing.T) {
 	big := `{"model":"gpt-5.5","input":"hi","max_output_tokens":100000}`
 	for range 3 {
 		resp, out := e.post("/v1/responses", big)
-		if resp.StatusCode != http.StatusTooManyRequests || errCode(t, out) != "budget_exhausted" {
+		if resp.StatusCode != http.StatusForbidden || errCode(t, out) != "budget_exhausted" {
 			t.Fatalf("over budget: %d %s", resp.StatusCode, out)
 		}
 	}
@@ -461,7 +461,7 @@ func TestBudgetReserveSettleExhaust(t *testing.T) {
 	go again.Serve(ln)
 	defer again.Close()
 	e.sock = sock
-	if resp, out := e.raw("POST", "/v1/responses", "application/json", big); resp.StatusCode != 429 || errCode(t, out) != "budget_exhausted" {
+	if resp, out := e.raw("POST", "/v1/responses", "application/json", big); resp.StatusCode != http.StatusForbidden || errCode(t, out) != "budget_exhausted" {
 		t.Fatalf("after restart: %d %s", resp.StatusCode, out)
 	}
 }
