@@ -52,8 +52,8 @@ type Config struct {
 
 // Hooks run at the named points of a commit.
 type Hooks struct {
-	// AfterIntent runs after commit_intent is durable, before committing
-	// is recorded.
+	// AfterIntent runs after commit_intent is recorded (durable only once
+	// committing is), before committing is recorded.
 	AfterIntent func(e store.Effect)
 	// BeforeAdapter runs after committing is durable, before the adapter
 	// acts.
@@ -308,8 +308,8 @@ func (b *Broker) fence(ctx context.Context, episodeID uuid.UUID, req *protocol.W
 	if err != nil {
 		return store.Lease{}, protocol.Errorf(protocol.CodeInvalidField, "lease_id")
 	}
-	ep, err := b.cfg.Store.Episode(ctx, episodeID)
-	if err != nil {
+	ep, lease, err := b.cfg.Store.LeaseInEpisode(ctx, episodeID, leaseID)
+	if err != nil && ep.ID == uuid.Nil {
 		return store.Lease{}, err
 	}
 	if req.Epoch != ep.Epoch {
@@ -318,7 +318,6 @@ func (b *Broker) fence(ctx context.Context, episodeID uuid.UUID, req *protocol.W
 	if ep.State != store.EpisodeActive {
 		return store.Lease{}, protocol.Errorf(protocol.CodeStaleAuthority, "episode is %s", ep.State)
 	}
-	lease, err := b.cfg.Store.Lease(ctx, leaseID)
 	if err != nil {
 		return store.Lease{}, err
 	}
@@ -478,6 +477,8 @@ func (b *Broker) request(e store.Effect) (Request, error) {
 
 // Commit crosses the horizon: the checks and commit_intent in one store
 // transaction, committing recorded, then the adapter, then the outcome.
+// Committing and the outcome are the two commits that wait for their WAL
+// flush; committing's carries commit_intent with it.
 func (b *Broker) Commit(ctx context.Context, e store.Effect, revision int, epoch int64) (store.Effect, error) {
 	a, _, err := b.adapter(e.Kind, e.TargetID)
 	if err != nil {

@@ -110,7 +110,7 @@ func crashChild() int {
 // runCrash commits eff in a child kernel that dies at point.
 func (e *env) runCrash(spec crashSpec) {
 	e.t.Helper()
-	spec.URL, spec.AdminURL = testHarness.Cluster.KernelConnString(e.db), testHarness.Cluster.AdminConnString(e.db)
+	spec.URL, spec.AdminURL = e.cluster.KernelConnString(e.db), e.cluster.AdminConnString(e.db)
 	spec.Payloads = filepath.Join(e.dir, "payloads")
 	spec.DecisionKey = e.cfg.DecisionKeys["operator"]
 	b, _ := json.Marshal(spec)

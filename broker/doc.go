@@ -23,7 +23,11 @@
 //     class, with or without a verifier. Without a LeaseCheck nothing
 //     commits.
 //     An effect still at commit_intent after a crash therefore provably never
-//     reached its adapter.
+//     reached its adapter. Only committing and the outcome wait for their
+//     flush; the committing flush carries commit_intent and everything
+//     before it, and a crash before it loses at most a proposal, an
+//     evaluation or a commit_intent no adapter acted under, which the
+//     worker redoes (store/doc.go, "Durability").
 //   - An outcome that cannot be proven from the target's own evidence is
 //     commit_unknown, never committed; reconciliation settles it by reading
 //     the target, never by acting again.

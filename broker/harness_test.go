@@ -17,6 +17,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
+	"github.com/autonomic-kernel/autonomic/store/pgcluster"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 	"github.com/google/uuid"
 )
@@ -62,6 +63,7 @@ func ctxT(t testing.TB) context.Context {
 // env is one test's database, episode, lease, broker and socket.
 type env struct {
 	t        testing.TB
+	cluster  *pgcluster.Cluster
 	db       string
 	store    *store.Postgres
 	dir      string
@@ -78,9 +80,8 @@ type env struct {
 	verdict  testVerdict // the lease check's standing verdict
 }
 
-func openStore(t testing.TB, db string) *store.Postgres {
+func openStore(t testing.TB, c *pgcluster.Cluster, db string) *store.Postgres {
 	t.Helper()
-	c := testHarness.Cluster
 	s, err := store.Open(ctxT(t), store.Config{URL: c.KernelConnString(db), AdminURL: c.AdminConnString(db),
 		InstanceID: "kernel-a", OwnerTTL: time.Hour, MaxConns: 24})
 	if err != nil {
@@ -94,8 +95,14 @@ func openStore(t testing.TB, db string) *store.Postgres {
 // broker is built.
 func newEnv(t testing.TB, adapt func(e *env, cfg *Config)) *env {
 	t.Helper()
-	e := &env{t: t, db: testHarness.Database(t, "b"), dir: t.TempDir()}
-	e.store = openStore(t, e.db)
+	return newEnvOn(t, testHarness.Cluster, testHarness.Database(t, "b"), adapt)
+}
+
+// newEnvOn builds the environment on cluster's existing database db.
+func newEnvOn(t testing.TB, cluster *pgcluster.Cluster, db string, adapt func(e *env, cfg *Config)) *env {
+	t.Helper()
+	e := &env{t: t, cluster: cluster, db: db, dir: t.TempDir()}
+	e.store = openStore(t, cluster, e.db)
 	var err error
 	if e.payloads, err = OpenPayloads(filepath.Join(e.dir, "payloads")); err != nil {
 		t.Fatal(err)

@@ -350,13 +350,34 @@ func peerAlive(pidfd int) error {
 	return nil
 }
 
-// cgroupOf reads the cgroup v2 path of pid.
+// cgroupOf reads the cgroup v2 path of pid. It runs on every connection:
+// open, read, close and nothing else (os.ReadFile would stat the file and
+// try to register it with the poller first).
 func cgroupOf(pid int) (string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/cgroup", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", err
 	}
-	for line := range bytes.SplitSeq(b, []byte("\n")) {
+	defer unix.Close(fd)
+	var buf [8192]byte
+	n := 0
+	for n < len(buf) {
+		r, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if r == 0 {
+			break
+		}
+		n += r
+	}
+	if n == len(buf) {
+		return "", errors.New("cgroup list too long")
+	}
+	for line := range bytes.SplitSeq(buf[:n], []byte("\n")) {
 		if p, ok := bytes.CutPrefix(line, []byte("0::")); ok {
 			return string(p), nil
 		}

@@ -25,7 +25,7 @@ func Table() []Gate {
 			// Isolation: every namespace, the filesystem, privilege and rlimits.
 			{"./kernel/domain", []string{"TestWorkerSeesOnlyItsDomain", "TestWorkerNamespacesAreItsOwn", "TestUpperLayerHoldsWrites",
 				"TestSharedRootPropagation", "TestDomainRootIsContained", "TestRlimitsAreTheDomains", "TestDiskIsBounded",
-				"TestStderrMustBePipeOrNull", "TestBrokerSocketIsNobodys",
+				"TestStderrMustBePipeOrNull", "TestBrokerSocketIsNobodys", "TestRelaySocketIsBoundLikeTheBrokers",
 				// Each cgroup limit: enforced where the host offers the
 				// controller (the hog is stopped), else reported not enforced
 				// (and release_ready is false; see qc).
@@ -34,9 +34,10 @@ func Table() []Gate {
 				// cannot hide.
 				"TestInetSocketIsRefusedAndRecorded", "TestFloorCannotBeWidened", "TestFloorConfinesFamiliesPersonaAndNewerCalls",
 				"TestX32SyscallKillsWorker", "TestViolationFloodIsCoalesced", "TestSigsysHandlerHidesNothing",
+				"TestAgentProfileReachesOnlyLoopback",
 				// The launcher's admission: its requests, its rootfs, and the
 				// one sudoers rule that reaches it (installed by make install).
-				"TestHostileRequests", "TestRootfsContentIsItsIdentity", "TestRootfsMismatchIsRefused",
+				"TestHostileRequests", "TestRootfsContentIsItsIdentity", "TestRootfsMismatchIsRefused", "TestNamedRootfs",
 				"TestSudoersRuleParses", "TestSudoersRuleAllowsOnlyTheLauncherWithoutArguments"}},
 		}, Scope: "this host's kernel and cgroup layout; a cgroup limit the host does not offer is proven reported, not enforced (the report's host.not_enforced), and the host matrix (hosts section) covers the other layouts"},
 		{Name: "old_process_fork_cleanup", Proves: "a forked descendant cannot survive domain destruction", Tests: []Run{
@@ -73,6 +74,10 @@ func Table() []Gate {
 			{"./kernel/authority", []string{"TestForbidGlobVariants"}},
 			{"./protocol/pathglob", []string{"TestNamesRefused"}},
 			{"./gates", []string{"TestEffectBrokerFromInsideADomain"}},
+			// The inference relay: the other socket a domain holds (issue 13).
+			{"./kernel/relay", []string{"TestRouteTable", "TestKeyInjection", "TestStreamPassesThrough", "TestBudgetReserveSettleExhaust",
+				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile"}},
+			{"./store", []string{"TestRelayChargeRace", "TestRelayBudgetSurvivesRestart"}},
 			// The egress proxy (issue 14): the worker's other way out, read
 			// only, allowlisted, recorded and capped.
 			{"./kernel/egress", []string{"TestDependenciesThroughTheProxy", "TestRefusals", "TestCapStopsFetches",
@@ -97,7 +102,12 @@ func Table() []Gate {
 		}, Scope: "Ed25519 approvals checked by the broker"},
 		{Name: "coding_agent_violation_repair_epoch2", Proves: "full hostile scenario: seccomp trip, fence, destroy, restore, commit under epoch 2", Tests: []Run{
 			{"./gates", []string{"TestCodingAgentScenario"}},
-			{"./kernel/episode", []string{"TestEpisodeLifecycle", "TestViolationRepairEpoch2", "TestViolationStormRepairsOnce", "TestRepairRestoresThePristineBase", "TestMaxRepairsContains"}},
+			{"./kernel/episode", []string{"TestEpisodeLifecycle", "TestViolationRepairEpoch2", "TestViolationStormRepairsOnce", "TestRepairRestoresThePristineBase", "TestMaxRepairsContains",
+				// An agent that only edits files: its change harvested from
+				// the checkpoint archive and taken through the horizon, a
+				// hostile workspace read as data, and the wall-time bound.
+				"TestHarvestLandsTheFix", "TestHarvestDeniedByPolicy", "TestHarvestHostileWorkspace", "TestWallTimeEndsAnEpisode"}},
+			{"./kernel/workspace", []string{"TestHarvestRefusesHostileEntries", "TestHarvestBoundsAndDigest"}},
 		}, Scope: "autonomic serve (this tree's build) as the service account, the installed launcher (proven to be this tree's build) through the sudoers rule, so make install must have run; a fixture model and a scripted agent, not a live LLM"},
 	}
 }

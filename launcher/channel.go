@@ -21,17 +21,17 @@ import (
 // initSpec is what the monitor tells the domain init, alongside the mount
 // descriptors it passes with SCM_RIGHTS (see mountFds).
 type initSpec struct {
-	Argv      []string `json:"argv"`
-	Env       []string `json:"env"`
-	Cwd       string   `json:"cwd"`
-	UID       uint32   `json:"uid"`
-	GID       uint32   `json:"gid"`
-	IDs       uint32   `json:"ids"` // the size of the domain's id range
-	TmpBytes  uint64   `json:"tmp_bytes"`
-	Floor     []byte   `json:"floor"`
-	Profile   []byte   `json:"profile,omitempty"`
-	Notify    bool     `json:"notify"`
-	HasSocket bool     `json:"has_socket"`
+	Argv     []string `json:"argv"`
+	Env      []string `json:"env"`
+	Cwd      string   `json:"cwd"`
+	UID      uint32   `json:"uid"`
+	GID      uint32   `json:"gid"`
+	IDs      uint32   `json:"ids"` // the size of the domain's id range
+	TmpBytes uint64   `json:"tmp_bytes"`
+	Floor    []byte   `json:"floor"`
+	Profile  []byte   `json:"profile,omitempty"`
+	Notify   bool     `json:"notify"`
+	Sockets  []string `json:"sockets,omitempty"` // names under /run/autonomic, in descriptor order from fdSockets
 }
 
 // Order of the descriptors sent to init.
@@ -39,7 +39,7 @@ const (
 	fdRootfs = iota
 	fdLower
 	fdLayers // the domain directory, holding upper/ and work/
-	fdSocket
+	fdSockets
 )
 
 // initReply is what init and the worker stage send back on their channels.

@@ -33,6 +33,12 @@ type uidPool struct {
 	Size  uint32 `json:"size"`
 }
 
+// rootfsRef is a rootfs directory and its identity, its manifest's digest.
+type rootfsRef struct {
+	Path           string `json:"path"`
+	ManifestSHA256 string `json:"manifest_sha256"`
+}
+
 // config is the launcher's whole world: every host path, id range and limit
 // it will ever use comes from here, never from a request.
 type config struct {
@@ -59,6 +65,10 @@ type config struct {
 	// (upper and work dirs), each a tmpfs of this size.
 	TmpBytes  uint64 `json:"tmp_bytes,omitempty"`
 	DiskBytes uint64 `json:"disk_bytes,omitempty"`
+
+	// Rootfses are the other rootfs trees a create may name; after
+	// validate, "" names the default (rootfs, rootfs_manifest_sha256).
+	Rootfses map[string]rootfsRef `json:"rootfses,omitempty"`
 }
 
 const (
@@ -96,16 +106,27 @@ func loadConfig() (*config, error) {
 
 func (c *config) validate() error {
 	bad := func(why string) error { return protocol.Errorf(protocol.CodeConfigInvalid, "%s", why) }
-	for _, p := range []string{c.StateRoot, c.Rootfs, c.WorkspacesRoot, c.CgroupParent} {
+	if _, ok := c.Rootfses[""]; ok {
+		return bad("rootfses holds an empty name")
+	}
+	if c.Rootfses == nil {
+		c.Rootfses = map[string]rootfsRef{}
+	}
+	c.Rootfses[""] = rootfsRef{c.Rootfs, c.RootfsManifestSHA256}
+	paths := []string{c.StateRoot, c.WorkspacesRoot, c.CgroupParent}
+	for name, r := range c.Rootfses {
+		if name != "" && !protocol.ValidID(name) || !protocol.ValidDigest(r.ManifestSHA256) {
+			return bad("every rootfs needs an id-like name and a lower-case hex SHA-256 of its manifest")
+		}
+		paths = append(paths, r.Path)
+	}
+	for _, p := range paths {
 		if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
 			return bad("every configured path must be absolute, clean and not /")
 		}
 	}
 	if c.BrokerSocketsRoot != "" && (!path.IsAbs(c.BrokerSocketsRoot) || path.Clean(c.BrokerSocketsRoot) != c.BrokerSocketsRoot) {
 		return bad("broker_sockets_root must be absolute and clean")
-	}
-	if !protocol.ValidDigest(c.RootfsManifestSHA256) {
-		return bad("rootfs_manifest_sha256 must be a lower-case hex SHA-256")
 	}
 	p := c.UIDPool
 	if p.Count == 0 || p.Size < 65536 || p.Base < 65536 {

@@ -26,6 +26,10 @@ func validConfig(dir string) map[string]any {
 	}
 }
 
+func rootfsEntry(path string, digestLen int) map[string]any {
+	return map[string]any{"path": path, "manifest_sha256": strings.Repeat("b", digestLen)}
+}
+
 // writeConfig installs a config for this test and points the build-time
 // path at it.
 func writeConfig(t *testing.T, body []byte, mode os.FileMode) {
@@ -67,6 +71,14 @@ func TestConfigValidation(t *testing.T) {
 		{"unclean path", mutate(func(m map[string]any) { m["rootfs"] = "/a/../b" }), 0o644, false},
 		{"root path", mutate(func(m map[string]any) { m["workspaces_root"] = "/" }), 0o644, false},
 		{"bad digest", mutate(func(m map[string]any) { m["rootfs_manifest_sha256"] = "abc" }), 0o644, false},
+		{"named rootfs", mutate(func(m map[string]any) { m["rootfses"] = map[string]any{"agents": rootfsEntry("/srv/agents", 64)} }), 0o644, true},
+		{"rootfs named empty", mutate(func(m map[string]any) { m["rootfses"] = map[string]any{"": rootfsEntry("/srv/agents", 64)} }), 0o644, false},
+		{"rootfs named with dots", mutate(func(m map[string]any) { m["rootfses"] = map[string]any{"..": rootfsEntry("/srv/agents", 64)} }), 0o644, false},
+		{"named rootfs relative", mutate(func(m map[string]any) { m["rootfses"] = map[string]any{"agents": rootfsEntry("srv/agents", 64)} }), 0o644, false},
+		{"named rootfs bad digest", mutate(func(m map[string]any) { m["rootfses"] = map[string]any{"agents": rootfsEntry("/srv/agents", 63)} }), 0o644, false},
+		{"named rootfs unknown key", mutate(func(m map[string]any) {
+			m["rootfses"] = map[string]any{"agents": map[string]any{"path": "/srv/agents", "manifest_sha256": strings.Repeat("a", 64), "verify": false}}
+		}), 0o644, false},
 		{"pool overflow", mutate(func(m map[string]any) {
 			m["uid_pool"] = map[string]any{"base": 4294000000, "count": 100, "size": 65536}
 		}), 0o644, false},

@@ -47,12 +47,12 @@ func (l *launcher) create() error {
 	}
 
 	// 1. Resolve: rootfs (by manifest digest), workspace, socket, checkpoint.
-	rootfs, digest, err := l.openRootfs()
+	rootfs, digest, err := l.openRootfs(r.Rootfs)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(rootfs)
-	if digest != l.cfg.RootfsManifestSHA256 {
+	if digest != l.cfg.Rootfses[r.Rootfs].ManifestSHA256 {
 		return protocol.E(protocol.CodeRootfsMismatch)
 	}
 	lower, err := l.openWorkspace(r.WorkspaceID)
@@ -60,12 +60,16 @@ func (l *launcher) create() error {
 		return err
 	}
 	defer unix.Close(lower)
-	sock := -1
-	if r.BrokerSocket != "" {
-		if sock, err = l.openBrokerSocket(r.BrokerSocket); err != nil {
+	var socks []domainSocket
+	for _, s := range []domainSocket{{id: r.BrokerSocket, name: "effect.sock"}, {id: r.RelaySocket, name: "inference.sock"}} {
+		if s.id == "" {
+			continue
+		}
+		if s.fd, err = l.openSocket(s.id); err != nil {
 			return err
 		}
-		defer unix.Close(sock)
+		defer unix.Close(s.fd)
+		socks = append(socks, s)
 	}
 	var ckpt *os.File
 	if r.Checkpoint != "" {
@@ -86,7 +90,7 @@ func (l *launcher) create() error {
 		return protocol.Errorf(protocol.CodeLauncherFailed, "mkdir domain: %w", err)
 	}
 	run := &domainRun{domfd: -1, cgfd: -1, listener: -1}
-	if err := l.build(run, r, lim, env, profile, notify, rootfs, lower, sock, ckpt, digest); err != nil {
+	if err := l.build(run, r, lim, env, profile, notify, rootfs, lower, socks, ckpt, digest); err != nil {
 		// Clean up only the directory this create made, not one a destroy
 		// and a new create of the id may have put there meanwhile.
 		var st unix.Stat_t
@@ -128,7 +132,7 @@ func (run *domainRun) release() {
 }
 
 func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitSet, env []string, profile []byte, notify bool,
-	rootfs, lower, sock int, ckpt *os.File, digest string) error {
+	rootfs, lower int, socks []domainSocket, ckpt *os.File, digest string) error {
 	domfd, err := openDirBeneath(l.state.domains, r.DomainID)
 	if errors.Is(err, unix.ENOENT) {
 		// A destroy removed it between our mkdir and this open.
@@ -209,13 +213,16 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 	// the init inside its own namespace: the rootfs read-only, the
 	// workspace idmapped so the kernel's clone shows as the worker's own
 	// files (copy-up works).
-	fds, err := l.prepareMounts(base, rootfs, lower, domfd, sock)
+	fds, err := l.prepareMounts(base, rootfs, lower, domfd, socks)
 	if err != nil {
 		return err
 	}
 	spec := initSpec{
 		Argv: r.Argv, Env: env, Cwd: r.Cwd, UID: l.cfg.WorkerUID, GID: l.cfg.WorkerGID, IDs: l.cfg.UIDPool.Size, TmpBytes: l.cfg.TmpBytes,
-		Floor: floorBytes(), Profile: profile, Notify: notify, HasSocket: sock >= 0,
+		Floor: floorBytes(), Profile: profile, Notify: notify,
+	}
+	for _, s := range socks {
+		spec.Sockets = append(spec.Sockets, s.name)
 	}
 	if spec.Cwd == "" {
 		spec.Cwd = "/workspace"
@@ -426,7 +433,7 @@ func setRlimits(pid int, lim limitSet) error {
 	return nil
 }
 
-func (l *launcher) prepareMounts(base uint32, rootfs, lower, domdir, sock int) ([]int, error) {
+func (l *launcher) prepareMounts(base uint32, rootfs, lower, domdir int, socks []domainSocket) ([]int, error) {
 	var fds []int
 	fail := func(err error) ([]int, error) {
 		closeAll(fds...)
@@ -454,7 +461,7 @@ func (l *launcher) prepareMounts(base uint32, rootfs, lower, domdir, sock int) (
 		// travel as a detached bind of the domain directory (recursive:
 		// with its layers tmpfs).
 		{domdir, -1, 0, true}}
-	if sock >= 0 {
+	if len(socks) > 0 {
 		// Read-only, owned by the domain's nobody, its group the
 		// worker's: the worker connects (mode 0660) but cannot chmod,
 		// chown or replace it.
@@ -463,7 +470,9 @@ func (l *launcher) prepareMounts(base uint32, rootfs, lower, domdir, sock int) (
 			return fail(err)
 		}
 		defer unix.Close(sockNS)
-		steps = append(steps, clone{sock, sockNS, ro | unix.MOUNT_ATTR_NOEXEC, false})
+		for _, s := range socks {
+			steps = append(steps, clone{s.fd, sockNS, ro | unix.MOUNT_ATTR_NOEXEC, false})
+		}
 	}
 	for _, s := range steps {
 		mnt, err := cloneMount(s.fd, s.userns, s.attrs, s.recursive)

@@ -19,6 +19,9 @@ import (
 // mount namespace, on a tmpfs of its own; nothing here is visible to the host.
 const newRoot = "/tmp/.autonomic-root"
 
+// workerHome is the worker's HOME inside its domain.
+const workerHome = "/tmp/home"
+
 // runInit is PID 1 of a domain. It finishes the mounts, pivots into the
 // rootfs, starts the worker stage and reaps until the worker exits. When it
 // exits, the kernel kills every process left in its PID namespace.
@@ -37,11 +40,11 @@ func runInit() int {
 		return 1
 	}
 	var spec initSpec
-	if err := json.Unmarshal(b, &spec); err != nil || len(fds) != 3+boolInt(spec.HasSocket) {
+	if err := json.Unmarshal(b, &spec); err != nil || len(fds) != fdSockets+len(spec.Sockets) {
 		_ = sendReply(ctl, initReply{Error: string(protocol.CodeNamespaceFailed)}, nil)
 		return 1
 	}
-	if err := assembleRoot(fds, spec.HasSocket, spec.TmpBytes); err != nil {
+	if err := assembleRoot(fds, &spec); err != nil {
 		_ = sendReply(ctl, initReply{Error: string(protocol.AsWire(err).Code)}, nil)
 		return 1
 	}
@@ -94,17 +97,10 @@ func runInit() int {
 	}
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // assembleRoot builds the domain's filesystem from the descriptors the
 // monitor sent. Every host object arrives as a descriptor (a detached mount
 // or an open directory); no host path is resolved by name here.
-func assembleRoot(fds []int, hasSocket bool, tmpBytes uint64) error {
+func assembleRoot(fds []int, spec *initSpec) error {
 	fail := func(step string, err error) error {
 		return protocol.Errorf(protocol.CodeMountFailed, "%s: %w", step, err)
 	}
@@ -129,8 +125,13 @@ func assembleRoot(fds []int, hasSocket bool, tmpBytes uint64) error {
 	if err := maskProc(at("/proc")); err != nil {
 		return fail("mask proc", err)
 	}
-	if err := unix.Mount("tmpfs", at("/tmp"), "tmpfs", nosuid, fmt.Sprintf("mode=1777,size=%d", tmpBytes)); err != nil {
+	if err := unix.Mount("tmpfs", at("/tmp"), "tmpfs", nosuid, fmt.Sprintf("mode=1777,size=%d", spec.TmpBytes)); err != nil {
 		return fail("tmp", err)
+	}
+	// The worker's HOME: agents keep state there, so it is on the bounded
+	// /tmp, never under /workspace, whose changes are harvested.
+	if err := errors.Join(os.Mkdir(at(workerHome), 0o700), os.Chown(at(workerHome), int(spec.UID), int(spec.GID))); err != nil {
+		return fail("home", err)
 	}
 	if err := minimalDev(at("/dev")); err != nil {
 		return fail("dev", err)
@@ -144,12 +145,12 @@ func assembleRoot(fds []int, hasSocket bool, tmpBytes uint64) error {
 	if err := os.Mkdir(at("/run/autonomic/.layers"), 0o755); err != nil {
 		return fail("run dirs", err)
 	}
-	if hasSocket {
-		sockPath := at("/run/autonomic/effect.sock")
+	for i, name := range spec.Sockets {
+		sockPath := at("/run/autonomic/" + name)
 		if err := os.WriteFile(sockPath, nil, 0o600); err != nil {
 			return fail("socket mountpoint", err)
 		}
-		if err := unix.MoveMount(fds[fdSocket], "", unix.AT_FDCWD, sockPath, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		if err := unix.MoveMount(fds[fdSockets+i], "", unix.AT_FDCWD, sockPath, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 			return fail("attach socket", err)
 		}
 	}

@@ -98,7 +98,7 @@ func (l *launcher) preflight() error {
 	feature("seccomp_wait_killable_recv", true, at(5, 19), "Linux 5.19")
 	feature("pidfd_open", true, tryPidfd(), "Linux 5.3; the broker's peer binding")
 	feature("so_peerpidfd", false, trySOPeerPidfd(), "Linux 6.5; without it the broker binds peers through pidfd_open")
-	if fd, digest, err := l.openRootfs(); err == nil {
+	if fd, digest, err := l.openRootfs(""); err == nil {
 		unix.Close(fd)
 		rep.RootfsDigest = digest
 		rep.RootfsMatches = digest == l.cfg.RootfsManifestSHA256

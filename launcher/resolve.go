@@ -36,7 +36,7 @@ func (l *launcher) effectiveLimits() (limitSet, error) {
 // workerEnv builds the environment from the allowlist alone; a key outside
 // it is refused rather than dropped, so the kernel learns its mistake.
 func (l *launcher) workerEnv() ([]string, error) {
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace"}
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workerHome}
 	keys := make([]string, 0, len(l.req.Env))
 	for k := range l.req.Env {
 		keys = append(keys, k)
@@ -52,24 +52,34 @@ func (l *launcher) workerEnv() ([]string, error) {
 	return env, nil
 }
 
-// openRootfs opens the rootfs and returns its identity, the SHA-256 of its
-// manifest. Hashing a large manifest on every create is the launcher's
-// biggest single cost, so the digest is cached in root-owned state, keyed by
-// everything that changes when the file does (device, inode, size, mtime,
-// ctime); the rootfs is root-owned, so only root could forge a match.
+// openRootfs opens the named rootfs ("" the default) and returns its
+// identity, the SHA-256 of its manifest. Hashing a large manifest on every
+// create is the launcher's biggest single cost, so the digest is cached in
+// root-owned state, keyed by everything that changes when the file does
+// (device, inode, size, mtime, ctime); the rootfs is root-owned, so only
+// root could forge a match.
 //
 // The manifest names every file's digest, owner and mode, so the digest is
 // the tree's identity only once the tree is proven to match it: the
 // configured rootfs is verified in full the first time it is used in each
 // boot (verifyRootfs), and refused with rootfs_mismatch if it differs.
-func (l *launcher) openRootfs() (int, string, error) {
-	fd, err := openRoot(l.cfg.Rootfs)
+// Each rootfs keeps its own cache and record, named by its name.
+func (l *launcher) openRootfs(name string) (int, string, error) {
+	ref, ok := l.cfg.Rootfses[name]
+	if !ok {
+		return -1, "", protocol.Errorf(protocol.CodeNotFound, "rootfs")
+	}
+	fd, err := openRoot(ref.Path)
 	if err != nil {
 		return -1, "", err
 	}
-	digest, err := l.manifestDigest(fd)
-	if err == nil && digest == l.cfg.RootfsManifestSHA256 {
-		err = l.verifyRootfs(fd, digest)
+	suffix := ""
+	if name != "" {
+		suffix = "-" + name
+	}
+	digest, err := l.manifestDigest(fd, "manifest-digest"+suffix+".json")
+	if err == nil && digest == ref.ManifestSHA256 {
+		err = l.verifyRootfs(fd, digest, "rootfs-verified"+suffix+".json")
 	}
 	if err != nil {
 		unix.Close(fd)
@@ -83,7 +93,7 @@ type manifestStamp struct {
 	Digest                       string
 }
 
-func (l *launcher) manifestDigest(rootfs int) (string, error) {
+func (l *launcher) manifestDigest(rootfs int, cache string) (string, error) {
 	mfd, err := openBeneath(rootfs, "manifest.json", unix.O_RDONLY)
 	if err != nil {
 		return "", err
@@ -95,7 +105,7 @@ func (l *launcher) manifestDigest(rootfs int) (string, error) {
 		return "", err
 	}
 	stamp := manifestStamp{Dev: int64(st.Dev), Ino: int64(st.Ino), Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano()}
-	if b, err := readFileAt(l.state.root, "manifest-digest.json", 4096); err == nil {
+	if b, err := readFileAt(l.state.root, cache, 4096); err == nil {
 		var cached manifestStamp
 		if json.Unmarshal(b, &cached) == nil && protocol.ValidDigest(cached.Digest) {
 			want := stamp
@@ -111,10 +121,10 @@ func (l *launcher) manifestDigest(rootfs int) (string, error) {
 	}
 	stamp.Digest = hex.EncodeToString(h.Sum(nil))
 	if b, err := json.Marshal(stamp); err == nil {
-		tmp := "manifest-digest.json.tmp"
+		tmp := cache + ".tmp"
 		_ = unix.Unlinkat(l.state.root, tmp, 0)
 		if writeFileAt(l.state.root, tmp, b, 0o600) == nil {
-			_ = unix.Renameat(l.state.root, tmp, l.state.root, "manifest-digest.json")
+			_ = unix.Renameat(l.state.root, tmp, l.state.root, cache)
 		}
 	}
 	return stamp.Digest, nil
@@ -133,7 +143,16 @@ func (l *launcher) openWorkspace(id string) (int, error) {
 	return fd, err
 }
 
-func (l *launcher) openBrokerSocket(id string) (int, error) {
+// domainSocket is a host socket named in a create request, bound at
+// /run/autonomic/<name> inside the domain.
+type domainSocket struct {
+	id, name string
+	fd       int
+}
+
+// openSocket opens <id>.sock under the sockets root, where the kernel binds
+// every per-episode socket (the broker's, the inference relay's).
+func (l *launcher) openSocket(id string) (int, error) {
 	if l.cfg.BrokerSocketsRoot == "" {
 		return -1, protocol.Errorf(protocol.CodeInvalidField, "no broker_sockets_root configured")
 	}
@@ -145,14 +164,14 @@ func (l *launcher) openBrokerSocket(id string) (int, error) {
 	fd, err := openBeneath(root, id+".sock", unix.O_PATH)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return -1, protocol.Errorf(protocol.CodeNotFound, "broker socket")
+			return -1, protocol.Errorf(protocol.CodeNotFound, "socket")
 		}
 		return -1, classifyOpen(err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		unix.Close(fd)
-		return -1, protocol.Errorf(protocol.CodePathUnsafe, "broker socket is not a socket")
+		return -1, protocol.Errorf(protocol.CodePathUnsafe, "not a socket")
 	}
 	return fd, nil
 }
@@ -178,15 +197,13 @@ type verifiedRecord struct {
 	Ctime    int64 // a new directory that reuses a freed inode has another
 }
 
-const verifiedName = "rootfs-verified.json"
-
 // verifyRootfs proves the tree under rootfs is exactly what its manifest
 // lists: no path missing or extra, and each one's type, mode (never set-id),
 // owner, size and content (or symlink target) as listed. A full check hashes
 // every file, so it runs once per rootfs directory per boot; a copy, a new
 // rootfs or a reboot checks again. Changing a verified tree in place takes
 // root, and is caught at the next boot.
-func (l *launcher) verifyRootfs(rootfs int, digest string) error {
+func (l *launcher) verifyRootfs(rootfs int, digest, record string) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(rootfs, &st); err != nil {
 		return err
@@ -196,7 +213,7 @@ func (l *launcher) verifyRootfs(rootfs int, digest string) error {
 		return err
 	}
 	want := verifiedRecord{BootID: strings.TrimSpace(string(boot)), Digest: digest, Dev: st.Dev, Ino: st.Ino, Ctime: st.Ctim.Nano()}
-	if b, err := readFileAt(l.state.root, verifiedName, 4096); err == nil {
+	if b, err := readFileAt(l.state.root, record, 4096); err == nil {
 		var got verifiedRecord
 		if json.Unmarshal(b, &got) == nil && got == want {
 			return nil
@@ -228,10 +245,10 @@ func (l *launcher) verifyRootfs(rootfs int, digest string) error {
 		return errors.New("a path the manifest lists is missing")
 	}
 	if b, err := json.Marshal(want); err == nil {
-		tmp := verifiedName + ".tmp"
+		tmp := record + ".tmp"
 		_ = unix.Unlinkat(l.state.root, tmp, 0)
 		if writeFileAt(l.state.root, tmp, b, 0o600) == nil {
-			_ = unix.Renameat(l.state.root, tmp, l.state.root, verifiedName)
+			_ = unix.Renameat(l.state.root, tmp, l.state.root, record)
 		}
 	}
 	return nil

@@ -64,7 +64,7 @@ func runStage() int {
 		return fail(protocol.CodeExecFailed)
 	}
 	// Seccomp goes last: after it, only what the filters allow is possible,
-	// and the next syscalls (sendmsg, close_range, execve) must be allowed.
+	// and the next syscalls (futex, close_range, execve) must be allowed.
 	// The floor goes to every thread; the profile only to this one, the
 	// thread that execs (execve discards the others).
 	if _, err := installFilter(spec.Floor, unix.SECCOMP_FILTER_FLAG_TSYNC); err != nil {
@@ -85,7 +85,11 @@ func runStage() int {
 		if spec.Notify {
 			// The listener leaves the domain: the monitor, outside, answers
 			// and records every notified call; the worker never holds it.
-			err := sendReply(execCh, initReply{Listener: true}, []int{listener})
+			// It leaves from another thread, under the floor only: the
+			// profile may notify sendmsg, which nobody would answer yet.
+			sent := make(chan error)
+			go func() { sent <- sendReply(execCh, initReply{Listener: true}, []int{listener}) }()
+			err := <-sent
 			unix.Close(listener)
 			if err != nil {
 				return fail(protocol.CodeSeccompFailed)

@@ -99,6 +99,11 @@ const (
 	CodeTargetUnavailable Code = "target_unavailable"
 	CodeRateLimited       Code = "rate_limited"
 	CodeRefMoved          Code = "ref_moved"
+
+	// Inference relay (kernel/relay).
+	CodeRouteRefused    Code = "route_refused"
+	CodeModelRefused    Code = "model_refused"
+	CodeBudgetExhausted Code = "budget_exhausted"
 )
 
 var catalogue = map[Code]entry{
@@ -166,6 +171,10 @@ var catalogue = map[Code]entry{
 	CodeTargetUnavailable: {"the target could not be reached", true},
 	CodeRateLimited:       {"the target's rate limit is exhausted", true},
 	CodeRefMoved:          {"the ref no longer points at the expected object", false},
+
+	CodeRouteRefused:    {"the relay forwards only the provider's inference routes", false},
+	CodeModelRefused:    {"the model is not allowed by the policy and the provider", false},
+	CodeBudgetExhausted: {"the episode's inference budget is exhausted", false},
 }
 
 // E returns the catalogue error for code. An unknown code yields

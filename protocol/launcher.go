@@ -68,6 +68,8 @@ type LauncherRequest struct {
 	WorkspaceID  string            `json:"workspace_id,omitempty"`
 	Checkpoint   string            `json:"checkpoint,omitempty"`
 	BrokerSocket string            `json:"broker_socket,omitempty"`
+	RelaySocket  string            `json:"relay_socket,omitempty"`
+	Rootfs       string            `json:"rootfs,omitempty"`
 	Argv         []string          `json:"argv,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
 	Cwd          string            `json:"cwd,omitempty"`
@@ -106,7 +108,7 @@ func LauncherRequestSchema() *Schema {
 			ActionPreflight: {Required: []string{"request_id"}},
 			ActionCreate: {
 				Required: []string{"request_id", "domain_id", "generation", "workspace_id", "argv"},
-				Optional: []string{"checkpoint", "broker_socket", "env", "cwd", "limits", "seccomp", "one_shot"},
+				Optional: []string{"checkpoint", "broker_socket", "relay_socket", "rootfs", "env", "cwd", "limits", "seccomp", "one_shot"},
 			},
 			ActionFreeze:     lifecycle,
 			ActionThaw:       lifecycle,
@@ -159,8 +161,10 @@ func (r *LauncherRequest) Validate() error {
 	if r.Checkpoint != "" && !ValidDigest(r.Checkpoint) {
 		return Errorf(CodeInvalidField, "checkpoint")
 	}
-	if r.BrokerSocket != "" && !ValidID(r.BrokerSocket) {
-		return Errorf(CodeInvalidField, "broker_socket")
+	for _, f := range [][2]string{{"broker_socket", r.BrokerSocket}, {"relay_socket", r.RelaySocket}, {"rootfs", r.Rootfs}} {
+		if f[1] != "" && !ValidID(f[1]) {
+			return Errorf(CodeInvalidField, "%s", f[0])
+		}
 	}
 	if err := validateArgv(r.Argv); err != nil {
 		return err
@@ -380,6 +384,10 @@ type Violation struct {
 	HostPID     int32    `json:"host_pid"` // as the host sees it, for correlation with host tools
 	MonotonicNs int64    `json:"monotonic_ns"`
 	Count       uint64   `json:"count"`
+	// Destination is the address a refused connect, sendto, sendmsg or
+	// sendmmsg named ("1.1.1.1:443", "[2001:db8::1]:53", "family 17"),
+	// read from the worker's memory: evidence, never trusted.
+	Destination string `json:"destination,omitempty"`
 }
 
 // Exited is the end of a domain's worker.

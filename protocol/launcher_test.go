@@ -67,6 +67,13 @@ func TestValidate(t *testing.T) {
 		{"broker_socket ../x", func(r *LauncherRequest) { r.BrokerSocket = "../x" }, CodeInvalidField},
 		{"broker_socket with suffix", func(r *LauncherRequest) { r.BrokerSocket = "b.sock" }, CodeInvalidField},
 		{"broker_socket absent", func(r *LauncherRequest) { r.BrokerSocket = "" }, ""},
+		{"relay_socket ../x", func(r *LauncherRequest) { r.RelaySocket = "../x" }, CodeInvalidField},
+		{"relay_socket with suffix", func(r *LauncherRequest) { r.RelaySocket = "r.sock" }, CodeInvalidField},
+		{"relay_socket", func(r *LauncherRequest) { r.RelaySocket = "relay-1" }, ""},
+		{"rootfs path", func(r *LauncherRequest) { r.Rootfs = "/var/lib/x" }, CodeInvalidField},
+		{"rootfs dotdot", func(r *LauncherRequest) { r.Rootfs = ".." }, CodeInvalidField},
+		{"rootfs upper case", func(r *LauncherRequest) { r.Rootfs = "Agents" }, CodeInvalidField},
+		{"rootfs", func(r *LauncherRequest) { r.Rootfs = "agents" }, ""},
 
 		{"generation 0", func(r *LauncherRequest) { r.Generation = 0 }, CodeInvalidField},
 		{"generation negative", func(r *LauncherRequest) { r.Generation = -1 }, CodeInvalidField},

@@ -50,6 +50,10 @@ type Options struct {
 	// Notes, when set, receives one line per skipped optional entry,
 	// unresolved optional library or dangling symlink.
 	Notes io.Writer
+	// NPMCache holds finished npm installs by content key (default
+	// DefaultNPMCache); NPMCommand is the npm client (default "npm").
+	NPMCache   string
+	NPMCommand string
 }
 
 // Build creates a rootfs for spec in dest, which must not exist or be an
@@ -67,6 +71,19 @@ func Build(ctx context.Context, spec *Spec, dest string, opts Options) (digest s
 	p := newPlanner(ctx, libDirs)
 	if err := p.addSpec(spec); err != nil {
 		return "", err
+	}
+	var pkgs []Package
+	if spec.NPM != nil {
+		install, recs, err := installNPM(ctx, spec.NPM, opts)
+		if err != nil {
+			return "", err
+		}
+		for _, f := range spec.NPM.Files {
+			if err := p.addNPMFile(install, f); err != nil {
+				return "", err
+			}
+		}
+		pkgs = recs
 	}
 	for _, a := range opts.Add {
 		if err := p.addExtra(a); err != nil {
@@ -122,7 +139,7 @@ func Build(ctx context.Context, spec *Spec, dest string, opts Options) (digest s
 			return "", err
 		}
 	}
-	m := &Manifest{Format: ManifestFormat, Entries: entries}
+	m := &Manifest{Format: ManifestFormat, Entries: entries, Packages: pkgs}
 	data, err := m.Encode()
 	if err != nil {
 		return "", err

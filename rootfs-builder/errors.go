@@ -22,4 +22,7 @@ var (
 	ErrMismatch = errors.New("rootfs does not match its manifest")
 	// ErrManifest: manifest.json is missing, malformed or not canonical.
 	ErrManifest = errors.New("invalid rootfs manifest")
+	// ErrNPM: the spec's npm install failed or did not give the pinned
+	// versions with their integrity.
+	ErrNPM = errors.New("npm install failed")
 )

@@ -8,7 +8,7 @@ import (
 // FuzzDecodeSpec: the decoder never panics, and whatever it accepts passes
 // Validate and survives a round trip through the shipped-spec rules.
 func FuzzDecodeSpec(f *testing.F) {
-	for _, p := range []string{"specs/minimal.json", "specs/worker.json"} {
+	for _, p := range []string{"specs/minimal.json", "specs/worker.json", "specs/agents.json"} {
 		if b, err := os.ReadFile(p); err == nil {
 			f.Add(b)
 		}

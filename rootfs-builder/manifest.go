@@ -40,6 +40,10 @@ type ManifestEntry struct {
 type Manifest struct {
 	Format  int             `json:"format"`
 	Entries []ManifestEntry `json:"entries"`
+	// Packages lists the npm packages a spec's npm section installed (name,
+	// version, npm integrity), sorted; absent when there were none, so a
+	// rootfs without npm keeps its identity.
+	Packages []Package `json:"packages,omitempty"`
 }
 
 // Encode returns the canonical bytes: RFC 8785 (keys in code-unit order, no
@@ -75,7 +79,26 @@ func (m *Manifest) Encode() ([]byte, error) {
 		b.WriteString(`,"type":` + jcsString(e.Type))
 		b.WriteString(`,"uid":` + strconv.Itoa(e.UID) + `}`)
 	}
-	b.WriteString(`],"format":` + strconv.Itoa(m.Format) + `}`)
+	b.WriteString(`],"format":` + strconv.Itoa(m.Format))
+	if len(m.Packages) > 0 {
+		pkgs := append([]Package(nil), m.Packages...)
+		sortPackages(pkgs)
+		b.WriteString(`,"packages":[`)
+		for i, p := range pkgs {
+			if i > 0 {
+				if pkgs[i-1] == p {
+					return nil, fmt.Errorf("%w: package %s@%s listed twice", ErrManifest, p.Name, p.Version)
+				}
+				b.WriteByte(',')
+			}
+			if !utf8.ValidString(p.Name + p.Version + p.Integrity) {
+				return nil, fmt.Errorf("%w: package %q is not UTF-8", ErrManifest, p.Name)
+			}
+			b.WriteString(`{"integrity":` + jcsString(p.Integrity) + `,"name":` + jcsString(p.Name) + `,"version":` + jcsString(p.Version) + `}`)
+		}
+		b.WriteByte(']')
+	}
+	b.WriteByte('}')
 	return []byte(b.String()), nil
 }
 

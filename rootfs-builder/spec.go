@@ -26,6 +26,9 @@ type Spec struct {
 	Files       []Entry     `json:"files,omitempty"`
 	Directories []DirEntry  `json:"directories,omitempty"`
 	Symlinks    []SymlinkTo `json:"symlinks,omitempty"`
+	// NPM installs pinned npm packages at build time and copies chosen
+	// files out of them (see npm.go).
+	NPM *NPM `json:"npm,omitempty"`
 }
 
 // Entry names one host path. Optional entries that are absent on the host
@@ -138,6 +141,11 @@ func (s *Spec) Validate() error {
 		}
 		if l.Target == "" || strings.ContainsRune(l.Target, 0) {
 			return bad("symlinks[%d]: empty or invalid target", i)
+		}
+	}
+	if s.NPM != nil {
+		if err := s.NPM.validate(); err != nil {
+			return bad("npm: %v", err)
 		}
 	}
 	return nil

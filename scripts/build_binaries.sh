@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the binaries scripts/install.sh installs into DIR (default bin/):
 # the static launcher, the kernel command, the rootfs builder, the scenario
-# driver and the static in-domain effect client.
+# driver and the static in-domain effect client and agent entry.
 # usage: scripts/build_binaries.sh [DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,3 +14,5 @@ go build -o "$dir/autonomic-rootfs" ./rootfs-builder/cmd/autonomic-rootfs
 go build -o "$dir/autonomic-scenario" ./gates/cmd/autonomic-scenario
 # The in-domain effect client: static, it runs inside the worker rootfs.
 CGO_ENABLED=0 go build -trimpath -o "$dir/autonomic-effect" ./broker/cmd/autonomic-effect
+# The agent domains' first program (bridges to the relay): static, in the agents rootfs.
+CGO_ENABLED=0 go build -trimpath -o "$dir/autonomic-entry" ./entry/cmd/autonomic-entry

@@ -14,7 +14,7 @@ export PATH=$PATH:/usr/local/go/bin
 bin=bin
 if [ "${1:-}" = --prebuilt ]; then
 	bin=${2:?usage: install.sh [--prebuilt DIR]}
-	for b in autonomic-launcher autonomic autonomic-rootfs autonomic-scenario autonomic-effect; do
+	for b in autonomic-launcher autonomic autonomic-rootfs autonomic-scenario autonomic-effect autonomic-entry; do
 		[ -x "$bin/$b" ] || { echo "install: $bin/$b missing" >&2; exit 1; }
 	done
 else
@@ -34,24 +34,36 @@ install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic
 install -d -o autonomic -g autonomic -m 0755 /var/lib/autonomic/workspaces
 install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic/sockets
 
-# The worker rootfs (with the effect client): rebuilt into a fresh directory, kept only if its
-# identity (manifest digest) changed. An installed tree is kept only if it verifies against its
-# manifest (every file's content, owner and mode), and whatever ends up installed is verified.
+# A rootfs (with the effect client and the agent entry): rebuilt into a fresh directory, kept
+# only if its identity (manifest digest) changed. An installed tree is kept only if it verifies
+# against its manifest (every file's content, owner and mode), and whatever ends up installed is
+# verified. Prints the digest.
+install_rootfs() { # NAME SPEC
+	local rootfs=/var/lib/autonomic-rootfs/$1 tmp digest
+	tmp=$(mktemp -d /var/lib/autonomic-rootfs/.build-XXXXXX)
+	rmdir "$tmp"
+	digest=$("$bin/autonomic-rootfs" build --quiet --spec "$2" --add "$bin/autonomic-effect"=/usr/local/bin/autonomic-effect \
+		--add "$bin/autonomic-entry"=/usr/local/bin/autonomic-entry --dest "$tmp")
+	if [ -f "$rootfs/manifest.json" ] && [ "$("$bin/autonomic-rootfs" verify "$rootfs" 2>/dev/null)" = "$digest" ]; then
+		rm -rf "$tmp"
+	else
+		rm -rf "$rootfs.old"
+		[ -d "$rootfs" ] && mv "$rootfs" "$rootfs.old"
+		mv "$tmp" "$rootfs"
+		rm -rf "$rootfs.old"
+	fi
+	chmod 0755 "$rootfs"
+	[ "$("$bin/autonomic-rootfs" verify "$rootfs")" = "$digest" ] || { echo "install: $rootfs does not verify against its manifest" >&2; exit 1; }
+	echo "$digest"
+}
 rootfs=/var/lib/autonomic-rootfs/worker
-tmp=$(mktemp -d /var/lib/autonomic-rootfs/.build-XXXXXX)
-rmdir "$tmp"
-digest=$("$bin/autonomic-rootfs" build --quiet --spec rootfs-builder/specs/worker.json \
-	--add "$bin/autonomic-effect"=/usr/local/bin/autonomic-effect --dest "$tmp")
-if [ -f "$rootfs/manifest.json" ] && [ "$("$bin/autonomic-rootfs" verify "$rootfs" 2>/dev/null)" = "$digest" ]; then
-	rm -rf "$tmp"
-else
-	rm -rf "$rootfs.old"
-	[ -d "$rootfs" ] && mv "$rootfs" "$rootfs.old"
-	mv "$tmp" "$rootfs"
-	rm -rf "$rootfs.old"
+digest=$(install_rootfs worker rootfs-builder/specs/worker.json)
+# The agents' rootfs (agent CLIs from npm, pinned by its spec), named "agents" in the launcher's
+# rootfses table, where the spec exists.
+rootfses={}
+if [ -f rootfs-builder/specs/agents.json ]; then
+	rootfses="{\"agents\": {\"path\": \"/var/lib/autonomic-rootfs/agents\", \"manifest_sha256\": \"$(install_rootfs agents rootfs-builder/specs/agents.json)\"}}"
 fi
-chmod 0755 "$rootfs"
-[ "$("$bin/autonomic-rootfs" verify "$rootfs")" = "$digest" ] || { echo "install: $rootfs does not verify against its manifest" >&2; exit 1; }
 
 cgroup2=$(findmnt -n -t cgroup2 -o TARGET | head -n 1)
 [ -n "$cgroup2" ] || { echo "install: no cgroup v2 mount on this host" >&2; exit 1; }
@@ -88,7 +100,8 @@ cat >/etc/autonomic/launcher.json.new <<JSON
   "max": {"pids": 4096, "memory_bytes": 8589934592, "cpu_millis": 2000, "nproc": 4096, "nofile": 65536},
   "env_allowlist": ["LANG", "LC_ALL", "TERM", "TZ", "GOFLAGS", "GOCACHE", "GOPATH", "CC", "CFLAGS", "AUTONOMIC_EPOCH", "AUTONOMIC_LEASE_ID"],
   "max_checkpoint_bytes": 1073741824,
-  "max_checkpoint_entries": 200000
+  "max_checkpoint_entries": 200000,
+  "rootfses": $rootfses
 }
 JSON
 chown root:root /etc/autonomic/launcher.json.new

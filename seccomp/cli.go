@@ -28,7 +28,7 @@ flags:
                  user notification)
   -kernel X.Y    kernel version for minKernel conditions (default: this host's)
 PROFILE is a path, "-" for standard input, or builtin:NAME for a shipped
-profile (worker, worker-loopback, floor).
+profile (worker, worker-loopback, agent, floor).
 `
 
 // Command implements "autonomic seccomp compile|explain|check". It returns

@@ -269,6 +269,22 @@ func TestWorkerSemantics(t *testing.T) {
 			call("socket AF_NETLINK audit", unix.SYS_SOCKET, eperm, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT),
 		))
 	})
+	t.Run("agent", func(t *testing.T) {
+		prog := mustCompile(t, mustShipped(t, "agent"), Options{})
+		runProbes(t, prog, append(common,
+			call("socket AF_INET stream", unix.SYS_SOCKET, allow, unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK),
+			call("socket AF_INET6 dgram", unix.SYS_SOCKET, allow, unix.AF_INET6, unix.SOCK_DGRAM),
+			call("socket AF_INET raw", unix.SYS_SOCKET, eperm, unix.AF_INET, unix.SOCK_RAW),
+			call("socket AF_NETLINK route", unix.SYS_SOCKET, eperm, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE),
+			call("connect", unix.SYS_CONNECT, notify, 3, 0x1000, 16),
+			call("sendmsg", unix.SYS_SENDMSG, notify, 3, 0x1000, 0),
+			call("sendmmsg", unix.SYS_SENDMMSG, notify, 3, 0x1000, 2, 0),
+			call("sendto with an address", unix.SYS_SENDTO, notify, 3, 0x1000, 5, 0, 0x2000, 16),
+			call("sendto with an address, high bits only", unix.SYS_SENDTO, notify, 3, 0x1000, 5, 0, 1<<32, 16),
+			call("send (sendto without an address)", unix.SYS_SENDTO, allow, 3, 0x1000, 5, 0, 0, 0),
+			call("write", unix.SYS_WRITE, allow, 3, 0x1000, 5),
+		))
+	})
 }
 
 // TestIoctlLow32Exhaustive checks the worker's spelled-out ioctl allowlist

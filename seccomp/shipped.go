@@ -12,10 +12,10 @@ import (
 var profilesFS embed.FS
 
 // ShippedNames lists the profiles in seccomp/profiles.
-func ShippedNames() []string { return []string{"worker", "worker-loopback", "floor"} }
+func ShippedNames() []string { return []string{"worker", "worker-loopback", "agent", "floor"} }
 
 // ShippedJSON returns the bytes of a shipped profile by name ("worker",
-// "worker-loopback", "floor").
+// "worker-loopback", "agent", "floor").
 func ShippedJSON(name string) ([]byte, error) {
 	for _, n := range ShippedNames() {
 		if n == name {

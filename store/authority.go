@@ -81,6 +81,36 @@ func (p *Postgres) Lease(ctx context.Context, id uuid.UUID) (Lease, error) {
 	return out, err
 }
 
+// LeaseInEpisode reads an episode (without its spec) and a lease in one
+// round trip: the broker's read-only fence before a prepare, which the
+// prepare's own transaction checks again under its locks. Two statements,
+// pipelined; each reads its own snapshot, as two calls would. A missing
+// episode or lease is not_found.
+func (p *Postgres) LeaseInEpisode(ctx context.Context, episodeID, leaseID uuid.UUID) (Episode, Lease, error) {
+	var ep Episode
+	var l Lease
+	err := p.query(ctx, "lease_in_episode", func(tx querier) error {
+		var b pgx.Batch
+		b.Queue(`SELECT `+episodeLockCols+` FROM episodes WHERE id = $1`, episodeID)
+		b.Queue(`SELECT `+leaseCols+` FROM leases WHERE id = $1`, leaseID)
+		br := tx.SendBatch(ctx, &b)
+		defer br.Close()
+		var err error
+		if ep, err = scanEpisode(br.QueryRow(), false); errors.Is(err, pgx.ErrNoRows) {
+			return notFound("episode")
+		} else if err != nil {
+			return err
+		}
+		if l, err = scanLease(br.QueryRow()); errors.Is(err, pgx.ErrNoRows) {
+			return notFound("lease")
+		} else if err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	return ep, l, err
+}
+
 // CreateDomain records a new execution domain and its first generation.
 func (p *Postgres) CreateDomain(ctx context.Context, req NewDomain) (Domain, Generation, error) {
 	var d Domain

@@ -27,9 +27,11 @@ func (p *Postgres) BeginCommit(ctx context.Context, req CommitRequest, check Com
 		return CommitView{}, invalid("commit check is required")
 	}
 	var view CommitView
-	// All three locks and the decisions in the first round trip.
+	// All three locks, the decisions and the spend in the first round trip.
 	tg := onEffect(req.EffectID)
-	tg.leaseMode, tg.decisions = "FOR UPDATE", true
+	// commit_intent may be lost in a database crash: no adapter acts
+	// before committing is durable, and its flush carries this commit.
+	tg.leaseMode, tg.decisions, tg.spend, tg.lossy = "FOR UPDATE", true, true, true
 	err := p.mutate(ctx, "begin_commit", tg, func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
@@ -63,10 +65,7 @@ func (p *Postgres) BeginCommit(ctx context.Context, req CommitRequest, check Com
 		if decisions == nil {
 			decisions = []Decision{}
 		}
-		spent, err := readSpend(m)
-		if err != nil {
-			return err
-		}
+		spent := m.spent
 		view = CommitView{Episode: m.ep, Effect: e, Lease: l, Decisions: decisions, Now: m.now, Spent: spent}
 		if err := check(ctx, view); err != nil {
 			var pe *protocol.Error

@@ -22,6 +22,18 @@
 //   - Only the instance holding an episode's ownership lease (by the
 //     database's clock) may mutate it, so two kernels on one database never
 //     both drive an episode.
+//   - Durability: of an effect's walk only two records wait for their WAL
+//     flush — committing, the intent an adapter acts under, and the
+//     outcome. A proposal, a prepare, a revision, an evaluation and
+//     commit_intent commit with synchronous_commit off, so a database
+//     crash may lose the last of them, and only those: PostgreSQL's WAL is
+//     one sequence flushed as a prefix, so a durable commit carries every
+//     commit before it, and nothing an adapter acted under can be lost.
+//     What a lost record established is re-checked, under the locks, by
+//     the transaction that depends on it (BeginCommit reads the effect
+//     ready; committing reads it at commit_intent of its revision), so a
+//     crash and restart between the two fails the later one. Every other
+//     mutation is durable when it returns.
 //   - When the database cannot be reached, or a commit's outcome is
 //     unknown, every call fails with protocol.CodeAuthorityUnavailable.
 //     Nothing is cached: every answer is read in the transaction that

@@ -41,3 +41,23 @@ func TestEffectInEpisode(t *testing.T) {
 		t.Fatalf("unknown episode: epoch %d, %v", epoch, err)
 	}
 }
+
+// TestLeaseInEpisode: the prepare fence's one round trip answers the
+// episode (without its spec) and the lease; a missing lease is not_found
+// with the episode still answered, a missing episode is not_found.
+func TestLeaseInEpisode(t *testing.T) {
+	e := newEnv(t)
+	s := e.open("k1", 0)
+	ctx := ctxT(t)
+	a := e.episode(s)
+	ep, l, err := s.LeaseInEpisode(ctx, a.ep.ID, a.lease.ID)
+	if err != nil || ep.ID != a.ep.ID || ep.Epoch != 1 || ep.State != EpisodeActive || ep.Spec != nil || l.ID != a.lease.ID || l.EpisodeID != a.ep.ID {
+		t.Fatalf("episode %+v lease %+v: %v", ep, l, err)
+	}
+	if ep, _, err := s.LeaseInEpisode(ctx, a.ep.ID, uuid.New()); code(err) != protocol.CodeNotFound || ep.ID != a.ep.ID {
+		t.Fatalf("unknown lease: episode %s, %v", ep.ID, err)
+	}
+	if ep, _, err := s.LeaseInEpisode(ctx, uuid.New(), a.lease.ID); code(err) != protocol.CodeNotFound || ep.ID != uuid.Nil {
+		t.Fatalf("unknown episode: episode %s, %v", ep.ID, err)
+	}
+}

@@ -150,7 +150,7 @@ func (p *Postgres) ProposeEffect(ctx context.Context, req Proposal) (Effect, err
 	}
 	var out Effect
 	tg := onEpisode(req.EpisodeID)
-	tg.leaseMode, tg.leaseID = "FOR SHARE", req.LeaseID
+	tg.leaseMode, tg.leaseID, tg.lossy = "FOR SHARE", req.LeaseID, true
 	err = p.mutate(ctx, "propose_effect", tg, func(m *mtx) error {
 		if err := m.requireActive(); err != nil {
 			return err
@@ -233,7 +233,7 @@ func (p *Postgres) PrepareEffect(ctx context.Context, req Prepare) (Effect, erro
 	}
 	var out Effect
 	tg := onEffect(req.EffectID)
-	tg.leaseMode = "FOR SHARE"
+	tg.leaseMode, tg.lossy = "FOR SHARE", true
 	err := p.mutate(ctx, "prepare_effect", tg, func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
@@ -274,6 +274,7 @@ func (p *Postgres) ReviseEffect(ctx context.Context, req Revision) (Effect, erro
 	}
 	var out Effect
 	tg := onEffect(req.EffectID)
+	tg.lossy = true
 	if req.Prepare != nil {
 		tg.leaseMode = "FOR SHARE"
 	}
@@ -323,7 +324,11 @@ func (p *Postgres) Transition(ctx context.Context, req Transition) (Effect, erro
 		return Effect{}, invalid("unknown effect state")
 	}
 	var out Effect
-	err := p.mutate(ctx, "effect_transition", onEffect(req.EffectID), func(m *mtx) error {
+	tg := onEffect(req.EffectID)
+	// Before the horizon a crash may lose the move; committing, the intent
+	// an adapter acts under, and the settling moves are durable.
+	tg.lossy = req.To == Evaluating || req.To == Ready
+	err := p.mutate(ctx, "effect_transition", tg, func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
 			return err
@@ -370,18 +375,19 @@ func (p *Postgres) Transition(ctx context.Context, req Transition) (Effect, erro
 	return out, err
 }
 
-// Effect reads an effect.
 // EffectInEpisode reads one of an episode's effects together with the
 // episode's current epoch, in one statement (one round trip, one
 // snapshot): the broker's ownership check on every worker request. When
 // the episode has no such effect the answer is not_found and the epoch is
-// still returned, so a fenced caller can be told it is fenced first.
+// still returned, so a fenced caller can be told it is fenced first. The
+// effect comes without its version vector (nil): what compares it is the
+// commit horizon, which reads it again under its locks.
 func (p *Postgres) EffectInEpisode(ctx context.Context, episodeID, effectID uuid.UUID) (Effect, int64, error) {
 	var e Effect
 	var epoch int64
 	err := p.query(ctx, "effect_in_episode", func(tx querier) error {
 		var err error
-		e, err = scanEffect(withFirst{tx.QueryRow(ctx, `SELECT (SELECT epoch FROM episodes WHERE id = $1), `+effectCols+`
+		e, err = scanEffect(withFirst{tx.QueryRow(ctx, `SELECT (SELECT epoch FROM episodes WHERE id = $1), `+effectColsNoVector+`
 			FROM effects WHERE id = $2 AND episode_id = $1`, episodeID, effectID), &epoch})
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
@@ -405,6 +411,7 @@ type withFirst struct {
 
 func (w withFirst) Scan(dest ...any) error { return w.row.Scan(append([]any{w.first}, dest...)...) }
 
+// Effect reads an effect.
 func (p *Postgres) Effect(ctx context.Context, id uuid.UUID) (Effect, error) {
 	var out Effect
 	err := p.query(ctx, "effect", func(tx querier) error {
@@ -501,7 +508,9 @@ func (p *Postgres) Evaluate(ctx context.Context, req Evaluation) (Effect, error)
 		}
 	}
 	var out Effect
-	err := p.mutate(ctx, "evaluate_effect", onEffect(req.EffectID), func(m *mtx) error {
+	tg := onEffect(req.EffectID)
+	tg.lossy = true
+	err := p.mutate(ctx, "evaluate_effect", tg, func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
 			return err

@@ -33,6 +33,13 @@ type target struct {
 	// decisions: also read the decisions bound to the effect's current
 	// revision and epoch (under the effect's lock, so they cannot move).
 	decisions bool
+	// spend: also read the episode's spend (spendSQL), under the lock.
+	spend bool
+	// lossy: the transaction commits without waiting for its WAL flush
+	// (synchronous_commit = off). Only for the records a database crash
+	// may lose (doc.go, "Durability"): a proposal, a prepare, an
+	// evaluation, commit_intent.
+	lossy bool
 }
 
 func onEpisode(id uuid.UUID) target { return target{id: id, what: "episode"} }
@@ -43,12 +50,16 @@ func onEffect(id uuid.UUID) target {
 	return target{via: "effects", id: id, what: "effect", effect: true}
 }
 
-func (tg target) episodeSQL() string {
-	where := `id = $1`
-	if tg.via != "" {
-		where = `id = (SELECT episode_id FROM ` + tg.via + ` WHERE id = $1)`
+// episodeID is the episode's id as an SQL expression of $1.
+func (tg target) episodeID() string {
+	if tg.via == "" {
+		return `$1`
 	}
-	return `SELECT ` + episodeLockCols + `, clock_timestamp() FROM episodes WHERE ` + where + ` FOR UPDATE`
+	return `(SELECT episode_id FROM ` + tg.via + ` WHERE id = $1)`
+}
+
+func (tg target) episodeSQL() string {
+	return `SELECT ` + episodeLockCols + `, clock_timestamp() FROM episodes WHERE id = ` + tg.episodeID() + ` FOR UPDATE`
 }
 
 // mtx is one mutation of one episode, with the episode row locked. Changes
@@ -68,6 +79,9 @@ type mtx struct {
 	// Rows locked in the first round trip, when the target asked.
 	lease     *Lease
 	decisions []Decision
+	spent     Spend
+	// lossy: see target.lossy.
+	lossy bool
 }
 
 func (m *mtx) lock(e Effect) {
@@ -177,8 +191,11 @@ func begin(ctx context.Context, conn *pgx.Conn, tg target) (*mtx, error) {
 			JOIN effects e ON e.id = d.effect_id AND e.revision = d.revision AND e.epoch = d.epoch
 			WHERE d.effect_id = $1 ORDER BY d.created_at, d.id`, tg.id)
 	}
+	if tg.spend {
+		b.Queue(spendSQL(tg.episodeID()), tg.id, SpendWindow.Microseconds())
+	}
 	br := conn.SendBatch(ctx, &b)
-	m := &mtx{ctx: ctx, tx: br.Tx()}
+	m := &mtx{ctx: ctx, tx: br.Tx(), lossy: tg.lossy}
 	err := readLocks(br, m, tg)
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -225,6 +242,13 @@ func readLocks(br pgx.BatchResults, m *mtx, tg target) error {
 			return err
 		}
 	}
+	if tg.spend {
+		s := &m.spent
+		if err := br.QueryRow().Scan(&m.now, &s.Bytes, &s.Effects, &s.LastMinute); err != nil {
+			return err
+		}
+		m.now = m.now.UTC()
+	}
 	return nil
 }
 
@@ -244,6 +268,12 @@ func (m *mtx) commit() (committed bool, err error) {
 	}
 	if err := m.queueLedger(); err != nil {
 		return false, err
+	}
+	if m.lossy {
+		// Whatever commits after this one and waits for its flush
+		// flushes this one too: the WAL is one sequence, flushed as a
+		// prefix.
+		m.writes.Queue("SET LOCAL synchronous_commit = off")
 	}
 	m.writes.Queue("COMMIT")
 	n := m.writes.Len()
@@ -348,6 +378,7 @@ func lockEpisode(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Episode, time.Ti
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // query runs a single-statement read outside an explicit transaction: one

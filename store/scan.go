@@ -47,6 +47,12 @@ func scanEpisode(row pgx.Row, withSpec bool, extra ...any) (Episode, error) {
 const effectCols = `id, episode_id, lease_id, kind, class, state, revision, epoch, target_id, target,
 	payload_digest, version_vector, expires_at, created_at, updated_at, commit_intent_at, outcome_at, receipt`
 
+// effectColsNoVector is effectCols with the version vector read as NULL,
+// for the reads that never compare it: only the commit horizon does, from
+// the row it locks, and decoding it strictly is most of a row's scan.
+const effectColsNoVector = `id, episode_id, lease_id, kind, class, state, revision, epoch, target_id, target,
+	payload_digest, NULL::jsonb, expires_at, created_at, updated_at, commit_intent_at, outcome_at, receipt`
+
 func scanEffect(row pgx.Row) (Effect, error) {
 	var e Effect
 	var state string

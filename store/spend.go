@@ -9,7 +9,8 @@ import (
 
 // Spend is an episode's durable budget spend: every effect that reached
 // commit_intent, whatever its outcome (an attempt that may have acted has
-// spent). BeginCommit reads it under the episode's row lock and records
+// spent; a commit_intent a database crash lost had not acted: see
+// "Durability" in doc.go). BeginCommit reads it under the episode's row lock and records
 // the new commit's spend in the same transaction, so concurrent commits of
 // one episode see each other's spend and cannot both take the last byte.
 type Spend struct {
@@ -23,11 +24,17 @@ type Spend struct {
 // SpendWindow is the window of Spend.LastMinute (effects_per_minute).
 const SpendWindow = time.Minute
 
-func readSpend(m *mtx) (Spend, error) {
-	var s Spend
-	err := m.tx.QueryRow(m.ctx, `SELECT COALESCE(sum(bytes), 0), count(*), count(*) FILTER (WHERE at > $2)
-		FROM effect_spend WHERE episode_id = $1`, m.ep.ID, m.now.Add(-SpendWindow)).Scan(&s.Bytes, &s.Effects, &s.LastMinute)
-	return s, err
+// spendSQL reads the spend of the episode episode (an SQL expression of
+// $1) and the database clock it is counted against, once (a volatile CTE
+// is evaluated once). begin sends it right behind the episode's lock
+// statement, so it reads under the lock (READ COMMITTED: its snapshot is
+// taken once the lock is held) in the same round trip, and that clock
+// becomes the transaction's now.
+func spendSQL(episode string) string {
+	return `WITH c AS (SELECT clock_timestamp() AS now)
+	SELECT c.now, COALESCE(sum(s.bytes), 0), count(s.effect_id),
+		count(s.effect_id) FILTER (WHERE s.at > c.now - $2::bigint * interval '1 microsecond')
+	FROM c LEFT JOIN effect_spend s ON s.episode_id = ` + episode + ` GROUP BY c.now`
 }
 
 func recordSpend(m *mtx, e Effect, bytes int64) error {

@@ -27,6 +27,7 @@ type Store interface {
 	GrantLease(ctx context.Context, req LeaseGrant) (Lease, error)
 	RevokeLease(ctx context.Context, leaseID uuid.UUID, reason string) (Lease, error)
 	Lease(ctx context.Context, id uuid.UUID) (Lease, error)
+	LeaseInEpisode(ctx context.Context, episodeID, leaseID uuid.UUID) (Episode, Lease, error)
 
 	CreateDomain(ctx context.Context, req NewDomain) (Domain, Generation, error)
 	DestroyGeneration(ctx context.Context, domainID uuid.UUID, generation int) (Generation, error)

@@ -52,6 +52,10 @@ type Bed struct {
 	OwnerUID     int
 	OwnerGID     int
 	UIDBase      uint32
+
+	mod, specPath string
+	add           []rootfs.Add
+	cfg           map[string]any
 }
 
 // Options select the rootfs spec and extra files.
@@ -120,12 +124,8 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 		return nil, err
 	}
 	prebuilt := os.Getenv(PrebuiltEnv)
-	build := func(pkg, out string, flags ...string) error {
-		if prebuilt == "" {
-			return buildStatic(ctx, mod, pkg, out, flags...)
-		}
-		return copyFile(filepath.Join(prebuilt, filepath.Base(out)), out)
-	}
+	b.mod = mod
+	build := func(pkg, out string, flags ...string) error { return b.build(ctx, pkg, out, flags...) }
 	if prebuilt != "" {
 		// The launcher's configuration path is fixed at build time.
 		b.ConfigPath = PrebuiltConfigPath
@@ -156,12 +156,9 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 	if specPath == "" {
 		specPath = "rootfs-builder/specs/minimal.json"
 	}
-	spec, err := rootfs.LoadSpec(filepath.Join(mod, specPath))
-	if err != nil {
+	b.specPath, b.add = filepath.Join(mod, specPath), add
+	if b.RootfsDigest, err = b.buildRootfs(ctx, b.Rootfs, nil); err != nil {
 		return nil, err
-	}
-	if b.RootfsDigest, err = rootfs.Build(ctx, spec, b.Rootfs, rootfs.Options{Add: add}); err != nil {
-		return nil, fmt.Errorf("build rootfs: %w", err)
 	}
 	b.OwnerUID, b.OwnerGID = 65533, 65533
 	if u, err := user.Lookup("autonomic"); err == nil {
@@ -178,7 +175,7 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 	// running in parallel never hand two live domains one range.
 	b.UIDBase = 0x70000000 + uint32(binary.BigEndian.Uint16(rnd[:])%1024)*16*65536
 	b.CgroupParent = filepath.Join(cg, "autonomic-test-"+filepath.Base(dir)[len("autonomic-testbed-"):])
-	cfg := map[string]any{
+	b.cfg = map[string]any{
 		"state_root": b.State, "rootfs": b.Rootfs, "rootfs_manifest_sha256": b.RootfsDigest,
 		"workspaces_root": b.Workspaces, "workspace_owner_uid": b.OwnerUID, "workspace_owner_gid": b.OwnerGID,
 		"broker_sockets_root": b.Sockets, "cgroup_parent": b.CgroupParent,
@@ -188,11 +185,61 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 		"max":           map[string]any{"pids": 1024, "memory_bytes": 4 << 30, "cpu_millis": 2000, "nproc": 1024, "nofile": 4096},
 		"env_allowlist": []string{"LANG", "TERM", "GOFLAGS", "PROBE", "AUTONOMIC_EPOCH", "AUTONOMIC_LEASE_ID"}, "max_checkpoint_bytes": 256 << 20, "max_checkpoint_entries": 100000,
 	}
-	cb, _ := json.MarshalIndent(cfg, "", "  ")
-	if err := os.WriteFile(b.ConfigPath, cb, 0o644); err != nil {
-		return nil, err
+	return b, b.writeConfig()
+}
+
+func (b *Bed) writeConfig() error {
+	cb, _ := json.MarshalIndent(b.cfg, "", "  ")
+	tmp := b.ConfigPath + ".tmp"
+	if err := os.WriteFile(tmp, cb, 0o644); err != nil {
+		return err
 	}
-	return b, nil
+	return os.Rename(tmp, b.ConfigPath)
+}
+
+func (b *Bed) buildRootfs(ctx context.Context, dest string, add []rootfs.Add) (string, error) {
+	spec, err := rootfs.LoadSpec(b.specPath)
+	if err != nil {
+		return "", err
+	}
+	digest, err := rootfs.Build(ctx, spec, dest, rootfs.Options{Add: append(append([]rootfs.Add{}, b.add...), add...)})
+	if err != nil {
+		return "", fmt.Errorf("build rootfs: %w", err)
+	}
+	return digest, nil
+}
+
+// AddRootfs builds another rootfs, the bed's plus add, at Dir/rootfs-<name>
+// and names it in the launcher configuration's rootfses table. It returns
+// the rootfs's path and manifest digest.
+func (b *Bed) AddRootfs(ctx context.Context, name string, add []rootfs.Add) (string, string, error) {
+	dest := filepath.Join(b.Dir, "rootfs-"+name)
+	digest, err := b.buildRootfs(ctx, dest, add)
+	if err != nil {
+		return "", "", err
+	}
+	table, _ := b.cfg["rootfses"].(map[string]any)
+	if table == nil {
+		table = map[string]any{}
+		b.cfg["rootfses"] = table
+	}
+	table[name] = map[string]any{"path": dest, "manifest_sha256": digest}
+	return dest, digest, b.writeConfig()
+}
+
+// Static builds the pure-Go, statically linked command pkg (a path
+// relative to the module root) into the bed's bin/ and returns its path
+// (copied from $AUTONOMIC_TESTBED_PREBUILT where no toolchain is).
+func (b *Bed) Static(ctx context.Context, pkg string) (string, error) {
+	out := filepath.Join(b.Dir, "bin", filepath.Base(pkg))
+	return out, b.build(ctx, pkg, out)
+}
+
+func (b *Bed) build(ctx context.Context, pkg, out string, flags ...string) error {
+	if prebuilt := os.Getenv(PrebuiltEnv); prebuilt != "" {
+		return copyFile(filepath.Join(prebuilt, filepath.Base(out)), out)
+	}
+	return buildStatic(ctx, b.mod, pkg, out, flags...)
 }
 
 // buildStatic builds a pure-Go, statically linked binary of pkg.

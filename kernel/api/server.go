@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/autonomic-kernel/autonomic/store/ledger"
@@ -257,6 +258,24 @@ func (s *Server) episode(ctx context.Context, r *http.Request) (any, error) {
 	if s.cfg.Controller != nil {
 		if l, ok := s.cfg.Controller.Live(id); ok {
 			v.Live = &l
+		}
+	}
+	if e.State != store.EpisodeActive {
+		// How it ended by itself, read back from its ledger (an
+		// operator's end or a containment has no outcome).
+		es, err := s.cfg.Store.Events(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		for _, ev := range es {
+			var b struct {
+				Reason string `json:"reason"`
+			}
+			if ev.Kind == "episode_ended" && json.Unmarshal(ev.Body, &b) == nil {
+				if o, ok := episode.ParseOutcome(b.Reason); ok {
+					v.Outcome = &o
+				}
+			}
 		}
 	}
 	return v, nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/autonomic-kernel/autonomic/store/ledger"
@@ -29,6 +30,9 @@ type EpisodeView struct {
 	UpdatedAt         time.Time       `json:"updated_at"`
 	Spec              json.RawMessage `json:"spec,omitempty"`
 	Live              *LiveView       `json:"live,omitempty"`
+	// Outcome is how an ended episode ended by itself (harvest or wall
+	// time: kernel/episode.Outcome), on GET /v1/episodes/{id} only.
+	Outcome *episode.Outcome `json:"outcome,omitempty"`
 }
 
 // LiveView is the controller's in-memory view of an episode it drives.

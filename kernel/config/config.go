@@ -53,8 +53,10 @@ type Config struct {
 	DecisionKeys          map[string]string `json:"decision_keys"`
 	Regulator             Regulator         `json:"regulator"`
 	API                   API               `json:"api"`
-	Broker                Broker            `json:"broker"` // broker.go
-	Egress                Egress            `json:"egress"` // egress.go
+	Broker                Broker            `json:"broker"`    // broker.go
+	Inference             Inference         `json:"inference"` // relay.go
+	Egress                Egress            `json:"egress"`    // egress.go
+	Episode               Episode           `json:"episode"`
 
 	// Policy enforcement (issue 12): the kinds automatic verification
 	// passes with a "none" rule (kernel/verify.Rule). See globs.go.
@@ -94,6 +96,25 @@ func (r Regulator) RecoverForMSValue() int {
 	}
 	return *r.RecoverForMS
 }
+
+// Episode bounds episodes and says where the harvest reads checkpoints.
+type Episode struct {
+	// WallTimeMS is the wall time of an episode whose spec names none;
+	// MaxWallTimeMS the most a spec may ask for (kernel/episode.Config's
+	// WallTime and MaxWallTime).
+	WallTimeMS    int `json:"wall_time_ms"`
+	MaxWallTimeMS int `json:"max_wall_time_ms"`
+	// CheckpointsDir is the launcher's <state_root>/checkpoints, which the
+	// harvest reads archives from (re-hashing each against its digest).
+	// Empty: a spec that asks for a harvest ends harvest_failed.
+	CheckpointsDir string `json:"checkpoints_dir"`
+}
+
+// Episode defaults: an hour unless a spec says otherwise, a day at most.
+const (
+	DefaultEpisodeWallTimeMS    = 3600000
+	DefaultEpisodeMaxWallTimeMS = 86400000
+)
 
 // Store says where the authority lives: a PostgreSQL URL, or (url empty) a
 // managed local cluster under cluster_dir.

@@ -80,7 +80,8 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.EffectConcurrency != DefaultEffectConcurrency || c.SensorQueue != DefaultSensorQueue ||
 		c.OwnerTTLMS != DefaultOwnerTTLMS || c.MaxRepairsValue() != DefaultMaxRepairs || c.SpeculationMSValue() != 0 ||
-		c.APISocket() != "/s/api.sock" || c.ClusterDir() != "/s/pg" || c.Store.Database != "autonomic" {
+		c.APISocket() != "/s/api.sock" || c.ClusterDir() != "/s/pg" || c.Store.Database != "autonomic" ||
+		c.Episode.WallTimeMS != DefaultEpisodeWallTimeMS || c.Episode.MaxWallTimeMS != DefaultEpisodeMaxWallTimeMS {
 		t.Fatalf("defaults: %+v", c)
 	}
 	// A present zero is kept where zero means something.
@@ -121,6 +122,9 @@ func TestRefusals(t *testing.T) {
 		{"malformed http glob", `{` + base + `,"targets":{"http_read":{"d":{"base_url":"https://h","methods":["GET"],"paths":["a/**b"]}}}}`, "targets.http_read.d.paths", "not a valid glob", protocol.CodeInvalidField},
 		{"target id", `{` + base + `,"targets":{"artifact":{"A B":{"dir":"/a"}}}}`, "targets.artifact", "target id", protocol.CodeInvalidField},
 		{"mutation reconcile", `{` + base + `,"targets":{"http_mutation":{"api":{"base_url":"https://h","methods":["POST"],"paths":["x"]}}}}`, "targets.http_mutation.api.reconcile_path", "required", protocol.CodeInvalidField},
+		{"wall time above max", `{` + base + `,"episode":{"wall_time_ms":7200000,"max_wall_time_ms":3600000}}`, "episode.wall_time_ms", "1000..3600000", protocol.CodeInvalidField},
+		{"max wall time", `{` + base + `,"episode":{"max_wall_time_ms":-5}}`, "episode.max_wall_time_ms", "1000..", protocol.CodeInvalidField},
+		{"checkpoints dir", `{` + base + `,"episode":{"checkpoints_dir":"var/ck"}}`, "episode.checkpoints_dir", "absolute", protocol.CodeInvalidField},
 		{"operator group", `{` + base + `,"api":{"operator_group":"no-such-group-autonomic"}}`, "api.operator_group", "does not exist", protocol.CodeInvalidField},
 	}
 	for _, tc := range cases {

@@ -170,7 +170,11 @@ func (cfg *Config) validate() []Problem {
 
 	checkRegulator(c, &cfg.Regulator)
 	checkBroker(c, &cfg.Broker)
+	checkInference(c, &cfg.Inference)
 	checkEgress(c, &cfg.Egress)
+	c.defaulted("episode.max_wall_time_ms", &cfg.Episode.MaxWallTimeMS, DefaultEpisodeMaxWallTimeMS, 1000, 30*86400000)
+	c.defaulted("episode.wall_time_ms", &cfg.Episode.WallTimeMS, min(DefaultEpisodeWallTimeMS, cfg.Episode.MaxWallTimeMS), 1000, cfg.Episode.MaxWallTimeMS)
+	c.absPath("episode.checkpoints_dir", cfg.Episode.CheckpointsDir, false)
 
 	if _, err := policy.ParseKeys(cfg.PolicyKeys); err != nil {
 		c.add("policy_keys", "%s", strings.TrimPrefix(err.Error(), "policy_keys: "))

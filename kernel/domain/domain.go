@@ -13,6 +13,8 @@ type Spec struct {
 	WorkspaceID  string
 	Checkpoint   string // restore this checkpoint digest into the new generation
 	BrokerSocket string // id of the episode's broker socket, if any
+	RelaySocket  string // id of the episode's inference relay socket, if any
+	Rootfs       string // a name from the launcher's rootfses table; "" is its default rootfs
 	Argv         []string
 	Env          map[string]string
 	Cwd          string

@@ -25,7 +25,9 @@ import (
 //
 // With no mount namespace there is nothing to bind the broker socket
 // into: the worker is told where things are in its environment instead
-// (EnvWorkspace, and EnvBrokerSocket when the spec names a socket).
+// (EnvWorkspace, and EnvBrokerSocket and EnvRelaySocket when the spec
+// names those sockets). It has no rootfs either: Spec.Rootfs is ignored,
+// the worker sees the host's own tree.
 type UnsafeLocal struct {
 	WorkspacesRoot string
 	// SocketsRoot mirrors broker_sockets_root: a spec's BrokerSocket id
@@ -53,6 +55,7 @@ const unsafeIsolation = "none"
 const (
 	EnvWorkspace    = "AUTONOMIC_WORKSPACE"
 	EnvBrokerSocket = "AUTONOMIC_BROKER_SOCKET"
+	EnvRelaySocket  = "AUTONOMIC_RELAY_SOCKET"
 )
 
 // Features: no isolation and no checkpoints, and it says so.
@@ -75,8 +78,10 @@ func (u *UnsafeLocal) Create(ctx context.Context, spec Spec) (*Running, error) {
 	if !protocol.ValidID(spec.ID) || !protocol.ValidID(spec.WorkspaceID) || len(spec.Argv) == 0 {
 		return nil, protocol.E(protocol.CodeInvalidField)
 	}
-	if spec.BrokerSocket != "" && (!protocol.ValidID(spec.BrokerSocket) || u.SocketsRoot == "") {
-		return nil, protocol.Errorf(protocol.CodeInvalidField, "broker_socket")
+	for name, id := range map[string]string{"broker_socket": spec.BrokerSocket, "relay_socket": spec.RelaySocket} {
+		if id != "" && (!protocol.ValidID(id) || u.SocketsRoot == "") {
+			return nil, protocol.Errorf(protocol.CodeInvalidField, "%s", name)
+		}
 	}
 	// Never start a pristine worker where a restored one was asked for.
 	if spec.Checkpoint != "" {
@@ -105,8 +110,10 @@ func (u *UnsafeLocal) Create(ctx context.Context, spec Spec) (*Running, error) {
 	}
 	// Last, so a spec's Env cannot point the worker elsewhere.
 	cmd.Env = append(cmd.Env, EnvWorkspace+"="+cmd.Dir)
-	if spec.BrokerSocket != "" {
-		cmd.Env = append(cmd.Env, EnvBrokerSocket+"="+filepath.Join(u.SocketsRoot, spec.BrokerSocket+".sock"))
+	for env, id := range map[string]string{EnvBrokerSocket: spec.BrokerSocket, EnvRelaySocket: spec.RelaySocket} {
+		if id != "" {
+			cmd.Env = append(cmd.Env, env+"="+filepath.Join(u.SocketsRoot, id+".sock"))
+		}
 	}
 	out := &boundedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out

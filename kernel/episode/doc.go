@@ -77,6 +77,27 @@
 //     regulator sees their union. An episode this controller does not
 //     drive reports containment; a broker left with the default table
 //     refuses every qualified regime.
+//   - Harvest (harvest.go). Only a spec that names harvest ends by itself
+//     when its worker exits (any other stays running until an operator
+//     ends it). The worker's domain loses the broker, is checkpointed
+//     (recorded unstable: it holds unverified writes and no repair
+//     restores it), and its change is read from that archive, re-hashed
+//     against the launcher's digest (workspace.Harvest, whose doc states
+//     the rules for hostile content). A change is proposed as a git_commit
+//     to the spec's target and ref on the base OID through the broker's
+//     own Prepare, Evaluate and Commit under the current epoch and lease,
+//     so it meets the same fence, quotas, verification, sensors and commit
+//     check as a worker's effect; the commit message is made from the task
+//     alone (no honest channel carries the agent's final words). A worker
+//     that committed on the harvest target itself is not harvested again.
+//     The episode then ends, its domain destroyed first, with an Outcome —
+//     landed, denied, nothing_to_commit (completed), or harvest_failed
+//     (aborted) — recorded as its episode_ended reason.
+//   - Wall time: an episode lives at most its spec's wall_time (the
+//     configured default when it names none; never above the configured
+//     maximum, which a spec above it is refused for), counted from its
+//     creation across repairs and restarts. Then its domain is destroyed
+//     and it ends aborted with outcome wall_time; nothing is harvested.
 //   - Kernel start (Recover) reconciles unsettled effects before anything
 //     else, then, per active episode, advances the epoch before destroying
 //     every generation the previous kernel launched (destroy, then inspect)

@@ -130,6 +130,7 @@ type rigOptions struct {
 	hooks      *broker.Hooks     // the broker's fault-injection points, every boot
 	files      map[string]string // more files in the fixture's base commit
 	paths      []string          // the git_commit target's allowed paths (default calc.sh)
+	reference  bool              // the reference repository (gates/scenario/fixture/repo) instead of fixture
 }
 
 type rigOpt func(*rigOptions)
@@ -242,7 +243,11 @@ func newRig(t *testing.T, ctx context.Context, name string, opts ...rigOpt) *rig
 		t.Fatal(err)
 	}
 	r.url, r.adminURL = shared.cluster.KernelConnString(r.db), shared.cluster.AdminConnString(r.db)
-	r.repo, r.base = fixture(t, r.opts.files)
+	if r.opts.reference {
+		r.repo, r.base = referenceRepo(t)
+	} else {
+		r.repo, r.base = fixture(t, r.opts.files)
+	}
 	var err error
 	r.payloadsDir = filepath.Join(t.TempDir(), "payloads")
 	if r.payloads, err = broker.OpenPayloads(r.payloadsDir); err != nil {

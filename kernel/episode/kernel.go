@@ -80,8 +80,18 @@ type Config struct {
 	// AuthorityInterval is how often an episode's authority child renews
 	// ownership and re-reads the episode (default 500 ms).
 	AuthorityInterval time.Duration
-	Git               string
-	Logger            hclog.Logger
+	// Archives opens the launcher's checkpoint archives for the harvest
+	// (a spec's harvest fails without it). HarvestLimits bound what one
+	// harvest reads (zero values: workspace's defaults).
+	Archives      Archives
+	HarvestLimits workspace.Limits
+	// WallTime is episode_wall_time, the wall time of an episode whose
+	// spec names none (0: unbounded); MaxWallTime is max_episode_wall_time,
+	// the most a spec may ask for (0: no maximum; with a maximum, an
+	// episode is never unbounded).
+	WallTime, MaxWallTime time.Duration
+	Git                   string
+	Logger                hclog.Logger
 }
 
 // Kernel drives episodes.
@@ -113,6 +123,9 @@ func New(cfg Config) (*Kernel, error) {
 	feat := cfg.Domains.Features()
 	if !filepath.IsAbs(cfg.WorkspacesRoot) || !filepath.IsAbs(cfg.SocketsRoot) || (feat.Isolated && cfg.CgroupParent == "") {
 		return nil, errors.New("episode: WorkspacesRoot, SocketsRoot and CgroupParent are required")
+	}
+	if cfg.WallTime < 0 || cfg.MaxWallTime < 0 || (cfg.MaxWallTime > 0 && cfg.WallTime > cfg.MaxWallTime) {
+		return nil, errors.New("episode: WallTime and MaxWallTime must be non-negative, WallTime at most MaxWallTime")
 	}
 	if cfg.AuthorityInterval <= 0 {
 		cfg.AuthorityInterval = 500 * time.Millisecond
@@ -222,6 +235,9 @@ func (k *Kernel) mint(spec Spec) (*policy.Policy, authority.Capability, error) {
 	if err != nil {
 		return nil, authority.Capability{}, err
 	}
+	if k.cfg.MaxWallTime > 0 && spec.WallTime > k.cfg.MaxWallTime {
+		return nil, authority.Capability{}, protocol.Errorf(protocol.CodeInvalidField, "wall_time is above the kernel's maximum (%s)", k.cfg.MaxWallTime)
+	}
 	ceiling := min(k.ceiling(), spec.RequestedCeiling)
 	if spec.RequestedCeiling == 0 {
 		ceiling = k.ceiling()
@@ -250,7 +266,7 @@ func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
 		return nil, err
 	}
 	e := k.newEpisode(rec.ID, spec)
-	e.epoch = rec.Epoch
+	e.epoch, e.started = rec.Epoch, rec.CreatedAt
 	if err := e.move(Starting); err != nil {
 		return nil, err
 	}
@@ -313,6 +329,18 @@ func (k *Kernel) newEpisode(id uuid.UUID, spec Spec) *Episode {
 	k.episodes[id] = e
 	k.mu.Unlock()
 	return e
+}
+
+// wallTime is the wall time an episode of spec gets (0: unbounded).
+func (k *Kernel) wallTime(spec Spec) time.Duration {
+	w := spec.WallTime
+	if w == 0 {
+		w = k.cfg.WallTime
+	}
+	if m := k.cfg.MaxWallTime; m > 0 && (w == 0 || w > m) {
+		w = m
+	}
+	return w
 }
 
 func (k *Kernel) forget(id uuid.UUID) {

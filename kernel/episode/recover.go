@@ -111,7 +111,7 @@ func (k *Kernel) resume(ctx context.Context, rec store.Episode, out *Recovery) (
 	e := k.newEpisode(rec.ID, spec)
 	// A recovered episode starts where its authority died with the
 	// previous kernel: suspended, with its domain not yet proven gone.
-	e.state, e.epoch = Suspended, rec.Epoch
+	e.state, e.epoch, e.started = Suspended, rec.Epoch, rec.CreatedAt
 	lineage, err := st.Lineage(ctx, rec.ID)
 	if err != nil {
 		k.forget(rec.ID)

@@ -59,6 +59,11 @@ type Episode struct {
 	stop    context.CancelFunc
 	done    chan struct{}
 	exit    *supervisor.Exit
+	// started is when the episode was created: its wall time counts from
+	// there, across repairs and kernel restarts.
+	started time.Time
+	// outcome is how the episode ended by itself (harvest or wall time).
+	outcome *Outcome
 
 	// cgroup is the current generation's cgroup, or nil while none runs:
 	// the broker consults it on every accept.
@@ -104,6 +109,9 @@ type Status struct {
 	// UnsafeLocal: the episode's domain isolates nothing (the backend is
 	// unsafe_local, or another unisolated one).
 	UnsafeLocal bool
+	// Outcome is how the episode ended by itself, once it has (nil
+	// otherwise); the store records it as the episode_ended reason.
+	Outcome *Outcome
 }
 
 // Status returns the current state.
@@ -111,7 +119,8 @@ func (e *Episode) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return Status{State: e.state, Why: e.why, Epoch: e.epoch, LeaseID: e.lease.ID, Lease: e.leaseCap, DomainID: e.domainID,
-		Generation: e.gen, LauncherID: e.k.launcherID(e.id, e.gen), Repairs: e.repairs, UnsafeLocal: !e.k.feat.Isolated}
+		Generation: e.gen, LauncherID: e.k.launcherID(e.id, e.gen), Repairs: e.repairs, UnsafeLocal: !e.k.feat.Isolated,
+		Outcome: e.outcome}
 }
 
 // WorkerExits delivers each generation's worker exit.
@@ -445,11 +454,22 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 	}
 	ready()
 	started <- nil
+	var wall <-chan time.Time
+	if w := e.k.wallTime(e.spec); w > 0 {
+		t := time.NewTimer(time.Until(e.started.Add(w)))
+		defer t.Stop()
+		wall = t.C
+	}
 	events := r.Events()
 	for {
 		select {
 		case <-ctx.Done():
 			return supervisor.ErrStopped
+		case <-wall:
+			// Agents retry forever without their model: the bound is the
+			// kernel's, and nothing the worker left is harvested.
+			e.log.Warn("wall time reached", "wall_time", e.k.wallTime(e.spec))
+			return e.finish(ctx, Outcome{Kind: OutcomeWallTime, Reason: "wall time of " + e.k.wallTime(e.spec).String() + " reached"})
 		case ev, ok := <-events:
 			if !ok {
 				events = nil
@@ -480,6 +500,12 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 				select {
 				case e.exits <- x:
 				default:
+				}
+				if e.spec.Harvest != nil {
+					// The worker is gone: its socket serves no one, and the
+					// episode ends by itself with what it left.
+					e.cgroup.Store(nil)
+					return e.finish(ctx, e.harvest(ctx))
 				}
 			}
 		case c := <-e.contain:
@@ -661,6 +687,12 @@ func (e *Episode) settle() {
 		e.ln.Close()
 	}
 	e.mu.Lock()
+	if e.outcome != nil {
+		// Ended by itself (finish): its host objects go as End's do.
+		e.mu.Unlock()
+		e.cleanupStart()
+		return
+	}
 	if !e.ending && !e.state.Final() && transition(e.state, Suspended) == nil {
 		e.state = Suspended
 		if e.exit != nil {

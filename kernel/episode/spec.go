@@ -37,9 +37,29 @@ type Spec struct {
 	Cwd              string                   `json:"cwd,omitempty"`
 	MaxRepairs       int                      `json:"max_repairs"`
 	LeaseTTL         time.Duration            `json:"lease_ttl"`
+	// Harvest, when set, ends the episode by itself when its worker exits:
+	// the workspace's change is proposed as a git_commit on the agent's
+	// behalf (harvest.go). Absent, a worker's exit leaves the episode
+	// running until an operator ends it, as before.
+	Harvest *HarvestSpec `json:"harvest,omitempty"`
+	// WallTime bounds the episode's life from its start (0: Config's
+	// WallTime; never above Config's MaxWallTime). When it is reached the
+	// domain is destroyed and the episode ends aborted, outcome wall_time.
+	WallTime time.Duration `json:"wall_time,omitempty"`
+}
+
+// HarvestSpec names where a harvested change goes: a git_commit target of
+// the broker's trusted configuration and one of its allowed refs. The
+// change is made against the spec's base_oid.
+type HarvestSpec struct {
+	TargetID string `json:"target_id"`
+	Ref      string `json:"ref"`
 }
 
 var oidPattern = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
+
+// refPattern is a plain full ref name; the target's allow list decides.
+var refPattern = regexp.MustCompile(`^refs/[A-Za-z0-9._/-]{1,200}$`)
 
 // reservedEnv are set by the controller; a spec may not choose them.
 func reservedEnv(k string) bool { return k == envEpoch || k == envLease }
@@ -73,6 +93,10 @@ func (s *Spec) validate(keys policy.Keys) (pol *policy.Policy, envelope, repair 
 		err = invalid("lease_ttl is negative")
 	case s.RequestedCeiling > authority.MaxClass:
 		err = invalid("requested_ceiling is not a class")
+	case s.WallTime < 0:
+		err = invalid("wall_time is negative")
+	case s.Harvest != nil && (!protocol.ValidTargetID(s.Harvest.TargetID) || !refPattern.MatchString(s.Harvest.Ref)):
+		err = invalid("harvest needs a target_id and a full ref name (refs/...)")
 	}
 	for k := range s.Env {
 		if reservedEnv(k) {

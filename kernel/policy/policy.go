@@ -41,6 +41,10 @@ type Document struct {
 	Version    int64          `json:"version"`
 	Capability authority.Spec `json:"capability"`
 	Semantic   Semantic       `json:"semantic"`
+	// Inference is optional (inference.go): absent, the episode may make
+	// no model call at all. Absent is omitted from the signed form, so
+	// policies signed before it existed keep their digest.
+	Inference *Inference `json:"inference,omitempty"`
 
 	// Egress (issue 14, egress.go): optional; absent, the episode has no
 	// egress at all.
@@ -110,6 +114,11 @@ func Sign(key ed25519.PrivateKey, keyID string, doc Document) ([]byte, error) {
 	}
 	if c.Forbid == nil {
 		c.Forbid = []string{}
+	}
+	if doc.Inference != nil && doc.Inference.Models == nil {
+		inf := *doc.Inference
+		inf.Models = []string{}
+		doc.Inference = &inf
 	}
 	if doc.Egress != nil && doc.Egress.Allow == nil {
 		e := *doc.Egress
@@ -204,6 +213,7 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 		Semantic *struct {
 			MaxRisk *float64 `json:"max_risk"`
 		} `json:"semantic"`
+		Inference *inferenceWire `json:"inference"`
 
 		// Egress (issue 14): optional, see egress.go.
 		Egress *egressWire `json:"egress"`
@@ -259,6 +269,13 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 		return Document{}, none, invalid("version outside 1..2^53")
 	case math.IsNaN(doc.Semantic.MaxRisk) || doc.Semantic.MaxRisk < 0 || doc.Semantic.MaxRisk > 1:
 		return Document{}, none, invalid("semantic.max_risk outside [0, 1]")
+	}
+	if w.Inference != nil {
+		inf, err := w.Inference.check()
+		if err != nil {
+			return Document{}, none, err
+		}
+		doc.Inference = &inf
 	}
 	capability, err := authority.Compile(doc.Capability)
 	if err != nil {

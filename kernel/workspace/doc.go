@@ -19,4 +19,32 @@
 //   - A workspace is created under the configured root only, by id; an
 //     existing directory is refused rather than reused, and a failed
 //     preparation removes what it created.
+//
+// Harvest (change.go) turns a worker's change into a git patch against the
+// base OID. It reads only the checkpoint archive of the worker's upper
+// layer, never the live upper directory, and treats it as hostile:
+//   - The archive is parsed in memory, never extracted: no entry is
+//     created, opened, followed or executed on the host. Every byte read is
+//     hashed, and bytes that are not the digest the launcher returned are
+//     ErrDigest, whatever they hold. Archive size, entries, each file, all
+//     kept files together and the patch are bounded; a header's size is
+//     checked before anything is allocated for it, and a sparse map (a
+//     PAX record the launcher never writes) is refused.
+//   - A path with a .git component (any case) is not part of the change:
+//     hooks, core.fsmonitor, includes, alternates, a gitdir file — the
+//     worker's repository metadata stays behind, and no git ever runs in
+//     the worker's tree (the commit is made in the authoritative
+//     repository by the broker's git_commit adapter).
+//   - Refused, the whole change with it (a *Refusal whose reason quotes no
+//     worker-chosen name): a symlink (its target is never read, let alone
+//     followed), a hard-link entry (the launcher stores each name of a
+//     hard-linked file as its own regular file, which is harvested as
+//     content), a FIFO, a device node (other than an overlay whiteout), any
+//     other special file, a name that is not clean and relative, has
+//     control or invisible characters, quotes, backslashes or invalid
+//     UTF-8, a binary file, and a change to a base symlink or submodule.
+//   - Whiteouts and opaque directories delete the base paths they hide;
+//     a copied-up file whose content and mode are the base's is no change.
+//   - The base side is read from the kernel's own clone (root/id) by git
+//     under the same safety settings as Prepare.
 package workspace

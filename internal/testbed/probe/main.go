@@ -4,7 +4,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
@@ -200,6 +205,28 @@ func main() {
 				err = unix.Connect(fd, &unix.SockaddrUnix{Name: "/run/autonomic/effect.sock"})
 			}
 			report(what, errnoOf(err))
+		case "connect-tcp", "udp-sendto", "udp-sendmsg", "connect-unix", "connect-abstract":
+			report(what+":"+os.Args[i+1], dial(what, os.Args[i+1]))
+			i++
+		case "loopback":
+			for _, network := range []string{"tcp4", "tcp6", "udp4", "udp6"} {
+				fmt.Printf("loopback:%s=%s\n", network, loopback(network))
+			}
+		case "connect-badptr":
+			// An address the monitor cannot read: refused, reported.
+			fd, _ := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+			_, _, e := unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), 8, 16)
+			report(what, e)
+		case "udp-sendmmsg":
+			// Two datagrams in one call, the first to this domain's
+			// loopback, the second to ADDR.
+			report(what+":"+os.Args[i+1], sendmmsg(os.Args[i+1]))
+			i++
+		case "http":
+			// GET a URL (http://host:port/path) or, with "unix:PATH", the
+			// path /probe over that Unix socket; prints status and body.
+			fmt.Printf("http=%s\n", httpGet(os.Args[i+1]))
+			i++
 		case "domain-root":
 			domainRoot()
 		case "hog":
@@ -344,4 +371,168 @@ func spin(ms int) {
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &after)
 	cpu := func(r unix.Rusage) int64 { return r.Utime.Nano()/1000 + r.Stime.Nano()/1000 }
 	fmt.Printf("spin_cpu_us=%d spin_wall_us=%d spin_threads=%d\n", cpu(after)-cpu(before), wall.Microseconds(), n)
+}
+
+// dial makes one attempt to reach addr ("IP:PORT", a path, or an abstract
+// name) and returns the errno: connect for stream sockets, an addressed
+// sendto or sendmsg on an unconnected UDP socket.
+func dial(how, addr string) syscall.Errno {
+	var sa unix.Sockaddr
+	family, typ := unix.AF_UNIX, unix.SOCK_STREAM
+	switch how {
+	case "connect-unix":
+		sa = &unix.SockaddrUnix{Name: addr}
+	case "connect-abstract":
+		sa = &unix.SockaddrUnix{Name: "@" + addr}
+	default:
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			return syscall.EINVAL
+		}
+		if ap.Addr().Is4() {
+			family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+		} else {
+			family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+		}
+		if how != "connect-tcp" {
+			typ = unix.SOCK_DGRAM
+		}
+	}
+	fd, err := unix.Socket(family, typ, 0)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer unix.Close(fd)
+	switch how {
+	case "udp-sendto":
+		return errnoOf(unix.Sendto(fd, []byte("probe"), 0, sa))
+	case "udp-sendmsg":
+		_, err := unix.SendmsgN(fd, []byte("probe"), nil, sa, 0)
+		return errnoOf(err)
+	}
+	return errnoOf(unix.Connect(fd, sa))
+}
+
+func httpGet(target string) string {
+	c := &http.Client{Timeout: 10 * time.Second}
+	url := target
+	if path, ok := strings.CutPrefix(target, "unix:"); ok {
+		c.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}}
+		url = "http://relay/probe"
+	}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "error " + strings.ReplaceAll(err.Error(), "\n", " ")
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+}
+
+// loopback proves traffic on the domain's own lo works the way programs
+// send it: a connect (or an addressed sendto for UDP) to a listener of this
+// process, then a send without an address and a sendmsg without a name.
+func loopback(network string) string {
+	host := "127.0.0.1:0"
+	if strings.HasSuffix(network, "6") {
+		host = "[::1]:0"
+	}
+	var addr net.Addr
+	var recv func([]byte) (int, error)
+	if strings.HasPrefix(network, "tcp") {
+		ln, err := net.Listen(network, host)
+		if err != nil {
+			return "listen " + err.Error()
+		}
+		defer ln.Close()
+		accepted := make(chan net.Conn, 1)
+		go func() { c, _ := ln.Accept(); accepted <- c }()
+		addr = ln.Addr()
+		recv = func(b []byte) (int, error) {
+			c := <-accepted
+			if c == nil {
+				return 0, io.EOF
+			}
+			defer c.Close()
+			return io.ReadAtLeast(c, b, 6)
+		}
+	} else {
+		pc, err := net.ListenPacket(network, host)
+		if err != nil {
+			return "listen " + err.Error()
+		}
+		defer pc.Close()
+		addr = pc.LocalAddr()
+		recv = func(b []byte) (int, error) {
+			n, _, err := pc.ReadFrom(b)
+			return n, err
+		}
+	}
+	ap := netip.MustParseAddrPort(addr.String())
+	family, typ := unix.AF_INET6, unix.SOCK_STREAM
+	var sa unix.Sockaddr = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	if ap.Addr().Is4() {
+		family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	}
+	if strings.HasPrefix(network, "udp") {
+		typ = unix.SOCK_DGRAM
+	}
+	fd, err := unix.Socket(family, typ, 0)
+	if err != nil {
+		return "socket " + unix.ErrnoName(errnoOf(err))
+	}
+	defer unix.Close(fd)
+	if typ == unix.SOCK_DGRAM {
+		if err := unix.Sendto(fd, []byte("udp"), 0, sa); err != nil {
+			return "sendto " + unix.ErrnoName(errnoOf(err))
+		}
+	}
+	if err := unix.Connect(fd, sa); err != nil {
+		return "connect " + unix.ErrnoName(errnoOf(err))
+	}
+	if err := unix.Sendto(fd, []byte("abc"), 0, nil); err != nil {
+		return "send " + unix.ErrnoName(errnoOf(err))
+	}
+	if _, err := unix.SendmsgN(fd, []byte("def"), nil, nil, 0); err != nil {
+		return "sendmsg " + unix.ErrnoName(errnoOf(err))
+	}
+	b := make([]byte, 16)
+	n, err := recv(b)
+	if err != nil || n < 3 {
+		return fmt.Sprintf("recv %d %v", n, err)
+	}
+	return "ok"
+}
+
+func sendmmsg(addr string) syscall.Errno {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer unix.Close(fd)
+	type sockaddrIn struct {
+		family uint16
+		port   [2]byte
+		addr   [4]byte
+		zero   [8]byte
+	}
+	type mmsghdr struct {
+		hdr unix.Msghdr
+		n   uint32
+		_   [4]byte
+	}
+	names := [2]sockaddrIn{{family: unix.AF_INET, port: [2]byte{0, 9}, addr: [4]byte{127, 0, 0, 1}}}
+	ap := netip.MustParseAddrPort(addr)
+	names[1] = sockaddrIn{family: unix.AF_INET, port: [2]byte{byte(ap.Port() >> 8), byte(ap.Port())}, addr: ap.Addr().As4()}
+	payload := []byte("probe")
+	iov := unix.Iovec{Base: &payload[0]}
+	iov.SetLen(len(payload))
+	var msgs [2]mmsghdr
+	for i := range msgs {
+		msgs[i].hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&names[i])), Namelen: 16, Iov: &iov, Iovlen: 1}
+	}
+	_, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), 2, 0, 0, 0)
+	return e
 }

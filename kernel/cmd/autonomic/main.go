@@ -238,7 +238,7 @@ func domainCmd(args []string, stdout, stderr io.Writer) int {
 func domainRun(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("domain run", flag.ContinueOnError)
 	ws := fs.String("workspace", "", "workspace id under the launcher's workspaces root")
-	profile := fs.String("profile", "worker", "seccomp profile: a shipped name (worker, worker-loopback) or a file; 'none' runs unfiltered")
+	profile := fs.String("profile", "worker", "seccomp profile: a shipped name (worker, worker-loopback, agent) or a file; 'none' runs unfiltered")
 	id := fs.String("id", "", "domain id (default: generated)")
 	asJSON := fs.Bool("json", false, "print the exit report as JSON")
 	if fs.Parse(args) != nil || *ws == "" || fs.NArg() == 0 {

@@ -1,11 +1,13 @@
 // Command autonomic-rootfs builds and verifies domain root filesystems.
 //
-//	autonomic-rootfs build --spec SPEC --dest DIR [--add SRC=DEST]... [--quiet]
+//	autonomic-rootfs build --spec SPEC --dest DIR [--add SRC=DEST]... [--npm-cache DIR] [--quiet]
+//	autonomic-rootfs build --spec SPEC --cache DIR [--add SRC=DEST]... [--npm-cache DIR] [--quiet]
 //	autonomic-rootfs verify DIR
 //	autonomic-rootfs digest DIR
 //
 // build prints the rootfs identity (the SHA-256 of manifest.json) as the only
-// line on standard output; progress and notes go to standard error. verify
+// line on standard output (with --cache: the identity and the cached tree's
+// path); progress and notes go to standard error. verify
 // exits 1 and lists every difference when a tree does not match its
 // manifest.
 //

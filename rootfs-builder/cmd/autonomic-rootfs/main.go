@@ -21,7 +21,8 @@ func main() {
 }
 
 const usage = `usage:
-  autonomic-rootfs build --spec SPEC --dest DIR [--add SRC=DEST]... [--quiet]
+  autonomic-rootfs build --spec SPEC --dest DIR [--add SRC=DEST]... [--npm-cache DIR] [--quiet]
+  autonomic-rootfs build --spec SPEC --cache DIR [--add SRC=DEST]... [--npm-cache DIR] [--quiet]
   autonomic-rootfs verify DIR
   autonomic-rootfs digest DIR
 `
@@ -84,13 +85,15 @@ func build(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	specPath := fs.String("spec", "", "spec file (JSON)")
 	dest := fs.String("dest", "", "destination directory; must not exist or be empty")
+	cache := fs.String("cache", "", "content-addressed rootfs cache: reuse (verified) or build DIR/NAME-KEY; prints DIGEST PATH")
+	npmCache := fs.String("npm-cache", "", "npm install cache (default "+rootfs.DefaultNPMCache+")")
 	quiet := fs.Bool("quiet", false, "no progress output")
 	var adds addFlags
 	fs.Var(&adds, "add", "SRC=DEST: copy host file SRC to rootfs path DEST (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *specPath == "" || *dest == "" || fs.NArg() != 0 {
+	if *specPath == "" || (*dest == "") == (*cache == "") || fs.NArg() != 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
@@ -99,9 +102,21 @@ func build(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "autonomic-rootfs: %v\n", err)
 		return 1
 	}
-	opts := rootfs.Options{Add: adds, Notes: stderr}
+	opts := rootfs.Options{Add: adds, Notes: stderr, NPMCache: *npmCache}
 	if !*quiet {
 		opts.Progress = stderr
+	}
+	if *cache != "" {
+		dir, digest, hit, err := rootfs.BuildCached(ctx, spec, *cache, opts)
+		if err != nil {
+			fmt.Fprintf(stderr, "autonomic-rootfs: build failed: %v\n", err)
+			return 1
+		}
+		if hit {
+			fmt.Fprintf(stderr, "autonomic-rootfs: cached %s matches its manifest\n", dir)
+		}
+		fmt.Fprintln(stdout, digest, dir)
+		return 0
 	}
 	digest, err := rootfs.Build(ctx, spec, *dest, opts)
 	if err != nil {

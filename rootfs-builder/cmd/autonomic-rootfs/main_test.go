@@ -42,3 +42,28 @@ func TestBuildVerifyCLI(t *testing.T) {
 		t.Errorf("build into non-empty dest: exit %d, want 1", code)
 	}
 }
+
+func TestBuildCacheCLI(t *testing.T) {
+	cache := t.TempDir()
+	args := []string{"build", "--spec", "../../specs/minimal.json", "--cache", cache, "--quiet"}
+	var out1, out2, errb bytes.Buffer
+	if code := run(context.Background(), args, &out1, &errb); code != 0 {
+		t.Fatalf("build --cache exit %d: %s", code, errb.String())
+	}
+	f := strings.Fields(out1.String())
+	if len(f) != 2 || len(f[0]) != 64 || !strings.HasPrefix(f[1], filepath.Join(cache, "minimal-")) {
+		t.Fatalf("build --cache printed %q, want DIGEST PATH", out1.String())
+	}
+	errb.Reset()
+	if code := run(context.Background(), args, &out2, &errb); code != 0 || out2.String() != out1.String() || !strings.Contains(errb.String(), "cached") {
+		t.Fatalf("second build --cache: exit %d, %q vs %q, %s", code, out2.String(), out1.String(), errb.String())
+	}
+	for _, bad := range [][]string{
+		{"build", "--spec", "../../specs/minimal.json", "--cache", cache, "--dest", filepath.Join(t.TempDir(), "x")},
+		{"build", "--spec", "../../specs/minimal.json"},
+	} {
+		if code := run(context.Background(), bad, &out1, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+}

@@ -1,0 +1,302 @@
+package domain_test
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
+)
+
+// hostSocket serves HTTP on <sockets root>/<id>.sock, made as broker.Listen
+// makes a socket (owned by the kernel's account, mode 0660); every request
+// is answered with name and its path.
+func hostSocket(t *testing.T, id, name string) string {
+	t.Helper()
+	path := filepath.Join(bed.Sockets, id+".sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if err := os.Chmod(path, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(path, bed.OwnerUID, bed.OwnerGID); err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s %s", name, r.Method, r.URL.Path)
+	}))
+	return path
+}
+
+// mountLine returns the worker's mountinfo line of the mount at p.
+func mountLine(mountinfo, p string) string {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		if f := strings.Fields(line); len(f) > 5 && f[4] == p {
+			return line
+		}
+	}
+	return ""
+}
+
+// TestRelaySocketIsBoundLikeTheBrokers: relay_socket is bound at
+// /run/autonomic/inference.sock exactly as the broker socket is at
+// effect.sock (read-only, noexec, the domain's nobody's, group the
+// worker's), each reaching its own host server; the worker's HOME is
+// /tmp/home, its own (0700), writable, and not under /workspace.
+func TestRelaySocketIsBoundLikeTheBrokers(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	brokerID, relayID := newID("sock"), newID("relay")
+	hostSocket(t, brokerID, "broker")
+	relayPath := hostSocket(t, relayID, "relay")
+	s := "/run/autonomic/inference.sock"
+	script := fmt.Sprintf(`stat -c 'OWNER=%%u:%%g %%a' %[1]s; chmod 0666 %[1]s 2>/dev/null && echo CHMOD=ok || echo CHMOD=refused
+%[2]s http unix:%[1]s http unix:/run/autonomic/effect.sock
+echo "HOME=$HOME"; stat -c 'HOMEDIR=%%u:%%g %%a' "$HOME"; echo x > "$HOME/.agentrc" && echo HOMEWRITE=ok
+echo "WORKSPACE=$(ls -A /workspace)"; cat /proc/self/mountinfo`, s, testbed.ProbePath)
+	r, err := d.Create(ctx, domain.Spec{ID: newID("d"), Generation: 1, WorkspaceID: ws, BrokerSocket: brokerID, RelaySocket: relayID,
+		Argv: []string{"/bin/sh", "-c", script}, OneShot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	out := string(r.Output())
+	for _, want := range []string{"OWNER=65534:1000 660", "CHMOD=refused", "http=200 relay GET /probe", "http=200 broker GET /probe",
+		"HOME=/tmp/home", "HOMEDIR=1000:1000 700", "HOMEWRITE=ok", "WORKSPACE="} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("worker output lacks %q\n%s", want, out)
+		}
+	}
+	for _, p := range []string{s, "/run/autonomic/effect.sock"} {
+		line := mountLine(out, p)
+		if !strings.Contains(line, " ro,") || !strings.Contains(line, "noexec") || !strings.Contains(line, "nosuid") {
+			t.Errorf("%s is not mounted read-only, nosuid and noexec: %q", p, line)
+		}
+	}
+	if fi, err := os.Stat(relayPath); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Errorf("host relay socket mode changed: %v %v", fi.Mode(), err)
+	}
+}
+
+// TestNamedRootfs: a create naming a rootfs of the launcher's rootfses
+// table runs on that tree, identified by its own manifest digest; an
+// unknown name is not_found; a named tree that differs from its manifest
+// is refused exactly as the default one would be; each rootfs keeps its own
+// verification record, so alternating between them re-verifies neither.
+func TestNamedRootfs(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	name, tampered := newID("rootfs"), newID("rootfs")
+	marker := filepath.Join(t.TempDir(), "name")
+	if err := os.WriteFile(marker, []byte(name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	add := []rootfs.Add{{Src: marker, Dest: "/etc/autonomic-rootfs-name"}}
+	_, digest, err := bed.AddRootfs(ctx, name, add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tamperedPath, _, err := bed.AddRootfs(ctx, tampered, add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(fs string) (*domain.Running, error) {
+		return d.Create(ctx, domain.Spec{ID: newID("d"), Generation: 1, WorkspaceID: ws, Rootfs: fs,
+			Argv: []string{"/bin/sh", "-c", "cat /etc/autonomic-rootfs-name 2>/dev/null || echo default"}, OneShot: true})
+	}
+	for _, c := range []struct{ rootfs, digest, out string }{{name, digest, name}, {"", bed.RootfsDigest, "default"}, {name, digest, name}} {
+		r, err := start(c.rootfs)
+		if err != nil {
+			t.Fatalf("create on %q: %v", c.rootfs, err)
+		}
+		if _, err := r.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if r.Started.RootfsDigest != c.digest || strings.TrimSpace(string(r.Output())) != c.out {
+			t.Errorf("rootfs %q: started on %s, worker saw %q; want %s and %q", c.rootfs, r.Started.RootfsDigest, r.Output(), c.digest, c.out)
+		}
+	}
+	for _, rec := range []string{"rootfs-verified.json", "rootfs-verified-" + name + ".json"} {
+		if _, err := os.Stat(filepath.Join(bed.State, rec)); err != nil {
+			t.Errorf("verification record %s: %v", rec, err)
+		}
+	}
+	if _, err := start("no-such-rootfs"); !errors.Is(err, protocol.E(protocol.CodeNotFound)) {
+		t.Errorf("unknown rootfs name: %v, want not_found", err)
+	}
+	if _, err := start("../rootfs"); !errors.Is(err, protocol.E(protocol.CodeInvalidField)) {
+		t.Errorf("path as a rootfs name: %v, want invalid_field", err)
+	}
+	// Same size, other content: only the full check of the tree sees it.
+	if err := os.WriteFile(filepath.Join(tamperedPath, "etc/autonomic-rootfs-name"), []byte(strings.ToUpper(name)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := start(tampered); !errors.Is(err, protocol.E(protocol.CodeRootfsMismatch)) {
+		t.Errorf("tampered named rootfs: %v, want rootfs_mismatch", err)
+	}
+}
+
+// hostListeners listens on the host's loopback (TCP and UDP), on an
+// abstract Unix socket and on a path Unix socket anyone may connect to, and
+// counts what reaches each.
+type hostListeners struct {
+	tcp, udp, abstract, path string
+	hits                     atomic.Int64
+}
+
+func listenOnHost(t *testing.T) *hostListeners {
+	t.Helper()
+	h := &hostListeners{abstract: newID("autonomic-test-abstract"), path: filepath.Join(t.TempDir(), "host.sock")}
+	for _, a := range [][2]string{{"tcp", "127.0.0.1:0"}, {"unix", "@" + h.abstract}, {"unix", h.path}} {
+		ln, err := net.Listen(a[0], a[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		if a[0] == "tcp" {
+			h.tcp = ln.Addr().String()
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				h.hits.Add(1)
+				c.Close()
+			}
+		}()
+	}
+	if err := os.Chmod(h.path, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	h.udp = pc.LocalAddr().String()
+	go func() {
+		b := make([]byte, 64)
+		for {
+			if _, _, err := pc.ReadFrom(b); err != nil {
+				return
+			}
+			h.hits.Add(1)
+		}
+	}()
+	return h
+}
+
+// TestAgentProfileReachesOnlyLoopback: under the agent profile a worker
+// has AF_INET and AF_INET6 sockets and its own loopback (connect, addressed
+// sendto and sendmmsg, send and sendmsg without an address); a connect,
+// sendto, sendmsg or sendmmsg to anything else, or naming an address the
+// monitor cannot read, fails with EPERM and leaves one violation frame
+// naming the call and its destination; nothing reaches the host's
+// loopback listeners or its Unix sockets, abstract or path.
+func TestAgentProfileReachesOnlyLoopback(t *testing.T) {
+	h := listenOnHost(t)
+	_, tcpPort, _ := net.SplitHostPort(h.tcp)
+	out, ex, vs := runFiltered(t, compileShipped(t, "agent"), testbed.ProbePath, "loopback",
+		"connect-tcp", h.tcp, "connect-tcp", "[::1]:"+tcpPort, "udp-sendto", h.udp, "connect-abstract", h.abstract, "connect-unix", h.path,
+		"connect-tcp", "10.0.0.1:80", "connect-tcp", "1.1.1.1:443", "connect-tcp", "[2606:4700:4700::1111]:443",
+		"udp-sendto", "1.1.1.1:53", "udp-sendmsg", "8.8.8.8:53", "udp-sendmmsg", "127.0.0.2:9", "udp-sendmmsg", "9.9.9.9:53", "connect-badptr")
+	for _, want := range []string{"loopback:tcp4=ok", "loopback:tcp6=ok", "loopback:udp4=ok", "loopback:udp6=ok",
+		"connect-tcp:" + h.tcp + "=ECONNREFUSED", "connect-tcp:[::1]:" + tcpPort + "=ECONNREFUSED", "udp-sendto:" + h.udp + "=ok",
+		"connect-abstract:" + h.abstract + "=ECONNREFUSED", "connect-unix:" + h.path + "=ENOENT",
+		"connect-tcp:10.0.0.1:80=EPERM", "connect-tcp:1.1.1.1:443=EPERM", "connect-tcp:[2606:4700:4700::1111]:443=EPERM",
+		"udp-sendto:1.1.1.1:53=EPERM", "udp-sendmsg:8.8.8.8:53=EPERM", "udp-sendmmsg:127.0.0.2:9=ok", "udp-sendmmsg:9.9.9.9:53=EPERM",
+		"connect-badptr=EPERM"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("probe output lacks %q:\n%s", want, out)
+		}
+	}
+	if ex.ExitCode == nil || *ex.ExitCode != 0 {
+		t.Errorf("probe exit: %+v", ex)
+	}
+	var got []string
+	for _, v := range vs {
+		got = append(got, fmt.Sprintf("%s %s x%d", v.Syscall, v.Destination, v.Count))
+		if v.PID <= 1 || v.MonotonicNs == 0 {
+			t.Errorf("violation lacks domain pid or timestamp: %+v", v)
+		}
+	}
+	want := []string{"connect 10.0.0.1:80 x1", "connect 1.1.1.1:443 x1", "connect [2606:4700:4700::1111]:443 x1", "sendto 1.1.1.1:53 x1", "sendmsg 8.8.8.8:53 x1",
+		"sendmmsg 9.9.9.9:53 x1", "connect unreadable x1"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	time.Sleep(200 * time.Millisecond) // a datagram in flight would land by now
+	if n := h.hits.Load(); n != 0 {
+		t.Errorf("the host's listeners saw %d connections or datagrams from the domain", n)
+	}
+}
+
+// TestEntryBridgesToTheRelay is an agent domain as issue 13 builds it: a
+// rootfs with autonomic-entry, the relay socket bound in, the agent
+// profile. The agent (here the probe) speaks HTTP to 127.0.0.1:8787 and
+// reaches the host's relay server through the bridge; its config file is in
+// HOME; nothing is a violation; the host's listeners see nothing.
+func TestEntryBridgesToTheRelay(t *testing.T) {
+	d, ctx := setup(t)
+	h := listenOnHost(t)
+	entry, err := bed.Static(ctx, "./entry/cmd/autonomic-entry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := newID("agents")
+	if _, _, err := bed.AddRootfs(ctx, name, []rootfs.Add{{Src: entry, Dest: "/usr/local/bin/autonomic-entry"}}); err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := workspace(t, nil)
+	relayID := newID("relay")
+	hostSocket(t, relayID, "relay")
+	script := fmt.Sprintf(`%[1]s http http://127.0.0.1:8787/v1/responses connect-tcp %[2]s connect-tcp 1.1.1.1:443
+cat "$HOME/.codex/config.toml"; echo "MODEL=$MODEL"; exit 5`, testbed.ProbePath, h.tcp)
+	r, err := d.Create(ctx, domain.Spec{ID: newID("d"), Generation: 1, WorkspaceID: ws, RelaySocket: relayID, Rootfs: name,
+		Seccomp: compileShipped(t, "agent"), OneShot: true,
+		Argv: []string{"autonomic-entry", "--home-file", ".codex/config.toml=" + base64.StdEncoding.EncodeToString([]byte("wire_api = \"responses\"\n")),
+			"--env", "MODEL=gpt-5.5", "--bridge", "127.0.0.1:8787=/run/autonomic/inference.sock", "--", "/bin/sh", "-c", script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := r.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(r.Output())
+	for _, want := range []string{"http=200 relay GET /v1/responses", "connect-tcp:" + h.tcp + "=ECONNREFUSED", "connect-tcp:1.1.1.1:443=EPERM",
+		`wire_api = "responses"`, "MODEL=gpt-5.5"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if ex.ExitCode == nil || *ex.ExitCode != 5 {
+		t.Errorf("exit %+v, want ARGV's 5", ex)
+	}
+	vs := r.Violations()
+	if len(vs) != 1 || vs[0].Syscall != "connect" || vs[0].Destination != "1.1.1.1:443" {
+		t.Errorf("violations %+v, want the one connect to 1.1.1.1:443", vs)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := h.hits.Load(); n != 0 {
+		t.Errorf("the host's listeners saw %d connections from the domain", n)
+	}
+}

@@ -1,0 +1,327 @@
+package episode
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/workspace"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// The harvest (issue 13 §4): when the worker of an episode whose spec asks
+// for it exits, the controller checkpoints the domain, reads the change
+// from that digest-verified archive (kernel/workspace.Harvest) and
+// proposes it as a git_commit through the broker's own dispatch —
+// prepare, evaluate, commit, exactly as a worker's request over the
+// socket — under the episode's current epoch and lease. The episode then
+// ends by itself with an Outcome.
+
+// OutcomeKind is how an episode ended by itself.
+type OutcomeKind string
+
+const (
+	// OutcomeLanded: the change is committed on the ref (Ref, Commit,
+	// Effect); Reason says when the worker committed it itself.
+	OutcomeLanded OutcomeKind = "landed"
+	// OutcomeDenied: the change was refused — by the harvest's rules, the
+	// lease, policy, verification or the adapter (Code, Reason, and
+	// Effect when it was proposed).
+	OutcomeDenied OutcomeKind = "denied"
+	// OutcomeNothing: the workspace has no change against the base.
+	OutcomeNothing OutcomeKind = "nothing_to_commit"
+	// OutcomeWallTime: the episode's wall time ran out; its domain was
+	// destroyed and nothing was harvested.
+	OutcomeWallTime OutcomeKind = "wall_time"
+	// OutcomeFailed: the harvest could not be made (a kernel-side error:
+	// no checkpoint, an unreadable archive, an unknown commit outcome).
+	OutcomeFailed OutcomeKind = "harvest_failed"
+)
+
+// Outcome is the recorded end of an episode that ended by itself. It is
+// the reason of the store's episode_ended event (JSON, at most 256
+// bytes: the store's text cap) — ParseOutcome reads it back — and
+// Status.Outcome while the controller remembers the episode.
+type Outcome struct {
+	Kind   OutcomeKind `json:"outcome"`
+	Ref    string      `json:"ref,omitempty"`
+	Commit string      `json:"commit,omitempty"`
+	Effect string      `json:"effect,omitempty"`
+	Code   string      `json:"code,omitempty"`
+	Reason string      `json:"reason,omitempty"`
+}
+
+// maxReason is the store's cap on an episode_ended reason.
+const maxReason = 256
+
+// encode is the Outcome as the store records it: the reason is cut (on a
+// rune boundary) until the document fits.
+func (o Outcome) encode() string {
+	for {
+		b, _ := json.Marshal(o)
+		if len(b) <= maxReason || o.Reason == "" {
+			return string(b)
+		}
+		r := []rune(o.Reason)
+		o.Reason = string(r[:len(r)*3/4])
+	}
+}
+
+// ParseOutcome reads an Outcome from an episode_ended event's reason; ok
+// is false for an episode that did not end by itself (an operator's
+// reason, a containment).
+func ParseOutcome(reason string) (Outcome, bool) {
+	var o Outcome
+	if !strings.HasPrefix(reason, `{"outcome":`) || json.Unmarshal([]byte(reason), &o) != nil || o.Kind == "" {
+		return Outcome{}, false
+	}
+	return o, true
+}
+
+// state is the lifecycle state an outcome ends the episode in.
+func (o Outcome) state() State {
+	switch o.Kind {
+	case OutcomeLanded, OutcomeDenied, OutcomeNothing:
+		return Completed
+	}
+	return Aborted
+}
+
+// Archives opens a stored checkpoint archive by its SHA-256 (hex). The
+// harvest hashes every byte it reads against the digest the launcher
+// returned, so a source need only be bounded, not trusted
+// (workspace.ArchiveDir reads the launcher's checkpoint store).
+type Archives interface {
+	OpenArchive(ctx context.Context, digest string) (io.ReadCloser, error)
+}
+
+// errFinished ends the domain child of an episode that ended by itself.
+var errFinished = errors.New("episode: finished")
+
+// finish destroys the current domain, then ends the episode in the store
+// with the outcome as its reason.
+func (e *Episode) finish(ctx context.Context, o Outcome) error {
+	e.cgroup.Store(nil)
+	e.mu.Lock()
+	gen, epoch := e.gen, e.epoch
+	e.mu.Unlock()
+	if err := e.destroy(context.WithoutCancel(ctx), e.k.launcherID(e.id, gen)); err != nil {
+		return err
+	}
+	to := o.state()
+	if err := e.move(to); err != nil {
+		return err
+	}
+	why := o.encode()
+	if _, err := e.k.cfg.Store.EndEpisode(context.WithoutCancel(ctx), store.EndEpisode{EpisodeID: e.id, Epoch: epoch,
+		State: to.storeState(), Reason: why}); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.why, e.outcome = why, &o
+	e.mu.Unlock()
+	e.log.Info("episode ended by itself", "outcome", string(o.Kind), "code", o.Code)
+	// Host objects go once the supervisor has stopped (settle).
+	return errFinished
+}
+
+// harvestTimeout bounds one harvest: checkpoint, read, and the effect's
+// way across the horizon (verification included).
+const harvestTimeout = 10 * time.Minute
+
+// harvest takes the exited worker's change and proposes it.
+func (e *Episode) harvest(ctx context.Context) Outcome {
+	ctx, cancel := context.WithTimeout(ctx, harvestTimeout)
+	defer cancel()
+	h := e.spec.Harvest
+	failed := func(format string, args ...any) Outcome {
+		return Outcome{Kind: OutcomeFailed, Reason: fmt.Sprintf(format, args...)}
+	}
+	// A worker that committed through the broker itself owns its change:
+	// proposing the same edit again would be a second commit of it (or a
+	// ref_moved denial). Its last commit on the harvest target is the
+	// outcome; edits it made after that and did not commit stay behind.
+	if o, ok, err := e.committedByWorker(ctx); err != nil {
+		return failed("reading the episode's effects: %v", err)
+	} else if ok {
+		return o
+	}
+	if !e.k.feat.Checkpoints {
+		return failed("%s", noCheckpoints(e.k.feat))
+	}
+	if e.k.cfg.Archives == nil {
+		return failed("no checkpoint archive source is configured")
+	}
+	e.mu.Lock()
+	gen := e.gen
+	e.mu.Unlock()
+	// The final checkpoint is recorded unstable: it holds the worker's
+	// unverified writes, and no repair may restore it.
+	res, err := e.k.cfg.Domains.Checkpoint(ctx, e.k.launcherID(e.id, gen))
+	if err != nil {
+		return failed("final checkpoint: %s", protocol.AsWire(err).Code)
+	}
+	e.mu.Lock()
+	epoch, dom := e.epoch, e.domainID
+	e.mu.Unlock()
+	if _, err := e.k.cfg.Store.RecordCheckpoint(ctx, store.NewCheckpoint{EpisodeID: e.id, DomainID: dom, Generation: gen, Epoch: epoch,
+		Digest: "sha256:" + res.SHA256}); err != nil {
+		return failed("recording the final checkpoint: %v", err)
+	}
+	rc, err := e.k.cfg.Archives.OpenArchive(ctx, res.SHA256)
+	if err != nil {
+		return failed("opening the final checkpoint: %v", err)
+	}
+	ch, err := workspace.Harvest(ctx, rc, res.SHA256, workspace.Clone{Root: e.k.cfg.WorkspacesRoot, ID: e.id.String(),
+		BaseOID: e.spec.BaseOID, Git: e.k.cfg.Git}, e.k.cfg.HarvestLimits)
+	rc.Close()
+	var refusal *workspace.Refusal
+	switch {
+	case errors.As(err, &refusal):
+		return Outcome{Kind: OutcomeDenied, Code: string(protocol.CodeForbidden), Reason: "harvest: " + refusal.Reason}
+	case err != nil:
+		return failed("reading the change: %v", err)
+	case len(ch.Patch) == 0:
+		return Outcome{Kind: OutcomeNothing}
+	}
+	return e.propose(ctx, h, ch.Patch)
+}
+
+// propose walks the patch across the horizon as a worker's request would
+// go — the broker's Prepare (fence, quotas, adapter validation), Evaluate
+// (verification and the sensors when configured) and Commit (the whole
+// commit check) — under the episode's current epoch and lease. It calls
+// them directly rather than through the socket dispatch so a denial keeps
+// its reason (the wire form keeps only the catalogue code).
+func (e *Episode) propose(ctx context.Context, h *HarvestSpec, patch []byte) Outcome {
+	target, _ := json.Marshal(map[string]string{"base_oid": e.spec.BaseOID, "ref": h.Ref, "message": commitMessage(e.spec.OriginIntent, e.id)})
+	e.mu.Lock()
+	epoch, lease := e.epoch, e.lease.ID
+	e.mu.Unlock()
+	b := e.k.cfg.Broker
+	denied := func(step string, id uuid.UUID, err error) Outcome {
+		o := Outcome{Kind: OutcomeDenied, Code: string(protocol.AsWire(err).Code), Reason: step + ": " + err.Error()}
+		if id != uuid.Nil {
+			o.Effect = id.String()
+		}
+		switch protocol.AsWire(err).Code {
+		case protocol.CodeCommitUnknown, protocol.CodeInternal, protocol.CodeAuthorityUnavailable:
+			o.Kind = OutcomeFailed
+		}
+		return o
+	}
+	eff, err := b.Prepare(ctx, e.id, &protocol.WorkerRequest{Protocol: protocol.WorkerVersion, RequestID: uuid.NewString(),
+		Epoch: epoch, Action: protocol.WorkerPrepare, LeaseID: lease.String(), Kind: "git_commit", TargetID: h.TargetID,
+		Target: target, PayloadB64: base64.StdEncoding.EncodeToString(patch)})
+	if err != nil {
+		return denied("prepare", uuid.Nil, err)
+	}
+	id := eff.ID
+	if eff, err = b.Evaluate(ctx, eff, eff.Revision, epoch, nil); err != nil {
+		return denied("evaluate", id, err)
+	}
+	if eff.State != store.Ready {
+		// A class 4 target waits for a human approval the harvest cannot
+		// give: the change stays unlanded.
+		return Outcome{Kind: OutcomeDenied, Code: string(protocol.CodeApprovalRequired), Effect: eff.ID.String(),
+			Reason: "evaluate: the effect awaits a human approval"}
+	}
+	if eff, err = b.Commit(ctx, eff, eff.Revision, epoch); err != nil {
+		return denied("commit", id, err)
+	}
+	var receipt struct {
+		Ref string `json:"ref"`
+		OID string `json:"oid"`
+	}
+	_ = json.Unmarshal(eff.Receipt, &receipt)
+	return Outcome{Kind: OutcomeLanded, Ref: receipt.Ref, Commit: receipt.OID, Effect: eff.ID.String()}
+}
+
+// committedByWorker finds the worker's last committed git_commit on the
+// harvest target, from the episode's ledger.
+func (e *Episode) committedByWorker(ctx context.Context) (Outcome, bool, error) {
+	evs, err := e.k.cfg.Store.Events(ctx, e.id)
+	if err != nil {
+		return Outcome{}, false, err
+	}
+	var found *store.Effect
+	for _, ev := range evs {
+		if ev.Kind != "effect_proposed" {
+			continue
+		}
+		var b struct {
+			EffectID uuid.UUID `json:"effect_id"`
+			Kind     string    `json:"kind"`
+			TargetID string    `json:"target_id"`
+		}
+		if json.Unmarshal(ev.Body, &b) != nil || b.Kind != "git_commit" || b.TargetID != e.spec.Harvest.TargetID {
+			continue
+		}
+		eff, err := e.k.cfg.Store.Effect(ctx, b.EffectID)
+		if err != nil {
+			return Outcome{}, false, err
+		}
+		if eff.State == store.Committed {
+			found = &eff
+		}
+	}
+	if found == nil {
+		return Outcome{}, false, nil
+	}
+	var receipt struct {
+		Ref string `json:"ref"`
+		OID string `json:"oid"`
+	}
+	_ = json.Unmarshal(found.Receipt, &receipt)
+	return Outcome{Kind: OutcomeLanded, Ref: receipt.Ref, Commit: receipt.OID, Effect: found.ID.String(),
+		Reason: "committed by the worker itself; not harvested"}, true, nil
+}
+
+// maxMessage keeps the commit message within the git_commit adapter's cap
+// (4096 bytes) with room for its trailer.
+const maxMessage = 3000
+
+// commitMessage is made from the task alone. The agent's own words are not
+// read: its captured output mixes every tool's stdout and stderr, and its
+// HOME is never harvested, so no channel says honestly "this is the
+// agent's final message". The task is operator text, still sanitised:
+// printable characters and newlines only, no trailer the adapter reserves.
+func commitMessage(intent string, episode uuid.UUID) string {
+	clean := strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n':
+			return r
+		case r == '\t':
+			return ' '
+		case r == utf8.RuneError || !unicode.IsPrint(r):
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(intent, ""))
+	clean = strings.ReplaceAll(clean, broker.TrailerKey, "Autonomic effect")
+	clean = strings.TrimSpace(clean)
+	subject, _, _ := strings.Cut(clean, "\n")
+	if r := []rune(subject); len(r) > 72 {
+		subject = string(r[:69]) + "..."
+	}
+	if subject == "" {
+		subject = "Agent change"
+	}
+	body := clean
+	if len(body) > maxMessage {
+		body = strings.ToValidUTF8(body[:maxMessage], "")
+	}
+	return subject + "\n\nTask:\n" + body + "\n\nHarvested by Autonomic from episode " + episode.String() +
+		": the agent's workspace change, proposed on its behalf through the commit horizon.\n"
+}

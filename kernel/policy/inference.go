@@ -1,0 +1,105 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// Inference is what a policy grants an episode's inference relay
+// (kernel/relay): the models it may call and the episode's whole budget.
+//
+// A policy without an inference section grants no inference: the relay
+// refuses every call (model_refused). That is the default for every
+// policy signed before the section existed, so an old policy can never
+// start spending on a provider's account.
+type Inference struct {
+	// Models lists the model ids the episode may name, exactly; the relay
+	// also requires the provider's configuration to list them.
+	Models []string `json:"models"`
+	// MaxTokens bounds input plus output tokens over the whole episode, as
+	// the provider reports them (cache reads and writes count as input).
+	MaxTokens int64 `json:"max_tokens"`
+	// MaxSpendMicroUSD bounds the spend over the whole episode in
+	// millionths of a US dollar, priced by the provider's price table.
+	// 0 allows only models priced at zero.
+	MaxSpendMicroUSD int64 `json:"max_spend_micro_usd"`
+}
+
+// Bounds of an inference section.
+const (
+	MaxInferenceModels = 64
+	maxModelLen        = 128
+)
+
+// inferenceWire is the strict shape: every field required.
+type inferenceWire struct {
+	Models           []string `json:"models"`
+	MaxTokens        *int64   `json:"max_tokens"`
+	MaxSpendMicroUSD *int64   `json:"max_spend_micro_usd"`
+}
+
+func (w *inferenceWire) check() (Inference, error) {
+	missing := func(name string) error {
+		return refuse(ErrMalformed, protocol.E(protocol.CodeMissingField), errors.New(name))
+	}
+	invalid := func(format string, args ...any) error {
+		return refuse(ErrInvalid, protocol.E(protocol.CodeInvalidField), fmt.Errorf(format, args...))
+	}
+	switch {
+	case w.Models == nil:
+		return Inference{}, missing("inference.models")
+	case w.MaxTokens == nil:
+		return Inference{}, missing("inference.max_tokens")
+	case w.MaxSpendMicroUSD == nil:
+		return Inference{}, missing("inference.max_spend_micro_usd")
+	case len(w.Models) > MaxInferenceModels:
+		return Inference{}, invalid("inference.models lists more than %d models", MaxInferenceModels)
+	case *w.MaxTokens < 1 || *w.MaxTokens > maxVersion:
+		return Inference{}, invalid("inference.max_tokens outside 1..2^53")
+	case *w.MaxSpendMicroUSD < 0 || *w.MaxSpendMicroUSD > maxVersion:
+		return Inference{}, invalid("inference.max_spend_micro_usd outside 0..2^53")
+	}
+	seen := map[string]bool{}
+	for _, m := range w.Models {
+		if !ValidModel(m) {
+			return Inference{}, invalid("inference.models: %q is not a model id", m)
+		}
+		if seen[m] {
+			return Inference{}, invalid("inference.models: %q is listed twice", m)
+		}
+		seen[m] = true
+	}
+	return Inference{Models: w.Models, MaxTokens: *w.MaxTokens, MaxSpendMicroUSD: *w.MaxSpendMicroUSD}, nil
+}
+
+// Allows reports whether model is in the policy's list.
+func (i *Inference) Allows(model string) bool {
+	if i == nil {
+		return false
+	}
+	for _, m := range i.Models {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidModel is the shape of a model id: 1..128 bytes of
+// [A-Za-z0-9._:/@-], starting alphanumeric ("gpt-5.5",
+// "claude-sonnet-4-5-20250929", "qwen/qwen3-coder:free").
+func ValidModel(s string) bool {
+	if s == "" || len(s) > maxModelLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-' && c != ':' && c != '/' && c != '@') {
+			return false
+		}
+	}
+	return true
+}

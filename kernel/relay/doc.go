@@ -1,0 +1,40 @@
+// Package relay is an episode's inference relay: the only way a model call
+// leaves a domain. The launcher binds the relay's Unix socket into the
+// domain at /run/autonomic/inference.sock; the worker holds a placeholder
+// key, and the relay forwards its calls to the configured provider with the
+// key the kernel holds.
+//
+// Invariants:
+//
+//   - The credential never enters the domain. It is read by the kernel
+//     (an environment variable of the kernel, or a file only the service
+//     account can read), added to the upstream request after the worker's
+//     own Authorization / x-api-key headers are dropped, and never written
+//     into a response, an error, a log or the ledger.
+//   - Only inference routes leave. A request is forwarded only when its
+//     method is POST, its raw path is byte for byte one of the provider's
+//     routes (so an encoded, double-encoded or dotted path can never match),
+//     its body is one JSON object within the size cap with no repeated
+//     top-level key, and its model is allowed by both the signed policy and
+//     the provider. Everything else is refused with a JSON error from the
+//     closed catalogue, and nothing is forwarded.
+//   - Nothing is forwarded without a durable charge. Each call reserves a
+//     pessimistic amount (the body's bytes as input tokens plus the
+//     request's output cap, or the provider's ceiling, priced by the
+//     provider's table) from budget the relay has already charged to the
+//     episode in the store; when that pool is short the relay charges a
+//     block (an eighth of the policy's limits, at least the call's need)
+//     first, with the limit check in the UPDATE itself. A call settles on
+//     the usage the provider reports; one that reports none keeps its whole
+//     reservation, usage beyond it is charged whatever the limit, and the
+//     unused pool is given back on Close. A restart keeps every charge, and
+//     a kernel that dies leaves its pool charged (at most one block). A
+//     call that does not fit is refused (budget_exhausted, 429) and the
+//     exhaustion is signalled once (Options.OnExhausted) and recorded once
+//     in the episode's ledger.
+//   - Streams pass through as they arrive: each chunk read from the
+//     upstream is written and flushed to the worker before the next read.
+//     Usage is parsed from the events as they pass; prompt and completion
+//     text are never logged or stored — only digests, token counts and
+//     timings.
+package relay

@@ -1,0 +1,460 @@
+package workspace
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// The harvest: a worker's change, read from the checkpoint archive of its
+// overlay upper layer (the launcher's format: sorted entries, regular
+// files with their bytes, symlinks by target text, whiteouts as 0/0
+// character devices, opaque directories as a PAX xattr record) and turned
+// into a git patch against the base OID. The archive is what a hostile
+// worker wrote: it is parsed as data, in memory, under limits, and nothing
+// in it is ever extracted, opened by path, followed or executed.
+
+// Limits bound what one harvest reads and produces.
+type Limits struct {
+	ArchiveBytes int64 // the whole archive (default 64 MiB)
+	FileBytes    int64 // one regular file (default 1 MiB)
+	ChangeBytes  int64 // every regular file kept, together (default 8 MiB)
+	Entries      int   // archive entries (default 100 000)
+	PatchBytes   int   // the patch (default protocol.MaxWorkerPayload)
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.ArchiveBytes <= 0 {
+		l.ArchiveBytes = 64 << 20
+	}
+	if l.FileBytes <= 0 {
+		l.FileBytes = 1 << 20
+	}
+	if l.ChangeBytes <= 0 {
+		l.ChangeBytes = 8 << 20
+	}
+	if l.Entries <= 0 {
+		l.Entries = 100_000
+	}
+	if l.PatchBytes <= 0 || l.PatchBytes > protocol.MaxWorkerPayload {
+		l.PatchBytes = protocol.MaxWorkerPayload
+	}
+	return l
+}
+
+// Refusal is a change the harvest will not carry: what the worker left
+// breaks a rule (doc.go). Its reason never quotes a worker-chosen name.
+type Refusal struct{ Reason string }
+
+func (r *Refusal) Error() string { return "harvest refused: " + r.Reason }
+
+func refuse(format string, args ...any) error { return &Refusal{Reason: fmt.Sprintf(format, args...)} }
+
+// ErrDigest: the archive's bytes are not the ones the digest names.
+var ErrDigest = errors.New("workspace: checkpoint archive does not match its digest")
+
+// upperFile is a regular file of the upper layer.
+type upperFile struct {
+	exec bool
+	data []byte
+}
+
+// upper is the upper layer as the archive describes it.
+type upper struct {
+	files    map[string]upperFile
+	whiteout map[string]bool // deleted paths (a file, or a directory and all below)
+	opaque   map[string]bool // directories that hide everything below them in the base
+	dirs     map[string]bool // directories present in the upper layer
+}
+
+// allowedPAX are the records the launcher's archiver writes.
+var allowedPAX = map[string]bool{"path": true, "linkpath": true, "size": true, "uid": true, "gid": true, "mtime": true,
+	"SCHILY.xattr.user.overlay.opaque": true}
+
+// readUpper parses the archive, hashing every byte; it fails with
+// ErrDigest unless the whole stream hashes to digest (hex).
+func readUpper(r io.Reader, digest string, lim Limits) (*upper, error) {
+	h := sha256.New()
+	// One byte more than the cap: reading it is how an oversized archive
+	// is told from one exactly at the cap.
+	lr := &io.LimitedReader{R: r, N: lim.ArchiveBytes + 1}
+	tee := io.TeeReader(lr, h)
+	u := &upper{files: map[string]upperFile{}, whiteout: map[string]bool{}, opaque: map[string]bool{}, dirs: map[string]bool{}}
+	tr := tar.NewReader(tee)
+	var kept int64
+	var refusal error
+	for n := 0; ; n++ {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			refusal = fmt.Errorf("workspace: checkpoint archive: %w", err)
+			break
+		}
+		if n >= lim.Entries {
+			refusal = refuse("the checkpoint archive has more than %d entries", lim.Entries)
+			break
+		}
+		if refusal != nil {
+			continue // read on only to prove the digest
+		}
+		refusal = u.add(tr, hdr, lim, &kept)
+	}
+	// Whatever follows the tar's end (or its first error) is hashed too:
+	// the digest covers the file, so bytes that are not the checkpoint's
+	// are ErrDigest whatever they hold.
+	if _, err := io.Copy(io.Discard, tee); err != nil {
+		return nil, fmt.Errorf("workspace: checkpoint archive: %w", err)
+	}
+	if lr.N <= 0 {
+		return nil, refuse("the checkpoint archive is larger than %d bytes", lim.ArchiveBytes)
+	}
+	if hex.EncodeToString(h.Sum(nil)) != digest {
+		return nil, ErrDigest
+	}
+	if refusal != nil {
+		return nil, refusal
+	}
+	return u, nil
+}
+
+// add takes one archive entry by the rules of doc.go.
+func (u *upper) add(tr *tar.Reader, hdr *tar.Header, lim Limits, kept *int64) error {
+	for k := range hdr.PAXRecords {
+		if !allowedPAX[k] {
+			// A sparse map among them: a tiny entry that would expand.
+			return refuse("the archive carries a record its writer never writes")
+		}
+	}
+	name := strings.TrimSuffix(hdr.Name, "/")
+	if name == "" || path.IsAbs(name) || path.Clean(name) != name || name == ".." || strings.HasPrefix(name, "../") {
+		return refuse("an entry name is not a clean relative path")
+	}
+	if gitDir(name) {
+		// The worker's repository metadata is never part of its change:
+		// hooks, configuration, alternates, a gitdir file all stay behind.
+		return nil
+	}
+	if !plainName(name) {
+		return refuse("a path has control or invisible characters, quotes, backslashes or invalid UTF-8")
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		u.dirs[name] = true
+		if hdr.PAXRecords["SCHILY.xattr.user.overlay.opaque"] == "y" {
+			u.opaque[name] = true
+		}
+	case tar.TypeReg:
+		if hdr.Size < 0 || hdr.Size > lim.FileBytes {
+			return refuse("a file is larger than %d bytes", lim.FileBytes)
+		}
+		if *kept += hdr.Size; *kept > lim.ChangeBytes {
+			return refuse("the changed files are larger than %d bytes together", lim.ChangeBytes)
+		}
+		data := make([]byte, hdr.Size)
+		if _, err := io.ReadFull(tr, data); err != nil {
+			return refuse("a file is shorter than its header says")
+		}
+		u.files[name] = upperFile{exec: hdr.Mode&0o100 != 0, data: data}
+	case tar.TypeChar:
+		if hdr.Devmajor != 0 || hdr.Devminor != 0 {
+			return refuse("the change has a device node")
+		}
+		u.whiteout[name] = true
+	case tar.TypeSymlink:
+		return refuse("the change has a symlink; symlinks are not harvested")
+	case tar.TypeLink:
+		return refuse("the change has a hard link entry")
+	case tar.TypeFifo:
+		return refuse("the change has a FIFO")
+	default:
+		return refuse("the change has a special file (type %q)", hdr.Typeflag)
+	}
+	return nil
+}
+
+// gitDir reports whether any component of p is .git (in any letter case:
+// git itself refuses such paths on case-insensitive systems).
+func gitDir(p string) bool {
+	for c := range strings.SplitSeq(p, "/") {
+		if strings.EqualFold(c, ".git") {
+			return true
+		}
+	}
+	return false
+}
+
+// plainName: valid UTF-8, no control, format or invisible characters, and
+// none of the characters git would quote in a patch header.
+func plainName(p string) bool {
+	if !utf8.ValidString(p) || strings.ContainsAny(p, "\"\\") {
+		return false
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Co, r) || r == utf8.RuneError ||
+			(r != ' ' && unicode.IsSpace(r)) || unicode.Is(unicode.Variation_Selector, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// baseEntry is one blob of the base tree.
+type baseEntry struct {
+	mode string // "100644", "100755", "120000", "160000"
+	oid  string
+}
+
+// baseTree lists the base OID's tree in the kernel's own clone.
+func baseTree(ctx context.Context, g runner, oid string) (map[string]baseEntry, error) {
+	out, err := g.run(ctx, "ls-tree", "-r", "-z", "--full-tree", oid+"^{commit}")
+	if err != nil {
+		return nil, err
+	}
+	tree := map[string]baseEntry{}
+	for rec := range strings.SplitSeq(strings.TrimSuffix(out, "\x00"), "\x00") {
+		if rec == "" {
+			continue
+		}
+		meta, p, ok := strings.Cut(rec, "\t")
+		f := strings.Fields(meta)
+		if !ok || len(f) != 3 {
+			return nil, fmt.Errorf("workspace: ls-tree record")
+		}
+		tree[p] = baseEntry{mode: f[0], oid: f[2]}
+	}
+	return tree, nil
+}
+
+// hidden reports whether the upper layer hides the base path p: a
+// whiteout or an opaque directory at p or above it, or an upper file or
+// directory above it (a file hides a directory), or an upper directory at
+// p itself (a directory hides a file).
+func (u *upper) hidden(p string) bool {
+	if u.whiteout[p] || u.dirs[p] {
+		return true
+	}
+	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		if u.whiteout[d] || u.opaque[d] {
+			return true
+		}
+		if _, ok := u.files[d]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Change is a workspace's change against its base, ready for git_commit.
+type Change struct {
+	Patch []byte   // a git patch; empty when nothing changed
+	Paths []string // the paths it touches, sorted
+}
+
+// Harvest reads the checkpoint archive archive (whose SHA-256 must be
+// digest, hex) of the workspace prepared as root/id at baseOID, and returns
+// its change as a patch. What the archive holds is only read, never
+// extracted or followed; the base is read from the kernel's own clone by
+// git with every repository-configurable execution path off. A rule the
+// change breaks is a *Refusal.
+func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim Limits) (Change, error) {
+	lim = lim.withDefaults()
+	if !protocol.ValidID(c.ID) || !oidPattern.MatchString(c.BaseOID) || !protocol.ValidDigest(digest) {
+		return Change{}, fmt.Errorf("%w: id, base oid or digest", ErrInvalid)
+	}
+	u, err := readUpper(archive, digest, lim)
+	if err != nil {
+		return Change{}, err
+	}
+	g := runner{git: c.Git, dir: path.Join(c.Root, c.ID)}
+	base, err := baseTree(ctx, g, c.BaseOID)
+	if err != nil {
+		return Change{}, err
+	}
+	blob := func(e baseEntry) ([]byte, error) {
+		out, err := g.run(ctx, "cat-file", "blob", e.oid)
+		return []byte(out), err
+	}
+	var names []string
+	for p := range u.files {
+		names = append(names, p)
+	}
+	for p := range base {
+		if _, ok := u.files[p]; !ok && u.hidden(p) {
+			names = append(names, p)
+		}
+	}
+	slices.Sort(names)
+	var patch bytes.Buffer
+	var paths []string
+	for _, p := range names {
+		b, inBase := base[p]
+		f, inUpper := u.files[p]
+		if inBase && (b.mode == "120000" || b.mode == "160000") {
+			return Change{}, refuse("the change replaces or deletes a symlink or submodule of the base")
+		}
+		var old []byte
+		if inBase {
+			if old, err = blob(b); err != nil {
+				return Change{}, err
+			}
+		}
+		mode := "100644"
+		if inUpper && f.exec {
+			mode = "100755"
+		}
+		switch {
+		case inUpper && inBase && bytes.Equal(old, f.data) && mode == b.mode:
+			continue // copied up, unchanged
+		case inUpper && binary(f.data), inBase && binary(old):
+			return Change{}, refuse("the change touches a binary file; binary files are not harvested")
+		}
+		paths = append(paths, p)
+		switch {
+		case !inUpper:
+			writeSection(&patch, p, b.mode, "", old, nil)
+		case !inBase:
+			writeSection(&patch, p, "", mode, nil, f.data)
+		default:
+			writeSection(&patch, p, b.mode, mode, old, f.data)
+		}
+		if patch.Len() > lim.PatchBytes {
+			return Change{}, refuse("the patch is larger than %d bytes", lim.PatchBytes)
+		}
+	}
+	return Change{Patch: patch.Bytes(), Paths: paths}, nil
+}
+
+// binary is git's own test: a NUL in the first 8000 bytes.
+func binary(b []byte) bool { return bytes.IndexByte(b[:min(len(b), 8000)], 0) >= 0 }
+
+// writeSection writes one file's section of a git patch. oldMode empty is
+// a new file, newMode empty a deletion.
+func writeSection(w *bytes.Buffer, p, oldMode, newMode string, old, cur []byte) {
+	tab := ""
+	if strings.Contains(p, " ") {
+		tab = "\t" // as git writes it, so a name with spaces parses
+	}
+	fmt.Fprintf(w, "diff --git a/%s b/%s\n", p, p)
+	from, to := "a/"+p+tab, "b/"+p+tab
+	switch {
+	case oldMode == "":
+		fmt.Fprintf(w, "new file mode %s\n", newMode)
+		from = "/dev/null"
+	case newMode == "":
+		fmt.Fprintf(w, "deleted file mode %s\n", oldMode)
+		to = "/dev/null"
+	case oldMode != newMode:
+		fmt.Fprintf(w, "old mode %s\nnew mode %s\n", oldMode, newMode)
+	}
+	a, b := lines(old), lines(cur)
+	if slices.Equal(a, b) {
+		return // a mode change, or an empty file added or deleted
+	}
+	fmt.Fprintf(w, "--- %s\n+++ %s\n", from, to)
+	writeHunk(w, a, b)
+}
+
+// lines splits b after each newline; the last line may lack one.
+func lines(b []byte) []string {
+	var out []string
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			out = append(out, string(b))
+			break
+		}
+		out = append(out, string(b[:i+1]))
+		b = b[i+1:]
+	}
+	return out
+}
+
+// context3 is the unchanged lines a hunk carries on each side, as git's.
+const context3 = 3
+
+// writeHunk writes one hunk: the common prefix and suffix are trimmed and
+// the middle replaced, with up to three lines of context each side. It is
+// exact (git apply reproduces cur), if not always minimal.
+func writeHunk(w *bytes.Buffer, a, b []string) {
+	p := 0
+	for p < len(a) && p < len(b) && a[p] == b[p] {
+		p++
+	}
+	s := 0
+	for s < len(a)-p && s < len(b)-p && a[len(a)-1-s] == b[len(b)-1-s] {
+		s++
+	}
+	start := max(0, p-context3)
+	after := min(context3, s)
+	oldEnd, newEnd := len(a)-s+after, len(b)-s+after
+	rng := func(start, end int) string {
+		n := end - start
+		if n == 0 {
+			return strconv.Itoa(start) + ",0"
+		}
+		return strconv.Itoa(start+1) + "," + strconv.Itoa(n)
+	}
+	fmt.Fprintf(w, "@@ -%s +%s @@\n", rng(start, oldEnd), rng(start, newEnd))
+	line := func(prefix, l string) {
+		w.WriteString(prefix)
+		w.WriteString(l)
+		if !strings.HasSuffix(l, "\n") {
+			w.WriteString("\n\\ No newline at end of file\n")
+		}
+	}
+	for _, l := range a[start:p] {
+		line(" ", l)
+	}
+	for _, l := range a[p : len(a)-s] {
+		line("-", l)
+	}
+	for _, l := range b[p : len(b)-s] {
+		line("+", l)
+	}
+	for _, l := range a[len(a)-s : oldEnd] {
+		line(" ", l)
+	}
+}
+
+// ArchiveDir opens checkpoint archives in a directory laid out as the
+// launcher's checkpoint store (<sha256>.tar). Harvest re-hashes whatever
+// it reads, so this source only has to be bounded, not trusted.
+type ArchiveDir string
+
+// OpenArchive opens the archive named by digest (hex) without following a
+// symlink, and only if it is a regular file: a FIFO put in its place
+// cannot block the kernel.
+func (d ArchiveDir) OpenArchive(_ context.Context, digest string) (io.ReadCloser, error) {
+	if !protocol.ValidDigest(digest) || !filepath.IsAbs(string(d)) {
+		return nil, fmt.Errorf("%w: archive digest or directory", ErrInvalid)
+	}
+	fd, err := unix.Open(filepath.Join(string(d), digest+".tar"), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: open checkpoint archive: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), digest)
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, errors.New("workspace: the checkpoint archive is not a regular file")
+	}
+	return f, nil
+}
