@@ -55,7 +55,7 @@ func Table() []Gate {
 			{"./store", []string{"TestStaleEpochRace"}},
 		}, Scope: "the store's fence on a real cluster"},
 		{Name: "broker_crash_after_external_mutation_reconciliation", Proves: "a crash inside the commit window reconciles to a provable outcome", Tests: []Run{
-			{"./broker", []string{"TestBrokerCrashAfterExternalMutationReconciliation"}},
+			{"./broker", []string{"TestBrokerCrashAfterExternalMutationReconciliation", "TestHorizonSurvivesDatabaseCrash"}},
 		}, Scope: "every adapter (artifact, git_commit, http_mutation, git_remote, http_read) crashed in a child process at each point of the commit window"},
 		{Name: "git_authoritative_commit_reconciliation", Proves: "ambiguous ref movement is reported as ambiguous, not as success", Tests: []Run{
 			{"./broker", []string{"TestGitAuthoritativeCommitReconciliation", "TestPatchBombRefused", "TestGitRemoteFastForwardOnly",
