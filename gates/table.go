@@ -56,7 +56,7 @@ func Table() []Gate {
 		}, Scope: "the store's fence on a real cluster"},
 		{Name: "broker_crash_after_external_mutation_reconciliation", Proves: "a crash inside the commit window reconciles to a provable outcome", Tests: []Run{
 			{"./broker", []string{"TestBrokerCrashAfterExternalMutationReconciliation", "TestHorizonSurvivesDatabaseCrash"}},
-		}, Scope: "every adapter (artifact, git_commit, http_mutation, git_remote, http_read) crashed in a child process at each point of the commit window"},
+		}, Scope: "every adapter (artifact, git_commit, http_mutation, git_remote, http_read) crashed in a child process at each point of the commit window; the PostgreSQL cluster killed (SIGKILL, WAL writer held) after each step of the artifact horizon, whose pre-intent transactions commit without waiting for their flush"},
 		{Name: "git_authoritative_commit_reconciliation", Proves: "ambiguous ref movement is reported as ambiguous, not as success", Tests: []Run{
 			{"./broker", []string{"TestGitAuthoritativeCommitReconciliation", "TestPatchBombRefused", "TestGitRemoteFastForwardOnly",
 				"TestGitRemoteCredentialByReference", "TestGitRemotePushWithLease"}},
