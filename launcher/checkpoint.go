@@ -102,6 +102,10 @@ func (l *launcher) archive(upper int, base uint32) (*protocol.CheckpointResult, 
 		f.Close()
 		_ = unix.Unlinkat(l.state.checkpoints, tmp, 0)
 	}()
+	// Root's, readable by the kernel's group (the harvest).
+	if err := errors.Join(unix.Fchown(fd, 0, int(l.cfg.WorkspaceOwnerGID)), unix.Fchmod(fd, 0o640)); err != nil {
+		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "create checkpoint: %w", err)
+	}
 	h := sha256.New()
 	cw := &countingWriter{w: io.MultiWriter(f, h), max: l.cfg.MaxCheckpointBytes, room: room}
 	a := &archiver{tw: tar.NewWriter(cw), base: base, size: l.cfg.UIDPool.Size, maxEntries: l.cfg.MaxCheckpointEntries}

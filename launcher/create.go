@@ -61,10 +61,11 @@ func (l *launcher) create() error {
 	}
 	defer unix.Close(lower)
 	var socks []domainSocket
-	for _, s := range []domainSocket{{id: r.BrokerSocket, name: "effect.sock"}, {id: r.RelaySocket, name: "inference.sock"}} {
-		if s.id == "" {
+	for _, ds := range r.DomainSockets() {
+		if ds.ID == "" {
 			continue
 		}
+		s := domainSocket{id: ds.ID, name: ds.Name}
 		if s.fd, err = l.openSocket(s.id); err != nil {
 			return err
 		}

@@ -13,6 +13,9 @@ import (
 
 // stateDirs are descriptors for the launcher's root-owned state:
 // domains/<id>/{meta.json,upper,work}, slots/<n> -> <id>, checkpoints/<sha>.tar.
+// checkpoints/ alone is readable by workspace_owner_gid (0750, archives
+// 0640): the kernel's account reads a final checkpoint for the harvest and
+// re-hashes it; it never writes there.
 type stateDirs struct {
 	root, domains, slots, checkpoints int
 }
@@ -24,9 +27,10 @@ func openState(c *config) (stateDirs, error) {
 		return s, err
 	}
 	for _, d := range []struct {
-		name string
-		fd   *int
-	}{{"domains", &s.domains}, {"slots", &s.slots}, {"checkpoints", &s.checkpoints}} {
+		name      string
+		fd        *int
+		gid, mode int
+	}{{"domains", &s.domains, 0, 0o700}, {"slots", &s.slots, 0, 0o700}, {"checkpoints", &s.checkpoints, int(c.WorkspaceOwnerGID), 0o750}} {
 		if err := unix.Mkdirat(s.root, d.name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
 			return s, protocol.Errorf(protocol.CodeConfigInvalid, "state dir: %w", err)
 		}
@@ -35,6 +39,9 @@ func openState(c *config) (stateDirs, error) {
 		}
 		if err := checkFdRootOwned(*d.fd, true); err != nil {
 			return s, err
+		}
+		if err := errors.Join(unix.Fchown(*d.fd, 0, d.gid), unix.Fchmod(*d.fd, uint32(d.mode))); err != nil {
+			return s, protocol.Errorf(protocol.CodeConfigInvalid, "state dir: %w", err)
 		}
 	}
 	return s, nil

@@ -20,6 +20,7 @@ func validCreate() map[string]any {
 		"checkpoint":    strings.Repeat("ab", 32),
 		"broker_socket": "broker-1",
 		"relay_socket":  "relay-1",
+		"egress_socket": "egress-1",
 		"rootfs":        "agents",
 		"argv":          []string{"/bin/sh", "-c", "make test"},
 		"env":           map[string]string{"LANG": "C.UTF-8", "GOFLAGS": "-mod=vendor"},
@@ -312,7 +313,7 @@ func TestNullIsTheZeroValue(t *testing.T) {
 			wantCode(t, err, CodeInvalidField)
 		})
 	}
-	for _, field := range []string{"checkpoint", "broker_socket", "relay_socket", "rootfs", "env", "cwd", "limits", "seccomp", "one_shot"} {
+	for _, field := range []string{"checkpoint", "broker_socket", "relay_socket", "egress_socket", "rootfs", "env", "cwd", "limits", "seccomp", "one_shot"} {
 		t.Run("optional "+field, func(t *testing.T) {
 			r, err := DecodeLauncherRequest(js(t, with(minimal("create"), field, nil)))
 			if err != nil {

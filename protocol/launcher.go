@@ -69,6 +69,7 @@ type LauncherRequest struct {
 	Checkpoint   string            `json:"checkpoint,omitempty"`
 	BrokerSocket string            `json:"broker_socket,omitempty"`
 	RelaySocket  string            `json:"relay_socket,omitempty"`
+	EgressSocket string            `json:"egress_socket,omitempty"`
 	Rootfs       string            `json:"rootfs,omitempty"`
 	Argv         []string          `json:"argv,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
@@ -76,6 +77,23 @@ type LauncherRequest struct {
 	Limits       *ResourceLimits   `json:"limits,omitempty"`
 	Seccomp      *SeccompProgram   `json:"seccomp,omitempty"`
 	OneShot      bool              `json:"one_shot,omitempty"`
+}
+
+// DomainSocket is a per-episode host socket a create request names: the
+// launcher resolves <ID>.sock under broker_sockets_root and binds it at
+// /run/autonomic/<Name> inside the domain. ID "" binds nothing.
+type DomainSocket struct {
+	Field, ID, Name string
+}
+
+// DomainSockets is the one table of the sockets a domain can hold: the
+// broker's, the inference relay's and the egress proxy's.
+func (r *LauncherRequest) DomainSockets() []DomainSocket {
+	return []DomainSocket{
+		{"broker_socket", r.BrokerSocket, "effect.sock"},
+		{"relay_socket", r.RelaySocket, "inference.sock"},
+		{"egress_socket", r.EgressSocket, "egress.sock"},
+	}
 }
 
 // ResourceLimits are the resource limits a create asks for; zero means the
@@ -108,7 +126,7 @@ func LauncherRequestSchema() *Schema {
 			ActionPreflight: {Required: []string{"request_id"}},
 			ActionCreate: {
 				Required: []string{"request_id", "domain_id", "generation", "workspace_id", "argv"},
-				Optional: []string{"checkpoint", "broker_socket", "relay_socket", "rootfs", "env", "cwd", "limits", "seccomp", "one_shot"},
+				Optional: []string{"checkpoint", "broker_socket", "relay_socket", "egress_socket", "rootfs", "env", "cwd", "limits", "seccomp", "one_shot"},
 			},
 			ActionFreeze:     lifecycle,
 			ActionThaw:       lifecycle,
@@ -161,10 +179,13 @@ func (r *LauncherRequest) Validate() error {
 	if r.Checkpoint != "" && !ValidDigest(r.Checkpoint) {
 		return Errorf(CodeInvalidField, "checkpoint")
 	}
-	for _, f := range [][2]string{{"broker_socket", r.BrokerSocket}, {"relay_socket", r.RelaySocket}, {"rootfs", r.Rootfs}} {
-		if f[1] != "" && !ValidID(f[1]) {
-			return Errorf(CodeInvalidField, "%s", f[0])
+	for _, s := range r.DomainSockets() {
+		if s.ID != "" && !ValidID(s.ID) {
+			return Errorf(CodeInvalidField, "%s", s.Field)
 		}
+	}
+	if r.Rootfs != "" && !ValidID(r.Rootfs) {
+		return Errorf(CodeInvalidField, "rootfs")
 	}
 	if err := validateArgv(r.Argv); err != nil {
 		return err

@@ -70,6 +70,8 @@ func TestValidate(t *testing.T) {
 		{"relay_socket ../x", func(r *LauncherRequest) { r.RelaySocket = "../x" }, CodeInvalidField},
 		{"relay_socket with suffix", func(r *LauncherRequest) { r.RelaySocket = "r.sock" }, CodeInvalidField},
 		{"relay_socket", func(r *LauncherRequest) { r.RelaySocket = "relay-1" }, ""},
+		{"egress_socket ../x", func(r *LauncherRequest) { r.EgressSocket = "../x" }, CodeInvalidField},
+		{"egress_socket", func(r *LauncherRequest) { r.EgressSocket = "egress-1" }, ""},
 		{"rootfs path", func(r *LauncherRequest) { r.Rootfs = "/var/lib/x" }, CodeInvalidField},
 		{"rootfs dotdot", func(r *LauncherRequest) { r.Rootfs = ".." }, CodeInvalidField},
 		{"rootfs upper case", func(r *LauncherRequest) { r.Rootfs = "Agents" }, CodeInvalidField},

@@ -123,6 +123,7 @@ cat >"$cfg.new" <<JSON
              "verify_argv": ["make", "test"], "class": 3}}},
   "automatic_verification": true,
   "max_repairs": 1,
+  "episode": {"checkpoints_dir": "/var/lib/autonomic-launcher/checkpoints"},
   "policy_keys": {"demo": "$(cat "$demo/policy.pub")"},
   "regulator": {"start_level": "observe", "recover_after": 3, "recover_for_ms": 1000, "health_interval_ms": 250},
   "api": {"socket": "/var/lib/autonomic/api.sock"}

@@ -27,8 +27,10 @@ install -o root -g root -m 0755 "$bin/autonomic" "$bin/autonomic-rootfs" "$bin/a
 visudo -cqf sudoers.d/autonomic
 install -o root -g root -m 0440 sudoers.d/autonomic /etc/sudoers.d/autonomic
 
-# Root's state (domains, uid slots, checkpoints) and the kernel's state.
-install -d -o root -g root -m 0700 /var/lib/autonomic-launcher
+# Root's state (domains, uid slots, checkpoints) and the kernel's state. The kernel's group
+# only traverses root's to read checkpoints/ (0750, archives 0640: the harvest), which the
+# kernel's configuration names as episode.checkpoints_dir.
+install -d -o root -g autonomic -m 0710 /var/lib/autonomic-launcher
 install -d -o root -g root -m 0755 /var/lib/autonomic-rootfs
 install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic
 install -d -o autonomic -g autonomic -m 0755 /var/lib/autonomic/workspaces

@@ -165,6 +165,14 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 		b.OwnerUID, _ = strconv.Atoi(u.Uid)
 		b.OwnerGID, _ = strconv.Atoi(u.Gid)
 	}
+	// As install.sh: the kernel's group traverses the state root to read
+	// checkpoints/ (the harvest); nothing else there is theirs.
+	if err := os.Chown(b.State, 0, b.OwnerGID); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(b.State, 0o710); err != nil {
+		return nil, err
+	}
 	cg := CgroupV2Mount()
 	if cg == "" {
 		return nil, fmt.Errorf("no cgroup v2 mount on this host")
@@ -218,13 +226,20 @@ func (b *Bed) AddRootfs(ctx context.Context, name string, add []rootfs.Add) (str
 	if err != nil {
 		return "", "", err
 	}
+	return dest, digest, b.NameRootfs(name, dest, digest)
+}
+
+// NameRootfs names a built rootfs (dir, with its manifest digest) in the
+// launcher configuration's rootfses table, e.g. the agents rootfs from
+// the builder's cache.
+func (b *Bed) NameRootfs(name, dir, digest string) error {
 	table, _ := b.cfg["rootfses"].(map[string]any)
 	if table == nil {
 		table = map[string]any{}
 		b.cfg["rootfses"] = table
 	}
-	table[name] = map[string]any{"path": dest, "manifest_sha256": digest}
-	return dest, digest, b.writeConfig()
+	table[name] = map[string]any{"path": dir, "manifest_sha256": digest}
+	return b.writeConfig()
 }
 
 // Static builds the pure-Go, statically linked command pkg (a path

@@ -53,8 +53,8 @@ func mountLine(mountinfo, p string) string {
 }
 
 // TestRelaySocketIsBoundLikeTheBrokers: relay_socket is bound at
-// /run/autonomic/inference.sock exactly as the broker socket is at
-// effect.sock (read-only, noexec, the domain's nobody's, group the
+// /run/autonomic/inference.sock and egress_socket at egress.sock exactly
+// as the broker socket is at effect.sock (read-only, noexec, the domain's nobody's, group the
 // worker's), each reaching its own host server; the worker's HOME is
 // /tmp/home, its own (0700), writable, and not under /workspace.
 func TestRelaySocketIsBoundLikeTheBrokers(t *testing.T) {
@@ -63,13 +63,16 @@ func TestRelaySocketIsBoundLikeTheBrokers(t *testing.T) {
 	brokerID, relayID := newID("sock"), newID("relay")
 	hostSocket(t, brokerID, "broker")
 	relayPath := hostSocket(t, relayID, "relay")
+	egressID := newID("egress")
+	hostSocket(t, egressID, "egress")
 	s := "/run/autonomic/inference.sock"
 	script := fmt.Sprintf(`stat -c 'OWNER=%%u:%%g %%a' %[1]s; chmod 0666 %[1]s 2>/dev/null && echo CHMOD=ok || echo CHMOD=refused
-%[2]s http unix:%[1]s http unix:/run/autonomic/effect.sock
+stat -c 'EGRESS=%%u:%%g %%a' /run/autonomic/egress.sock
+%[2]s http unix:%[1]s http unix:/run/autonomic/effect.sock http unix:/run/autonomic/egress.sock
 echo "HOME=$HOME"; stat -c 'HOMEDIR=%%u:%%g %%a' "$HOME"; echo x > "$HOME/.agentrc" && echo HOMEWRITE=ok
 echo "WORKSPACE=$(ls -A /workspace)"; cat /proc/self/mountinfo`, s, testbed.ProbePath)
 	r, err := d.Create(ctx, domain.Spec{ID: newID("d"), Generation: 1, WorkspaceID: ws, BrokerSocket: brokerID, RelaySocket: relayID,
-		Argv: []string{"/bin/sh", "-c", script}, OneShot: true})
+		EgressSocket: egressID, Argv: []string{"/bin/sh", "-c", script}, OneShot: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +81,12 @@ echo "WORKSPACE=$(ls -A /workspace)"; cat /proc/self/mountinfo`, s, testbed.Prob
 	}
 	out := string(r.Output())
 	for _, want := range []string{"OWNER=65534:1000 660", "CHMOD=refused", "http=200 relay GET /probe", "http=200 broker GET /probe",
-		"HOME=/tmp/home", "HOMEDIR=1000:1000 700", "HOMEWRITE=ok", "WORKSPACE="} {
+		"EGRESS=65534:1000 660", "http=200 egress GET /probe", "HOME=/tmp/home", "HOMEDIR=1000:1000 700", "HOMEWRITE=ok", "WORKSPACE="} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("worker output lacks %q\n%s", want, out)
 		}
 	}
-	for _, p := range []string{s, "/run/autonomic/effect.sock"} {
+	for _, p := range []string{s, "/run/autonomic/effect.sock", "/run/autonomic/egress.sock"} {
 		line := mountLine(out, p)
 		if !strings.Contains(line, " ro,") || !strings.Contains(line, "noexec") || !strings.Contains(line, "nosuid") {
 			t.Errorf("%s is not mounted read-only, nosuid and noexec: %q", p, line)

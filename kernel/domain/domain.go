@@ -14,6 +14,7 @@ type Spec struct {
 	Checkpoint   string // restore this checkpoint digest into the new generation
 	BrokerSocket string // id of the episode's broker socket, if any
 	RelaySocket  string // id of the episode's inference relay socket, if any
+	EgressSocket string // id of the episode's egress proxy socket, if any
 	Rootfs       string // a name from the launcher's rootfses table; "" is its default rootfs
 	Argv         []string
 	Env          map[string]string

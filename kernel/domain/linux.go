@@ -195,7 +195,7 @@ func (l *Linux) Checkpoint(ctx context.Context, id string) (*protocol.Checkpoint
 func (l *Linux) Create(ctx context.Context, spec Spec) (*Running, error) {
 	req := &protocol.LauncherRequest{
 		Action: protocol.ActionCreate, DomainID: spec.ID, Generation: spec.Generation, WorkspaceID: spec.WorkspaceID,
-		Checkpoint: spec.Checkpoint, BrokerSocket: spec.BrokerSocket, RelaySocket: spec.RelaySocket, Rootfs: spec.Rootfs, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd,
+		Checkpoint: spec.Checkpoint, BrokerSocket: spec.BrokerSocket, RelaySocket: spec.RelaySocket, EgressSocket: spec.EgressSocket, Rootfs: spec.Rootfs, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd,
 		Limits: spec.Limits, OneShot: spec.OneShot,
 	}
 	if spec.Seccomp != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -370,6 +371,7 @@ func TestCheckpointRestoreReproducesView(t *testing.T) {
 	if !protocol.ValidDigest(cp.SHA256) || cp.Entries == 0 {
 		t.Fatalf("checkpoint result %+v", cp)
 	}
+	archiveReadableByTheKernelOnly(t, ctx, cp.SHA256)
 	if st, _ := d.Inspect(ctx, id); st.Frozen {
 		t.Fatalf("domain left frozen after checkpoint")
 	}
@@ -536,4 +538,36 @@ func TestMonitorDeathKillsDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertNoTrace(t, id)
+}
+
+// archiveReadableByTheKernelOnly: the checkpoint store is root's, and the
+// kernel's account (workspace_owner_uid/gid) — and no one else — reads an
+// archive, as the harvest does on an installed host; what it reads hashes
+// to the digest the launcher returned.
+func archiveReadableByTheKernelOnly(t *testing.T, ctx context.Context, digest string) {
+	t.Helper()
+	dir := filepath.Join(bed.State, "checkpoints")
+	archive := filepath.Join(dir, digest+".tar")
+	for p, want := range map[string]os.FileMode{dir: os.ModeDir | 0o750, archive: 0o640} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode() != want || st.Uid != 0 || int(st.Gid) != bed.OwnerGID {
+			t.Errorf("%s: %v %d:%d, want %v 0:%d", p, fi.Mode(), st.Uid, st.Gid, want, bed.OwnerGID)
+		}
+	}
+	read := func(uid, gid int) (string, error) {
+		cmd := exec.CommandContext(ctx, "sha256sum", archive)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := read(bed.OwnerUID, bed.OwnerGID); err != nil || !strings.HasPrefix(out, digest+" ") {
+		t.Errorf("the kernel's account reads the archive as %q (%v), want its digest", out, err)
+	}
+	if out, err := read(65534, 65534); err == nil {
+		t.Errorf("nobody read the archive: %q", out)
+	}
 }

@@ -25,8 +25,8 @@ import (
 //
 // With no mount namespace there is nothing to bind the broker socket
 // into: the worker is told where things are in its environment instead
-// (EnvWorkspace, and EnvBrokerSocket and EnvRelaySocket when the spec
-// names those sockets). It has no rootfs either: Spec.Rootfs is ignored,
+// (EnvWorkspace, and EnvBrokerSocket, EnvRelaySocket and EnvEgressSocket
+// when the spec names those sockets). It has no rootfs either: Spec.Rootfs is ignored,
 // the worker sees the host's own tree.
 type UnsafeLocal struct {
 	WorkspacesRoot string
@@ -56,6 +56,7 @@ const (
 	EnvWorkspace    = "AUTONOMIC_WORKSPACE"
 	EnvBrokerSocket = "AUTONOMIC_BROKER_SOCKET"
 	EnvRelaySocket  = "AUTONOMIC_RELAY_SOCKET"
+	EnvEgressSocket = "AUTONOMIC_EGRESS_SOCKET"
 )
 
 // Features: no isolation and no checkpoints, and it says so.
@@ -78,7 +79,7 @@ func (u *UnsafeLocal) Create(ctx context.Context, spec Spec) (*Running, error) {
 	if !protocol.ValidID(spec.ID) || !protocol.ValidID(spec.WorkspaceID) || len(spec.Argv) == 0 {
 		return nil, protocol.E(protocol.CodeInvalidField)
 	}
-	for name, id := range map[string]string{"broker_socket": spec.BrokerSocket, "relay_socket": spec.RelaySocket} {
+	for name, id := range map[string]string{"broker_socket": spec.BrokerSocket, "relay_socket": spec.RelaySocket, "egress_socket": spec.EgressSocket} {
 		if id != "" && (!protocol.ValidID(id) || u.SocketsRoot == "") {
 			return nil, protocol.Errorf(protocol.CodeInvalidField, "%s", name)
 		}
@@ -110,7 +111,7 @@ func (u *UnsafeLocal) Create(ctx context.Context, spec Spec) (*Running, error) {
 	}
 	// Last, so a spec's Env cannot point the worker elsewhere.
 	cmd.Env = append(cmd.Env, EnvWorkspace+"="+cmd.Dir)
-	for env, id := range map[string]string{EnvBrokerSocket: spec.BrokerSocket, EnvRelaySocket: spec.RelaySocket} {
+	for env, id := range map[string]string{EnvBrokerSocket: spec.BrokerSocket, EnvRelaySocket: spec.RelaySocket, EnvEgressSocket: spec.EgressSocket} {
 		if id != "" {
 			cmd.Env = append(cmd.Env, env+"="+filepath.Join(u.SocketsRoot, id+".sock"))
 		}

@@ -98,6 +98,22 @@
 //     maximum, which a spec above it is refused for), counted from its
 //     creation across repairs and restarts. Then its domain is destroyed
 //     and it ends aborted with outcome wall_time; nothing is harvested.
+//   - Services (services.go). A spec may name the launcher rootfs its
+//     worker runs on, a seccomp profile from a closed set (worker, the
+//     default; agent), and an inference provider of the configuration;
+//     anything else is invalid_field before anything exists. A named
+//     provider gets the episode its own relay (kernel/relay) on
+//     <sockets_root>/<id>-inference.sock, budgeted by the signed policy's
+//     inference section (none: every call refused); a policy that grants
+//     egress gets its own proxy (kernel/egress) on <id>-egress.sock, its
+//     allow list the grant intersected with the operator's ceiling. Both
+//     are owned like the broker's socket, bound by the launcher at
+//     /run/autonomic/{inference,egress}.sock, and supervised between the
+//     broker and the domain (a relay or proxy that dies takes the domain
+//     with it); their sockets go when the supervisor stops. A budget
+//     exhausted is pressure, each refused fetch drift, on the fast loop:
+//     the homeostat narrows, and a worker that keeps hammering refused
+//     hosts is contained.
 //   - Kernel start (Recover) reconciles unsettled effects before anything
 //     else, then, per active episode, advances the epoch before destroying
 //     every generation the previous kernel launched (destroy, then inspect)

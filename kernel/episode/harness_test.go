@@ -93,8 +93,17 @@ func setUp() error {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("build autonomic-effect: %v\n%s", err, out)
 	}
+	// autonomic-entry too: agent-like workers bridge their relay and
+	// egress sockets to loopback (services_test.go).
+	entry := filepath.Join(shared.tmp, "autonomic-entry")
+	build = exec.Command("go", "build", "-trimpath", "-o", entry, "./entry/cmd/autonomic-entry")
+	build.Dir = mod
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build autonomic-entry: %v\n%s", err, out)
+	}
 	if shared.bed, err = testbed.New(context.Background(), testbed.Options{Spec: "rootfs-builder/specs/worker.json",
-		Add: []rootfs.Add{{Src: client, Dest: effectClient}}}); err != nil {
+		Add: []rootfs.Add{{Src: client, Dest: effectClient}, {Src: entry, Dest: entryPath}}}); err != nil {
 		return err
 	}
 	db := filepath.Join(shared.tmp, "pg")

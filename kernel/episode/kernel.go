@@ -15,10 +15,12 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
+	"github.com/autonomic-kernel/autonomic/kernel/relay"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/kernel/workspace"
@@ -45,7 +47,17 @@ type Config struct {
 	// owns workspaces and sockets.
 	OwnerUID, OwnerGID int
 	// Seccomp is the compiled worker profile; the launcher adds its floor.
-	Seccomp []byte
+	// Profiles are the other profiles a spec may name (ProfileAgent),
+	// each compiled once by the caller.
+	Seccomp  []byte
+	Profiles map[string][]byte
+	// Providers are inference.providers: a spec's Inference names one,
+	// and its relay charges RelayLedger (the store).
+	Providers   map[string]config.Provider
+	RelayLedger relay.Ledger
+	// Egress, when set, serves an egress proxy to each episode whose
+	// signed policy grants egress (nil: none is served).
+	Egress *EgressConfig
 	// PolicyKeys is policy_keys: a spec's signed policy must verify
 	// against one of them. Empty, every start is refused (and kernel start
 	// contains every recorded episode, whose policy no longer verifies).
@@ -235,6 +247,9 @@ func (k *Kernel) mint(spec Spec) (*policy.Policy, authority.Capability, error) {
 	if err != nil {
 		return nil, authority.Capability{}, err
 	}
+	if err := k.checkServices(spec); err != nil {
+		return nil, authority.Capability{}, err
+	}
 	if k.cfg.MaxWallTime > 0 && spec.WallTime > k.cfg.MaxWallTime {
 		return nil, authority.Capability{}, protocol.Errorf(protocol.CodeInvalidField, "wall_time is above the kernel's maximum (%s)", k.cfg.MaxWallTime)
 	}
@@ -320,6 +335,7 @@ func (k *Kernel) newEpisode(id uuid.UUID, spec Spec) *Episode {
 	// longer verifies has none (and Recover contains it).
 	if pol, _, _, err := spec.validate(k.cfg.PolicyKeys); err == nil {
 		e.scope = pol.Document.Capability.Allow
+		e.pol = pol
 		e.maxRisk = pol.Document.Semantic.MaxRisk
 	}
 	// Both were validated by New.

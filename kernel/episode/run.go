@@ -19,6 +19,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/supervisor"
 	"github.com/autonomic-kernel/autonomic/kernel/workspace"
@@ -39,7 +40,10 @@ type Episode struct {
 	// maxRisk is the signed policy's semantic.max_risk (0 without an
 	// admitted policy: then every reading is above it).
 	maxRisk float64
-	log     hclog.Logger
+	// pol is the admitted policy (nil when it no longer verifies): its
+	// inference and egress sections drive the relay and the proxy.
+	pol *policy.Policy
+	log hclog.Logger
 
 	mu        sync.Mutex
 	state     State
@@ -53,6 +57,7 @@ type Episode struct {
 	workspace bool
 	ending    bool // End is stopping the supervisor: do not suspend
 	ln        *net.UnixListener
+	lns       []*net.UnixListener // the relay's and the egress proxy's
 	// digests are the checkpoints this controller took, as the launcher
 	// reported them: a repair refuses a store record that disagrees.
 	digests map[uuid.UUID]string
@@ -215,6 +220,11 @@ func (e *Episode) run(ctx context.Context, checkpoint string) error {
 		return fmt.Errorf("episode: broker socket: %w", err)
 	}
 	e.ln = ln
+	services, err := e.services()
+	if err != nil {
+		e.closeServices()
+		return err
+	}
 	srv := &broker.Server{Broker: e.k.cfg.Broker, Concurrency: e.k.cfg.EffectConcurrency, Binding: broker.Binding{EpisodeID: e.id, Cgroup: func() (string, bool) {
 		if p := e.cgroup.Load(); p != nil {
 			return *p, true
@@ -226,17 +236,19 @@ func (e *Episode) run(ctx context.Context, checkpoint string) error {
 	started := make(chan error, 1)
 	go func() {
 		defer close(e.done)
-		e.exit = supervisor.RestForOne(sctx,
-			supervisor.Child{Name: "authority", Run: e.authority},
-			supervisor.Child{Name: "watch", Run: e.watch},
-			supervisor.Child{Name: "broker", Run: func(ctx context.Context, ready func()) error {
+		children := []supervisor.Child{
+			{Name: "authority", Run: e.authority},
+			{Name: "watch", Run: e.watch},
+			{Name: "broker", Run: func(ctx context.Context, ready func()) error {
 				ready()
 				return srv.Serve(ctx, ln)
 			}},
-			supervisor.Child{Name: "domain", Run: func(ctx context.Context, ready func()) error {
-				return e.domain(ctx, checkpoint, ready, started)
-			}},
-		)
+		}
+		children = append(children, services...)
+		children = append(children, supervisor.Child{Name: "domain", Run: func(ctx context.Context, ready func()) error {
+			return e.domain(ctx, checkpoint, ready, started)
+		}})
+		e.exit = supervisor.RestForOne(sctx, children...)
 		e.settle()
 	}()
 	select {
@@ -315,8 +327,11 @@ func (e *Episode) create(ctx context.Context, checkpoint string) (*domain.Runnin
 	gen := e.gen
 	e.mu.Unlock()
 	id := e.k.launcherID(e.id, gen)
+	prog, _ := e.k.seccompFor(e.spec.Seccomp) // checked at start (mint)
+	relayID, egressID := e.socketIDs()
 	r, err := e.k.cfg.Domains.Create(ctx, domain.Spec{ID: id, Generation: gen, WorkspaceID: e.id.String(), Checkpoint: checkpoint,
-		BrokerSocket: e.id.String(), Argv: e.spec.Argv, Env: e.env(), Cwd: e.spec.Cwd, Limits: e.spec.Limits, Seccomp: e.k.cfg.Seccomp})
+		BrokerSocket: e.id.String(), RelaySocket: relayID, EgressSocket: egressID, Rootfs: e.spec.Rootfs, Argv: e.spec.Argv,
+		Env: e.env(), Cwd: e.spec.Cwd, Limits: e.spec.Limits, Seccomp: prog})
 	if err != nil {
 		return nil, err
 	}
@@ -686,6 +701,7 @@ func (e *Episode) settle() {
 	if e.ln != nil {
 		e.ln.Close()
 	}
+	e.closeServices()
 	e.mu.Lock()
 	if e.outcome != nil {
 		// Ended by itself (finish): its host objects go as End's do.
@@ -741,5 +757,6 @@ func (e *Episode) cleanupStart() {
 		_ = workspace.Remove(e.k.cfg.WorkspacesRoot, e.id.String())
 	}
 	_ = os.Remove(e.k.socketPath(e.id))
+	e.closeServices()
 	e.k.forget(e.id)
 }

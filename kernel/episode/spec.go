@@ -46,6 +46,16 @@ type Spec struct {
 	// WallTime; never above Config's MaxWallTime). When it is reached the
 	// domain is destroyed and the episode ends aborted, outcome wall_time.
 	WallTime time.Duration `json:"wall_time,omitempty"`
+	// Rootfs names the launcher's rootfs the worker runs on (its rootfses
+	// table, e.g. "agents"); "" is the launcher's default.
+	Rootfs string `json:"rootfs,omitempty"`
+	// Seccomp is the worker's profile, "worker" (the default) or "agent"
+	// (loopback TCP for an agent's bridge; see seccomp/profiles).
+	Seccomp string `json:"seccomp,omitempty"`
+	// Inference names a provider of the kernel's configuration
+	// (inference.providers): the episode gets its own relay (services.go),
+	// budgeted by the signed policy's inference section. "": no relay.
+	Inference string `json:"inference,omitempty"`
 }
 
 // HarvestSpec names where a harvested change goes: a git_commit target of

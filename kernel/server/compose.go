@@ -17,11 +17,14 @@ import (
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/egress"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
+	"github.com/autonomic-kernel/autonomic/kernel/relay"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
+	"github.com/autonomic-kernel/autonomic/kernel/workspace"
 	"github.com/autonomic-kernel/autonomic/seccomp"
 	"github.com/autonomic-kernel/autonomic/store"
 )
@@ -110,13 +113,30 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if hooks.Owner != nil {
 		uid, gid = hooks.Owner[0], hooks.Owner[1]
 	}
-	prog, err := CompileProfile("worker")
+	// The closed set of profiles a spec may name, each compiled once.
+	prog, err := CompileProfile(episode.ProfileWorker)
 	if err != nil {
 		return nil, fmt.Errorf("worker seccomp profile: %w", err)
 	}
+	agentProg, err := CompileProfile(episode.ProfileAgent)
+	if err != nil {
+		return nil, fmt.Errorf("agent seccomp profile: %w", err)
+	}
 	ec := episode.Config{Store: st, Broker: b, Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, SocketsRoot: d.SocketsRoot,
 		CgroupParent: d.CgroupParent, OwnerUID: uid, OwnerGID: gid, Seccomp: prog, Observer: obs, SensorQueue: cfg.SensorQueue,
-		PolicyKeys: policyKeys, EffectConcurrency: cfg.EffectConcurrency, Logger: log.Named("episode")}
+		Profiles: map[string][]byte{episode.ProfileAgent: agentProg}, Providers: cfg.Inference.Providers,
+		WallTime:    time.Duration(cfg.Episode.WallTimeMS) * time.Millisecond,
+		MaxWallTime: time.Duration(cfg.Episode.MaxWallTimeMS) * time.Millisecond,
+		PolicyKeys:  policyKeys, EffectConcurrency: cfg.EffectConcurrency, Logger: log.Named("episode")}
+	if cfg.Episode.CheckpointsDir != "" {
+		ec.Archives = workspace.ArchiveDir(cfg.Episode.CheckpointsDir)
+	}
+	if l, ok := st.(relay.Ledger); ok {
+		ec.RelayLedger = l
+	}
+	if ec.Egress, err = egressConfig(cfg, st); err != nil {
+		return nil, err
+	}
 	if ec.Regulator, err = regulatorConfig(cfg.Regulator); err != nil {
 		return nil, err
 	}
@@ -136,6 +156,30 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		return nil, err
 	}
 	return k, nil
+}
+
+// egressConfig is every episode's egress proxy configuration (nil when
+// the store keeps no egress ledger).
+func egressConfig(cfg *config.Config, st store.Store) (*episode.EgressConfig, error) {
+	l, ok := st.(egress.Ledger)
+	if !ok {
+		return nil, nil
+	}
+	e := cfg.Egress
+	cache, err := egress.OpenCache(e.CacheDirValue(cfg.StateDir))
+	if err != nil {
+		return nil, fmt.Errorf("egress cache: %w", err)
+	}
+	t := egress.Config{MaxBytes: int64(e.MaxBytesPerEpisode), MaxResponseBytes: int64(e.MaxResponseBytes),
+		Timeout: time.Duration(e.TimeoutMS) * time.Millisecond, Ledger: l, Cache: cache}
+	for _, n := range e.AllowedNets {
+		p, err := netip.ParsePrefix(n)
+		if err != nil {
+			return nil, fmt.Errorf("egress.allowed_nets: not a CIDR prefix")
+		}
+		t.AllowedNets = append(t.AllowedNets, p)
+	}
+	return &episode.EgressConfig{Template: t, Ceiling: e.AllowValue()}, nil
 }
 
 // regulatorConfig maps the validated regulator keys onto kernel/regulator.

@@ -1,0 +1,157 @@
+package episode_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/internal/fixturemodel"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/egress"
+	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/kernel/relay"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/seccomp"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// entryPath is where the rig's rootfs carries autonomic-entry.
+const entryPath = "/usr/local/bin/autonomic-entry"
+
+// servicesWorker calls the relay once through the loopback bridge (as an
+// agent CLI does), then asks the egress proxy 12 times for a host the
+// policy does not allow, then waits. Plain bash: /dev/tcp over the agent
+// profile's loopback TCP.
+const servicesWorker = `
+set -u
+body='{"model":"fixture-1","messages":[{"role":"user","content":"hi"}]}'
+exec 3<>/dev/tcp/127.0.0.1/8787
+printf 'POST /v1/chat/completions HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\nAuthorization: Bearer placeholder\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' ${#body} "$body" >&3
+cat <&3; echo; exec 3<&-
+for i in $(seq 12); do
+  exec 4<>/dev/tcp/127.0.0.1/8788
+  printf 'GET http://blocked.example/x HTTP/1.1\r\nHost: blocked.example\r\nConnection: close\r\n\r\n' >&4
+  cat <&4 >/dev/null; exec 4<&-
+done
+echo HAMMERED
+sleep 120
+`
+
+// TestEpisodeServesItsRelayAndEgress: a spec naming a provider, the agent
+// profile and a policy granting inference and egress gets its own relay
+// and egress proxy on sockets bound into the domain. The worker's one model
+// call reaches the fixture provider with the kernel's key (never the
+// placeholder) and lands in the relay ledger; its refused fetches land in
+// the egress ledger and, as fast-loop drift, climb the homeostat to
+// containment — final here (max_repairs 0) — whose reason names them. The
+// sockets are gone once the episode has ended.
+func TestEpisodeServesItsRelayAndEgress(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	model, err := fixturemodel.Start(fixturemodel.Script{Wire: fixturemodel.Chat,
+		Turns: []fixturemodel.Turn{{Text: "RELAYED-ANSWER", Usage: fixturemodel.Usage{Input: 10, Output: 5}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	const keyEnv, key = "AUTONOMIC_TEST_PROVIDER_KEY", "sk-kernel-only-7d1c"
+	t.Setenv(keyEnv, key)
+	p, err := seccomp.Shipped(episode.ProfileAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentProg, err := seccomp.Compile(p, seccomp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, ctx, "services", withConfig(func(c *episode.Config) {
+		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg.Bytes()}
+		c.Providers = map[string]config.Provider{"fixture": {WireAPI: config.WireChat, Upstream: model.URL, CredentialEnv: keyEnv,
+			Models: []string{"fixture-1"}, Prices: map[string]config.Price{"fixture-1": {}}}}
+		c.RelayLedger = c.Store.(relay.Ledger)
+		c.Egress = &episode.EgressConfig{Template: egress.Config{MaxBytes: 1 << 20, Ledger: c.Store.(egress.Ledger)},
+			Ceiling: []string{"registry.npmjs.org"}}
+	}))
+	spec := r.spec(nil)
+	grant := grantSpec()
+	signed, err := policy.Sign(policyKey(), policyKeyID, policy.Document{Schema: policy.Schema, ID: "services", Version: 1,
+		Capability: grant, Semantic: policy.Semantic{MaxRisk: 0.5},
+		Inference: &policy.Inference{Models: []string{"fixture-1"}, MaxTokens: 100000},
+		Egress:    &policy.Egress{Allow: []string{"registry.npmjs.org"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Policy, spec.MaxRepairs = signed, 0
+	spec.Seccomp, spec.Inference = episode.ProfileAgent, "fixture"
+	spec.Argv = []string{entryPath, "--bridge", "127.0.0.1:8787=/run/autonomic/inference.sock",
+		"--bridge", "127.0.0.1:8788=/run/autonomic/egress.sock", "--", "/bin/bash", "-c", servicesWorker}
+
+	// What this kernel cannot give is refused before anything exists.
+	for name, bad := range map[string]func(*episode.Spec){
+		"unknown profile":  func(s *episode.Spec) { s.Seccomp = "worker-loopback" },
+		"unknown provider": func(s *episode.Spec) { s.Inference = "elsewhere" },
+		"bad rootfs":       func(s *episode.Spec) { s.Rootfs = "../agents" },
+	} {
+		s := spec
+		bad(&s)
+		if _, err := r.k.Start(ctx, s); protocol.AsWire(err).Code != protocol.CodeInvalidField {
+			t.Errorf("%s: start = %v, want invalid_field", name, err)
+		}
+	}
+
+	e, err := r.k.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relaySock := shared.bed.Sockets + "/" + e.ID().String() + "-inference.sock"
+	egressSock := shared.bed.Sockets + "/" + e.ID().String() + "-egress.sock"
+	for _, p := range []string{relaySock, egressSock} {
+		if !isSocket(p) {
+			t.Errorf("%s is not bound while the episode runs", p)
+		}
+	}
+	select {
+	case <-e.Done():
+	case <-ctx.Done():
+		t.Fatalf("the hammering worker was never contained: %+v", e.Status())
+	}
+	st := e.Status()
+	if st.State != episode.Contained || !strings.Contains(st.Why, "egress refused") {
+		t.Fatalf("status = %+v, want contained for egress refusals", st)
+	}
+
+	reqs := model.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("the provider saw %d requests, want the worker's one", len(reqs))
+	}
+	if q := reqs[0]; q.Method != "POST" || q.Path != "/v1/chat/completions" || q.Header.Get("Authorization") != "Bearer "+key {
+		t.Errorf("provider saw %s %s with Authorization %q", q.Method, q.Path, q.Header.Get("Authorization"))
+	}
+	pg := r.st
+	calls, err := pg.RelayCalls(ctx, e.ID())
+	if err != nil || len(calls) != 1 || calls[0].Status != 200 || calls[0].InputTokens != 10 || calls[0].OutputTokens != 5 {
+		t.Errorf("relay ledger = %+v, %v", calls, err)
+	}
+	fetches, err := pg.EgressFetches(ctx, e.ID())
+	if err != nil || len(fetches) < 7 {
+		t.Fatalf("egress ledger has %d rows (%v), want the refusals that contained it", len(fetches), err)
+	}
+	for _, f := range fetches {
+		if f.Outcome != store.EgressRefused || f.Host != "blocked.example" {
+			t.Errorf("egress row %+v, want a refusal of blocked.example", f)
+		}
+	}
+	for _, p := range []string{relaySock, egressSock} {
+		if isSocket(p) {
+			t.Errorf("%s outlived the episode", p)
+		}
+	}
+}
+
+func isSocket(p string) bool {
+	fi, err := os.Lstat(p)
+	return err == nil && fi.Mode().Type() == os.ModeSocket
+}
