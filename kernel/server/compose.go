@@ -22,6 +22,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
+	"github.com/autonomic-kernel/autonomic/kernel/workspace"
 	"github.com/autonomic-kernel/autonomic/seccomp"
 	"github.com/autonomic-kernel/autonomic/store"
 )
@@ -116,7 +117,11 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	}
 	ec := episode.Config{Store: st, Broker: b, Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, SocketsRoot: d.SocketsRoot,
 		CgroupParent: d.CgroupParent, OwnerUID: uid, OwnerGID: gid, Seccomp: prog, Observer: obs, SensorQueue: cfg.SensorQueue,
-		PolicyKeys: policyKeys, EffectConcurrency: cfg.EffectConcurrency, Logger: log.Named("episode")}
+		PolicyKeys: policyKeys, EffectConcurrency: cfg.EffectConcurrency, Logger: log.Named("episode"),
+		WallTime: time.Duration(cfg.Episode.WallTimeMS) * time.Millisecond, MaxWallTime: time.Duration(cfg.Episode.MaxWallTimeMS) * time.Millisecond}
+	if cfg.Episode.CheckpointsDir != "" {
+		ec.Archives = workspace.ArchiveDir(cfg.Episode.CheckpointsDir)
+	}
 	if ec.Regulator, err = regulatorConfig(cfg.Regulator); err != nil {
 		return nil, err
 	}
@@ -418,7 +423,7 @@ func unusedKeys(cfg *config.Config, k *kernel) []string {
 		out = append(out, "sensor.timeout_ms, sensor.max_request_bytes (sensor.kind rules reads no endpoint)")
 	}
 	if k.episodes == nil {
-		out = append(out, "sensor, sensor_queue, max_repairs, policy_keys, effect_concurrency, regulator (no episode controller)")
+		out = append(out, "sensor, sensor_queue, max_repairs, policy_keys, effect_concurrency, regulator, episode (no episode controller)")
 	} else if !cfg.AutomaticVerification {
 		out = append(out, "sensor (the sensor bank runs at evaluate, after automatic verification, which is off)")
 	}
