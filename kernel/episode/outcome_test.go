@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
 // TestOutcomeFitsTheStore: every outcome encodes within the store's 256
@@ -81,4 +82,32 @@ func FuzzParseOutcome(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSpecRefusesBadHarvestAndWallTime: a harvest without a target or a
+// full ref, and a negative wall time, are the operator's mistakes
+// (invalid_field), found before the policy is even read.
+func TestSpecRefusesBadHarvestAndWallTime(t *testing.T) {
+	base := Spec{OriginIntent: "x", Repo: "/r", BaseOID: strings.Repeat("a", 40), Argv: []string{"true"}}
+	for name, mutate := range map[string]func(*Spec){
+		"no target":      func(s *Spec) { s.Harvest = &HarvestSpec{Ref: "refs/heads/main"} },
+		"short ref":      func(s *Spec) { s.Harvest = &HarvestSpec{TargetID: "repo", Ref: "main"} },
+		"ref with space": func(s *Spec) { s.Harvest = &HarvestSpec{TargetID: "repo", Ref: "refs/heads/a b"} },
+		"long ref":       func(s *Spec) { s.Harvest = &HarvestSpec{TargetID: "repo", Ref: "refs/" + strings.Repeat("h", 92)} },
+		"bad target":     func(s *Spec) { s.Harvest = &HarvestSpec{TargetID: "Repo!", Ref: "refs/heads/main"} },
+		"negative wall":  func(s *Spec) { s.WallTime = -1 },
+	} {
+		s := base
+		mutate(&s)
+		_, _, _, err := s.validate(nil)
+		if err == nil || protocol.AsWire(err).Code != protocol.CodeInvalidField {
+			t.Errorf("%s: %v, want invalid_field", name, err)
+		}
+	}
+	// A good harvest passes these checks and fails only at the policy.
+	s := base
+	s.Harvest = &HarvestSpec{TargetID: "repo", Ref: "refs/heads/main"}
+	if _, _, _, err := s.validate(nil); err == nil || protocol.AsWire(err).Code == protocol.CodeInvalidField && !strings.Contains(err.Error(), "policy") {
+		t.Errorf("a good harvest: %v", err)
+	}
 }
