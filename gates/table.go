@@ -109,5 +109,11 @@ func Table() []Gate {
 				"TestHarvestLandsTheFix", "TestHarvestDeniedByPolicy", "TestHarvestHostileWorkspace", "TestWallTimeEndsAnEpisode"}},
 			{"./kernel/workspace", []string{"TestHarvestRefusesHostileEntries", "TestHarvestBoundsAndDigest"}},
 		}, Scope: "autonomic serve (this tree's build) as the service account, the installed launcher (proven to be this tree's build) through the sudoers rule, so make install must have run; a fixture model and a scripted agent, not a live LLM"},
+		{Name: "real_agent_inference_relay", Proves: "a real agent CLI in a domain reaches nothing but its relay, which forwards only inference with a key the domain never holds", Tests: []Run{
+			// The containment proof (issue 13 §6) and its mutations.
+			{"./gates/relayproof", []string{"TestCodexContainmentProof", "TestMutationsFailTheProof"}},
+			// Its parts: the bridge to the relay socket, loopback only.
+			{"./kernel/domain", []string{"TestEntryBridgesToTheRelay", "TestAgentProfileReachesOnlyLoopback", "TestRelaySocketIsBoundLikeTheBrokers"}},
+		}, Scope: "the real Codex CLI 0.171.0 from the agents rootfs (built from npm on first use, cached) in a domain of this tree's launcher run directly as root through internal/testbed (not autonomic serve, not the installed launcher), under the agent seccomp profile; the relay is kernel/relay started by the test on the episode's socket with a real PostgreSQL budget, in front of a fixture upstream that scripts the hostile turns, not a live model or provider; Claude Code and opencode are not attacked here; the attack uses what the rootfs carries (python3, bash /dev/tcp, find, grep): no curl; mutations are run in copies of the tree by scripts/mutate_relay_proof.sh"},
 	}
 }
