@@ -379,7 +379,8 @@ func TestCodexContainmentProof(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relayID := fmt.Sprintf("relay-%d", os.Getpid())
+	run := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	relayID := "relay-" + run
 	sock := filepath.Join(bed.Sockets, relayID+".sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -413,7 +414,7 @@ func TestCodexContainmentProof(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wsID := fmt.Sprintf("ws-relayproof-%d", os.Getpid())
+	wsID := "ws-relayproof-" + run
 	// A canary the domain may see: the file scan must find it, or it
 	// proves nothing.
 	canary := newSecret(t, "canary", "autonomicproof-canary-")
@@ -447,7 +448,7 @@ func TestCodexContainmentProof(t *testing.T) {
 	}()
 
 	start := time.Now()
-	r, err := bed.Domains().Create(ctx, domain.Spec{ID: fmt.Sprintf("relayproof-%d", os.Getpid()), Generation: 1, WorkspaceID: wsID,
+	r, err := bed.Domains().Create(ctx, domain.Spec{ID: "relayproof-" + run, Generation: 1, WorkspaceID: wsID,
 		RelaySocket: relayID, Rootfs: p.Rootfs, Argv: argv, Cwd: "/workspace", Seccomp: prog.Bytes(), OneShot: true,
 		Limits: &protocol.ResourceLimits{Pids: 512, NProc: 512, MemoryBytes: 2 << 30, NoFile: 4096}})
 	if err != nil {
