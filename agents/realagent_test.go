@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/agents/agentrootfs"
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
 )
@@ -41,27 +42,11 @@ func agentsRootfs(t *testing.T) string {
 	t.Helper()
 	privileged.Require(t)
 	rootfsOnce.Do(func() {
-		spec, err := rootfs.LoadSpec("../rootfs-builder/specs/agents.json")
-		if err != nil {
-			rootfsErr = err
-			return
-		}
-		var adds []rootfs.Add
-		if _, err := os.Stat("../entry/cmd/autonomic-entry"); err == nil {
-			bin := filepath.Join(os.TempDir(), fmt.Sprintf("autonomic-entry-%d", os.Getpid()))
-			cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./entry/cmd/autonomic-entry")
-			cmd.Dir, cmd.Env = "..", append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				rootfsErr = fmt.Errorf("building autonomic-entry: %v\n%s", err, out)
-				return
-			}
-			defer os.Remove(bin)
-			adds = append(adds, rootfs.Add{Src: bin, Dest: EntryPath})
-		}
 		start := time.Now()
-		dir, digest, hit, err := rootfs.BuildCached(context.Background(), spec, "", rootfs.Options{Add: adds})
-		rootfsDir, rootfsErr = dir, err
-		t.Logf("agents rootfs %s (%s) cached=%v in %s, autonomic-entry added: %v", dir, digest, hit, time.Since(start).Round(time.Millisecond), len(adds) > 0)
+		var digest string
+		var entry bool
+		rootfsDir, digest, entry, rootfsErr = agentrootfs.Build(context.Background(), "..", "")
+		t.Logf("agents rootfs %s (%s) in %s, autonomic-entry added: %v", rootfsDir, digest, time.Since(start).Round(time.Millisecond), entry)
 	})
 	if rootfsErr != nil {
 		t.Fatalf("agents rootfs: %v", rootfsErr)
@@ -289,128 +274,171 @@ func toolNames(body map[string]any) []string {
 func TestProfilesDriveRealAgents(t *testing.T) {
 	root := agentsRootfs(t)
 	for _, name := range Names() {
-		t.Run(name, func(t *testing.T) {
-			p, err := Load(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rc := &recorder{}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := &http.Server{Handler: rc}
-			go srv.Serve(ln)
-			defer srv.Close()
+		t.Run(name, func(t *testing.T) { driveAgent(t, root, name, false) })
+	}
+}
 
-			argv, err := p.Render("Make the test pass.", "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := parseRendered(t, argv)
-			// The bridge's job, done here by pointing the agent at the recorder.
-			local := func(s string) string { return strings.ReplaceAll(s, BridgeAddr, ln.Addr().String()) }
+// TestAgentsRunInsideTheRootfs: the same, with each agent chrooted into
+// the agents rootfs (a private mount namespace: tmpfs /tmp with HOME at
+// /tmp/home, /proc, /dev, the workspace at /workspace) as the worker, uid
+// 1000. It proves the rootfs carries what the agents need at run time (a
+// shell for their tool calls, libraries, CA bundle), not only --version.
+func TestAgentsRunInsideTheRootfs(t *testing.T) {
+	root := agentsRootfs(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		privileged.Skip(t, "unshare(1) not found")
+	}
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) { driveAgent(t, root, name, true) })
+	}
+}
 
-			base, err := os.MkdirTemp("", "agent-host-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer os.RemoveAll(base)
-			home, ws := filepath.Join(base, "home"), filepath.Join(base, "ws")
-			for rel, content := range r.home {
-				f := filepath.Join(home, rel)
-				os.MkdirAll(filepath.Dir(f), 0o700)
-				if err := os.WriteFile(f, []byte(local(content)), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			os.MkdirAll(home, 0o700)
-			os.MkdirAll(ws, 0o755)
-			os.Chmod(base, 0o755)
-			filepath.Walk(base, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 65534, 65534) })
+// chrootScript runs "$@" chrooted into $1 as uid 1000, with $2 as HOME
+// (/tmp/home on a fresh tmpfs) and $3 as /workspace; mounts live and die in
+// the private mount namespace unshare made, so the cached tree is untouched.
+const chrootScript = `set -e
+R=$1 H=$2 W=$3; shift 3
+mount -t tmpfs -o mode=1777,size=256m tmpfs "$R/tmp"
+mkdir "$R/tmp/home"
+mount --bind "$H" "$R/tmp/home"
+mount -t proc proc "$R/proc"
+mount --rbind /dev "$R/dev"
+mount --bind "$W" "$R/workspace"
+exec chroot --userspec=1000:1000 "$R" /usr/bin/env -i "$@"`
 
-			env := []string{"HOME=" + home, "PATH=" + filepath.Join(root, "usr/local/bin") + ":/usr/bin:/bin"}
-			for k, v := range r.env {
-				env = append(env, k+"="+local(v))
-			}
-			agentArgv := append([]string{filepath.Join(root, r.argv[0])}, r.argv[1:]...)
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, agentArgv[0], agentArgv[1:]...)
-			cmd.Env, cmd.Dir = env, ws
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}, Setpgid: true}
-			cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			start := time.Now()
-			err = cmd.Run()
-			elapsed := time.Since(start)
-			if b, rerr := os.ReadFile(filepath.Join(ws, "proof.txt")); rerr != nil || string(b) != "hi\n" {
-				t.Fatalf("%s did not run the scripted tool call (exit %v, %s):\nproof %q %v\n%s", name, err, elapsed, b, rerr, tail(out.String()))
-			}
-			t.Logf("%s: exit %v in %s, %d requests", name, err, elapsed.Round(time.Millisecond), len(rc.reqs))
+func driveAgent(t *testing.T, root, name string, inRootfs bool) {
+	p, err := Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &recorder{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: rc}
+	go srv.Serve(ln)
+	defer srv.Close()
 
-			rc.mu.Lock()
-			defer rc.mu.Unlock()
-			route := map[string]string{WireResponses: "/v1/responses", WireMessages: "/v1/messages?beta=true", WireChat: "/v1/chat/completions"}[p.WireAPI]
-			var withTools, followups, toolless int
-			for i, q := range rc.reqs {
-				t.Logf("request %d: %s %s tools=%v model=%v stream=%v", i, q.Method, q.URI, toolNames(q.Body), q.Body["model"], q.Body["stream"])
-				if q.Method != http.MethodPost || q.URI != route {
-					t.Errorf("%s sent %s %s; only POST %s is expected", name, q.Method, q.URI, route)
+	argv, err := p.Render("Make the test pass.", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := parseRendered(t, argv)
+	// The bridge's job, done here by pointing the agent at the recorder.
+	local := func(s string) string { return strings.ReplaceAll(s, BridgeAddr, ln.Addr().String()) }
+
+	base, err := os.MkdirTemp("", "agent-host-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	home, ws := filepath.Join(base, "home"), filepath.Join(base, "ws")
+	for rel, content := range r.home {
+		f := filepath.Join(home, rel)
+		os.MkdirAll(filepath.Dir(f), 0o700)
+		if err := os.WriteFile(f, []byte(local(content)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.MkdirAll(home, 0o700)
+	os.MkdirAll(ws, 0o755)
+	os.Chmod(base, 0o755)
+	uid := 65534
+	if inRootfs {
+		uid = 1000 // the rootfs's worker
+	}
+	filepath.Walk(base, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, uid) })
+
+	env := []string{"HOME=" + home, "PATH=" + filepath.Join(root, "usr/local/bin") + ":/usr/bin:/bin"}
+	if inRootfs {
+		env = []string{"HOME=/tmp/home", "PATH=/usr/local/bin:/usr/bin:/bin"}
+	}
+	for k, v := range r.env {
+		env = append(env, k+"="+local(v))
+	}
+	agentArgv := append([]string{filepath.Join(root, r.argv[0])}, r.argv[1:]...)
+	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
+	if inRootfs {
+		agentArgv = append(append([]string{"unshare", "-m", "--propagation", "private", "--", "sh", "-c", chrootScript, "sh", root, home, ws},
+			env...), append([]string{"/bin/sh", "-c", `cd /workspace && exec "$@"`, "sh"}, r.argv...)...)
+		env, cred = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, agentArgv[0], agentArgv[1:]...)
+	cmd.Env, cmd.Dir = env, ws
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err = cmd.Run()
+	elapsed := time.Since(start)
+	if b, rerr := os.ReadFile(filepath.Join(ws, "proof.txt")); rerr != nil || string(b) != "hi\n" {
+		t.Fatalf("%s did not run the scripted tool call (exit %v, %s):\nproof %q %v\n%s", name, err, elapsed, b, rerr, tail(out.String()))
+	}
+	t.Logf("%s: exit %v in %s, %d requests", name, err, elapsed.Round(time.Millisecond), len(rc.reqs))
+
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	route := map[string]string{WireResponses: "/v1/responses", WireMessages: "/v1/messages?beta=true", WireChat: "/v1/chat/completions"}[p.WireAPI]
+	var withTools, followups, toolless int
+	for i, q := range rc.reqs {
+		t.Logf("request %d: %s %s tools=%v model=%v stream=%v", i, q.Method, q.URI, toolNames(q.Body), q.Body["model"], q.Body["stream"])
+		if q.Method != http.MethodPost || q.URI != route {
+			t.Errorf("%s sent %s %s; only POST %s is expected", name, q.Method, q.URI, route)
+		}
+		if q.Body["model"] != p.Model || q.Body["stream"] != true {
+			t.Errorf("%s: model %v stream %v, want %s and streaming", name, q.Body["model"], q.Body["stream"], p.Model)
+		}
+		if !strings.HasPrefix(q.Header.Get("Content-Type"), "application/json") {
+			t.Errorf("%s: Content-Type %q", name, q.Header.Get("Content-Type"))
+		}
+		switch {
+		case strings.Contains(q.Raw, "function_call_output") || strings.Contains(q.Raw, `"tool_result"`) || strings.Contains(q.Raw, `"role":"tool"`):
+			followups++
+		case q.Body["tools"] != nil:
+			withTools++
+		default:
+			toolless++
+		}
+		tools := toolNames(q.Body)
+		switch name {
+		case "codex":
+			if q.Header.Get("Authorization") != "" || q.Header.Get("Accept") != "text/event-stream" {
+				t.Errorf("codex headers: Authorization %q Accept %q", q.Header.Get("Authorization"), q.Header.Get("Accept"))
+			}
+			if !slices.Contains(tools, "exec_command") || !slices.Contains(tools, "apply_patch") {
+				t.Errorf("codex tools %v lack exec_command/apply_patch", tools)
+			}
+		case "claude":
+			if q.Header.Get("X-Api-Key") != "autonomic-placeholder" || q.Header.Get("Authorization") != "" || q.Header.Get("Anthropic-Version") == "" {
+				t.Errorf("claude headers: %v", q.Header)
+			}
+			for _, want := range []string{"Bash", "Edit", "Write"} {
+				if !slices.Contains(tools, want) {
+					t.Errorf("claude tools %v lack %s", tools, want)
 				}
-				if q.Body["model"] != p.Model || q.Body["stream"] != true {
-					t.Errorf("%s: model %v stream %v, want %s and streaming", name, q.Body["model"], q.Body["stream"], p.Model)
-				}
-				if !strings.HasPrefix(q.Header.Get("Content-Type"), "application/json") {
-					t.Errorf("%s: Content-Type %q", name, q.Header.Get("Content-Type"))
-				}
-				switch {
-				case strings.Contains(q.Raw, "function_call_output") || strings.Contains(q.Raw, `"tool_result"`) || strings.Contains(q.Raw, `"role":"tool"`):
-					followups++
-				case q.Body["tools"] != nil:
-					withTools++
-				default:
-					toolless++
-				}
-				tools := toolNames(q.Body)
-				switch name {
-				case "codex":
-					if q.Header.Get("Authorization") != "" || q.Header.Get("Accept") != "text/event-stream" {
-						t.Errorf("codex headers: Authorization %q Accept %q", q.Header.Get("Authorization"), q.Header.Get("Accept"))
-					}
-					if !slices.Contains(tools, "exec_command") || !slices.Contains(tools, "apply_patch") {
-						t.Errorf("codex tools %v lack exec_command/apply_patch", tools)
-					}
-				case "claude":
-					if q.Header.Get("X-Api-Key") != "autonomic-placeholder" || q.Header.Get("Authorization") != "" || q.Header.Get("Anthropic-Version") == "" {
-						t.Errorf("claude headers: %v", q.Header)
-					}
-					for _, want := range []string{"Bash", "Edit", "Write"} {
-						if !slices.Contains(tools, want) {
-							t.Errorf("claude tools %v lack %s", tools, want)
-						}
-					}
-				case "opencode":
-					if q.Header.Get("Authorization") != "Bearer autonomic-placeholder" {
-						t.Errorf("opencode Authorization %q", q.Header.Get("Authorization"))
-					}
-					if q.Body["tools"] != nil {
-						for _, want := range []string{"bash", "edit", "write"} {
-							if !slices.Contains(tools, want) {
-								t.Errorf("opencode tools %v lack %s", tools, want)
-							}
-						}
+			}
+		case "opencode":
+			if q.Header.Get("Authorization") != "Bearer autonomic-placeholder" {
+				t.Errorf("opencode Authorization %q", q.Header.Get("Authorization"))
+			}
+			if q.Body["tools"] != nil {
+				for _, want := range []string{"bash", "edit", "write"} {
+					if !slices.Contains(tools, want) {
+						t.Errorf("opencode tools %v lack %s", tools, want)
 					}
 				}
 			}
-			if withTools < 1 || followups < 1 {
-				t.Errorf("%s: %d tool-offering requests, %d tool-result follow-ups; want at least one of each", name, withTools, followups)
-			}
-			if name == "opencode" && toolless < 1 {
-				t.Errorf("opencode sent no tool-less title request")
-			}
-		})
+		}
+	}
+	if withTools < 1 || followups < 1 {
+		t.Errorf("%s: %d tool-offering requests, %d tool-result follow-ups; want at least one of each", name, withTools, followups)
+	}
+	if name == "opencode" && toolless < 1 {
+		t.Errorf("opencode sent no tool-less title request")
 	}
 }
 

@@ -3,6 +3,7 @@ package broker
 import (
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -10,6 +11,13 @@ import (
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/google/uuid"
 )
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 func reportQuantiles(b *testing.B, ds []time.Duration) {
 	slices.Sort(ds)
@@ -41,6 +49,7 @@ func BenchmarkBroker(b *testing.B) {
 		req := &protocol.WorkerRequest{Protocol: 1, RequestID: "s", Epoch: e.epoch(), Action: protocol.WorkerStatus, EffectID: p.ID}
 		ds := make([]time.Duration, 0, b.N)
 		ctx := ctxT(b)
+		cpu0 := cpuTime()
 		for b.Loop() {
 			start := time.Now()
 			r, err := client.Call(ctx, e.socket, req)
@@ -49,59 +58,86 @@ func BenchmarkBroker(b *testing.B) {
 				b.Fatal(err, r)
 			}
 		}
+		// The process's CPU (worker and broker sides, not PostgreSQL's)
+		// per call: on a loaded host the latency is mostly waiting for a
+		// core, and this is what a call asks of one.
+		b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(len(ds)), "cpu-µs/op")
 		reportQuantiles(b, ds)
 	})
+	// walk is one artifact's prepare → evaluate → commit through the
+	// broker. The requests are built outside the timing: building one
+	// reads the epoch from the store (a worker knows its epoch), and the
+	// approval is a store read and a signature; those are the harness's,
+	// not the broker's.
+	seq := 0
+	walk := func(b *testing.B) time.Duration {
+		seq++
+		prep := prepareReq(e, "artifact", "releases", map[string]string{"name": "a" + strconv.Itoa(seq)}, body)
+		start := time.Now()
+		pr := mustOK(b, e.do(prep))
+		elapsed := time.Since(start)
+		ap := e.approve(pr.ID)
+		req := byEffectReq(e, protocol.WorkerEvaluate, pr)
+		req.Approval = ap
+		commit := byEffectReq(e, protocol.WorkerCommit, pr)
+		t0 := time.Now()
+		mustOK(b, e.do(req))
+		if c := mustOK(b, e.do(commit)); c.State != "committed" {
+			b.Fatal(c.State)
+		}
+		return elapsed + time.Since(t0)
+	}
+	// reference is what the horizon cannot do without, the ≤ 2× goal's
+	// unit: the durable intent and the durable outcome (two fsync'd
+	// transactions on the same store) and the adapter publishing the
+	// artifact (its write, file fsync and three directory fsyncs).
+	art := &Artifact{Targets: map[string]ArtifactTarget{"releases": {Dir: pub}}}
+	reference := func(b *testing.B) time.Duration {
+		seq++
+		ctx := ctxT(b)
+		r := Request{EffectID: uuid.New(), Revision: 1, TargetID: "releases", Target: []byte(`{"name":"ref` + strconv.Itoa(seq) + `"}`),
+			Payload: body, PayloadDigest: Digest(body)}
+		start := time.Now()
+		if _, err := e.store.AcquireOwnership(ctx, e.ep.ID); err != nil {
+			b.Fatal(err)
+		}
+		if res := art.Commit(ctx, r); res.Outcome != Committed {
+			b.Fatal(res.Err)
+		}
+		if _, err := e.store.AcquireOwnership(ctx, e.ep.ID); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
 	b.Run("artifact_prepare_evaluate_commit", func(b *testing.B) {
 		ds := make([]time.Duration, 0, b.N)
-		i := 0
 		for b.Loop() {
-			i++
-			// The requests are built outside the timing: building one reads
-			// the epoch from the store (a worker knows its epoch), and that
-			// read is the harness's, not the broker's.
-			prep := prepareReq(e, "artifact", "releases", map[string]string{"name": "a" + strconv.Itoa(i)}, body)
-			start := time.Now()
-			pr := mustOK(b, e.do(prep))
-			elapsed := time.Since(start)
-			ap := e.approve(pr.ID)
-			req := byEffectReq(e, protocol.WorkerEvaluate, pr)
-			req.Approval = ap
-			commit := byEffectReq(e, protocol.WorkerCommit, pr)
-			t0 := time.Now()
-			mustOK(b, e.do(req))
-			if c := mustOK(b, e.do(commit)); c.State != "committed" {
-				b.Fatal(c.State)
-			}
-			ds = append(ds, elapsed+time.Since(t0))
+			ds = append(ds, walk(b))
 		}
 		reportQuantiles(b, ds)
 	})
-	// The reference of the ≤ 2× goal: what the horizon cannot do without —
-	// the durable intent and the durable outcome (two fsync'd transactions
-	// on the same store) and the adapter publishing the artifact (its
-	// write, file fsync and three directory fsyncs).
 	b.Run("reference_two_transactions_and_adapter", func(b *testing.B) {
 		ds := make([]time.Duration, 0, b.N)
-		ctx := ctxT(b)
-		art := &Artifact{Targets: map[string]ArtifactTarget{"releases": {Dir: pub}}}
-		i := 0
 		for b.Loop() {
-			i++
-			r := Request{EffectID: uuid.New(), Revision: 1, TargetID: "releases", Target: []byte(`{"name":"ref` + strconv.Itoa(i) + `"}`),
-				Payload: body, PayloadDigest: Digest(body)}
-			start := time.Now()
-			if _, err := e.store.AcquireOwnership(ctx, e.ep.ID); err != nil {
-				b.Fatal(err)
-			}
-			if res := art.Commit(ctx, r); res.Outcome != Committed {
-				b.Fatal(res.Err)
-			}
-			if _, err := e.store.AcquireOwnership(ctx, e.ep.ID); err != nil {
-				b.Fatal(err)
-			}
-			ds = append(ds, time.Since(start))
+			ds = append(ds, reference(b))
 		}
 		reportQuantiles(b, ds)
+	})
+	// The two alternated, one of each per iteration, so that a loaded,
+	// shared host weighs on both alike: the ratio of their medians is the
+	// figure the goal is judged by.
+	b.Run("artifact_over_reference_interleaved", func(b *testing.B) {
+		ws, rs := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			ws = append(ws, walk(b))
+			rs = append(rs, reference(b))
+		}
+		slices.Sort(ws)
+		slices.Sort(rs)
+		w, r := ws[len(ws)/2], rs[len(rs)/2]
+		b.ReportMetric(float64(w.Microseconds()), "artifact-p50-µs")
+		b.ReportMetric(float64(r.Microseconds()), "reference-p50-µs")
+		b.ReportMetric(float64(w)/float64(r), "ratio-p50")
 	})
 	b.Run("store_floor_two_transactions", func(b *testing.B) {
 		ds := make([]time.Duration, 0, b.N)

@@ -75,7 +75,8 @@ func TestGateTableIsComplete(t *testing.T) {
 	want := []string{"linux_namespaces_cgroup_seccomp_overlay", "old_process_fork_cleanup", "overlay_rollback",
 		"postgresql_epoch_commit_race", "stale_epoch_race", "broker_crash_after_external_mutation_reconciliation",
 		"git_authoritative_commit_reconciliation", "db_outage_blocks_authority", "af_unix_effect_broker", "sensor_poisoning",
-		"semantic_outage_degradation", "backpressure_load", "class4_human_horizon", "coding_agent_violation_repair_epoch2"}
+		"semantic_outage_degradation", "backpressure_load", "class4_human_horizon", "coding_agent_violation_repair_epoch2",
+		"real_agent_inference_relay"}
 	got := Table()
 	if len(got) != len(want) {
 		t.Fatalf("%d gates, want %d", len(got), len(want))
@@ -109,3 +110,4 @@ func Test_class4_human_horizon(t *testing.T)        { runGate(t, "class4_human_h
 func Test_coding_agent_violation_repair_epoch2(t *testing.T) {
 	runGate(t, "coding_agent_violation_repair_epoch2")
 }
+func Test_real_agent_inference_relay(t *testing.T) { runGate(t, "real_agent_inference_relay") }

@@ -55,8 +55,8 @@ func Table() []Gate {
 			{"./store", []string{"TestStaleEpochRace"}},
 		}, Scope: "the store's fence on a real cluster"},
 		{Name: "broker_crash_after_external_mutation_reconciliation", Proves: "a crash inside the commit window reconciles to a provable outcome", Tests: []Run{
-			{"./broker", []string{"TestBrokerCrashAfterExternalMutationReconciliation"}},
-		}, Scope: "every adapter (artifact, git_commit, http_mutation, git_remote, http_read) crashed in a child process at each point of the commit window"},
+			{"./broker", []string{"TestBrokerCrashAfterExternalMutationReconciliation", "TestHorizonSurvivesDatabaseCrash"}},
+		}, Scope: "every adapter (artifact, git_commit, http_mutation, git_remote, http_read) crashed in a child process at each point of the commit window; the PostgreSQL cluster killed (SIGKILL, WAL writer held) after each step of the artifact horizon, whose pre-intent transactions commit without waiting for their flush"},
 		{Name: "git_authoritative_commit_reconciliation", Proves: "ambiguous ref movement is reported as ambiguous, not as success", Tests: []Run{
 			{"./broker", []string{"TestGitAuthoritativeCommitReconciliation", "TestPatchBombRefused", "TestGitRemoteFastForwardOnly",
 				"TestGitRemoteCredentialByReference", "TestGitRemotePushWithLease"}},
@@ -76,7 +76,7 @@ func Table() []Gate {
 			{"./gates", []string{"TestEffectBrokerFromInsideADomain"}},
 			// The inference relay: the other socket a domain holds (issue 13).
 			{"./kernel/relay", []string{"TestRouteTable", "TestKeyInjection", "TestStreamPassesThrough", "TestBudgetReserveSettleExhaust",
-				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile"}},
+				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile", "TestLogCarriesNoContent"}},
 			{"./store", []string{"TestRelayChargeRace", "TestRelayBudgetSurvivesRestart"}},
 			// The egress proxy (issue 14): the worker's other way out, read
 			// only, allowlisted, recorded and capped.
@@ -109,5 +109,11 @@ func Table() []Gate {
 				"TestHarvestLandsTheFix", "TestHarvestDeniedByPolicy", "TestHarvestHostileWorkspace", "TestWallTimeEndsAnEpisode"}},
 			{"./kernel/workspace", []string{"TestHarvestRefusesHostileEntries", "TestHarvestBoundsAndDigest"}},
 		}, Scope: "autonomic serve (this tree's build) as the service account, the installed launcher (proven to be this tree's build) through the sudoers rule, so make install must have run; a fixture model and a scripted agent, not a live LLM"},
+		{Name: "real_agent_inference_relay", Proves: "a real agent CLI in a domain reaches nothing but its relay, which forwards only inference with a key the domain never holds", Tests: []Run{
+			// The containment proof (issue 13 §6) and its mutations.
+			{"./gates/relayproof", []string{"TestCodexContainmentProof", "TestMutationsFailTheProof"}},
+			// Its parts: the bridge to the relay socket, loopback only.
+			{"./kernel/domain", []string{"TestEntryBridgesToTheRelay", "TestAgentProfileReachesOnlyLoopback", "TestRelaySocketIsBoundLikeTheBrokers"}},
+		}, Scope: "the real Codex CLI 0.171.0 from the agents rootfs (built from npm on first use, cached) in a domain of this tree's launcher run directly as root through internal/testbed (not autonomic serve, not the installed launcher), under the agent seccomp profile; the relay is kernel/relay started by the test on the episode's socket with a real PostgreSQL budget, in front of a fixture upstream that scripts the hostile turns, not a live model or provider; Claude Code and opencode are not attacked here; the attack uses what the rootfs carries (python3, bash /dev/tcp, find, grep): no curl; mutations are run in copies of the tree by scripts/mutate_relay_proof.sh"},
 	}
 }

@@ -43,7 +43,8 @@ func BenchmarkCachedFetch(b *testing.B) {
 					b.Fatalf("%d bytes", n)
 				}
 			}
-			fetch() // fills the cache
+			fetch()       // fills the cache
+			r.p.wg.Wait() // the handler files the body after the tool has it
 			e, f, ok := cache.lookup("example.com/m/@v/v1.0.0.zip")
 			if !ok {
 				b.Fatal("not cached")

@@ -79,6 +79,10 @@ type Proxy struct {
 	wg    sync.WaitGroup
 	bank  *bank
 	slots chan struct{}
+
+	mu      sync.Mutex
+	closed  bool
+	tunnels map[net.Conn]bool // hijacked: http.Server.Close does not see them
 }
 
 // Allowlist is an episode's effective allow list: the policy's egress
@@ -146,6 +150,12 @@ func (p *Proxy) Serve(l net.Listener) error {
 // flight has been recorded, and gives back the unused byte reservation.
 func (p *Proxy) Close() error {
 	err := p.srv.Close()
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.tunnels {
+		c.Close()
+	}
+	p.mu.Unlock()
 	p.wg.Wait()
 	p.bank.close()
 	return err
@@ -486,6 +496,22 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 		return
 	}
 	defer down.Close()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	if p.tunnels == nil {
+		p.tunnels = map[net.Conn]bool{}
+	}
+	p.tunnels[down], p.tunnels[upc] = true, true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.tunnels, down)
+		delete(p.tunnels, upc)
+		p.mu.Unlock()
+	}()
 	if _, err := rw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n"); err != nil || rw.Flush() != nil {
 		return
 	}

@@ -471,3 +471,30 @@ func TestUpstreamCertificateIsVerified(t *testing.T) {
 		t.Fatalf("ledger: %+v", l)
 	}
 }
+
+// TestCloseCutsTunnels: an idle tunnel does not keep a closing proxy (the
+// end of an episode) waiting for its idle timeout; it is cut and recorded.
+func TestCloseCutsTunnels(t *testing.T) {
+	s := openStore(t)
+	up := newUpstream(t, registry(nil))
+	r := start(t, s, up.config("example.com"))
+	c, err := net.Dial("tcp", strings.TrimPrefix(r.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("tunnel: %v %v", err, resp)
+	}
+	done := make(chan struct{})
+	go func() { r.p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for an idle tunnel")
+	}
+	if l := r.ledger(t, s); len(l) != 1 || l[0].Kind != store.EgressTunnel {
+		t.Fatalf("ledger: %+v", l)
+	}
+}

@@ -165,7 +165,9 @@ func TestDependenciesThroughTheProxy(t *testing.T) {
 					t.Errorf("unexpected %s: %+v", f.Outcome, f)
 				}
 			}
-			t.Logf("episode %d: %d fetches", i+1, len(l))
+			for _, f := range l {
+				t.Logf("episode %d: %s %s%s %d %s %d bytes", i+1, f.Method, f.Host, f.Path, f.Status, f.Outcome, f.Bytes)
+			}
 		})
 	}
 

@@ -285,7 +285,7 @@ func (e *Episode) committedByWorker(ctx context.Context) (Outcome, bool, error) 
 	}
 	_ = json.Unmarshal(found.Receipt, &receipt)
 	return Outcome{Kind: OutcomeLanded, Ref: receipt.Ref, Commit: receipt.OID, Effect: found.ID.String(),
-		Reason: "committed by the worker itself; not harvested"}, true, nil
+		Reason: "already committed on the harvest target in this episode (by its worker, or a harvest before a restart); not harvested again"}, true, nil
 }
 
 // maxMessage keeps the commit message within the git_commit adapter's cap

@@ -256,7 +256,7 @@ $E commit -effect "$id" -revision "$rev"`
 		t.Fatal(err)
 	}
 	o := r.ended(t, ctx, e, episode.OutcomeLanded)
-	if !strings.Contains(o.Reason, "worker") || o.Commit != testbed.Git(t, r.repo, "rev-parse", "refs/heads/main") {
+	if !strings.Contains(o.Reason, "already committed") || o.Commit != testbed.Git(t, r.repo, "rev-parse", "refs/heads/main") {
 		t.Fatalf("outcome %+v", o)
 	}
 	if n := testbed.Git(t, r.repo, "rev-list", "--count", r.base+"..refs/heads/main"); n != "1" {
@@ -296,7 +296,7 @@ except OSError: pass`), episode.OutcomeDenied, "FIFO"},
 		{"invalid utf-8 name", fix + py(`open(b"src/bad\xff.sh", "w").write("x")`), episode.OutcomeDenied, "UTF-8"},
 		{"sparse giant", fix + py(`f = open("src/giant", "wb"); f.truncate(512 << 20)`), episode.OutcomeFailed, "checkpoint_too_large"},
 		{"modified .git and a hard link", fix + "ln Makefile src/hard.mk\n" +
-			"for h in pre-commit post-commit reference-transaction post-checkout pre-push; do printf '#!/bin/sh\\ntouch " + marker + "\\n' > .git/hooks/$h; chmod +x .git/hooks/$h; done\n" +
+			"mkdir -p .git/hooks; for h in pre-commit post-commit reference-transaction post-checkout pre-push; do printf '#!/bin/sh\\ntouch " + marker + "\\n' > .git/hooks/$h; chmod +x .git/hooks/$h; done\n" +
 			"printf '[core]\\n\\tfsmonitor = touch " + marker + "\\n\\thooksPath = .git/hooks\\n[include]\\n\\tpath = /etc/shadow\\n' >> .git/config\n" +
 			"mkdir -p .git/objects/info; echo /var/lib/autonomic/repos/other.git/objects > .git/objects/info/alternates\n" +
 			"mkdir -p vendor; echo 'gitdir: /var/lib/autonomic' > vendor/.git\n", episode.OutcomeLanded, ""},
@@ -309,6 +309,15 @@ except OSError: pass`), episode.OutcomeDenied, "FIFO"},
 			}
 			o := r.ended(t, ctx, e, c.want)
 			t.Logf("ended in %s", time.Since(start).Round(time.Millisecond))
+			// Every planting was made: the worker ran to its end.
+			select {
+			case x := <-e.WorkerExits():
+				if x.Exited.ExitCode == nil || *x.Exited.ExitCode != 0 {
+					t.Fatalf("the planting worker failed: %+v\n%s", x.Exited, x.Output)
+				}
+			default:
+				t.Fatal("no worker exit was delivered")
+			}
 			if !strings.Contains(o.Reason, c.reason) {
 				t.Errorf("reason %q, want it to say %q", o.Reason, c.reason)
 			}

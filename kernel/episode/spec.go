@@ -68,8 +68,9 @@ type HarvestSpec struct {
 
 var oidPattern = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
 
-// refPattern is a plain full ref name; the target's allow list decides.
-var refPattern = regexp.MustCompile(`^refs/[A-Za-z0-9._/-]{1,200}$`)
+// refPattern is a plain full ref name (the target's allow list decides),
+// short enough that a landed Outcome fits the store's 256-byte reason.
+var refPattern = regexp.MustCompile(`^refs/[A-Za-z0-9._/-]{1,91}$`)
 
 // reservedEnv are set by the controller; a spec may not choose them.
 func reservedEnv(k string) bool { return k == envEpoch || k == envLease }

@@ -29,7 +29,8 @@
 //     reservation, usage beyond it is charged whatever the limit, and the
 //     unused pool is given back on Close. A restart keeps every charge, and
 //     a kernel that dies leaves its pool charged (at most one block). A
-//     call that does not fit is refused (budget_exhausted, 429) and the
+//     call that does not fit is refused (budget_exhausted, 403: agents retry a
+//     429 for minutes, a 403 ends them) and the
 //     exhaustion is signalled once (Options.OnExhausted) and recorded once
 //     in the episode's ledger.
 //   - Streams pass through as they arrive: each chunk read from the

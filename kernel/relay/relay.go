@@ -300,7 +300,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if err := r.take(req.Context(), res); err != nil {
 		if errors.Is(err, protocol.E(protocol.CodeBudgetExhausted)) {
 			r.exhausted()
-			r.refuse(w, refuse(protocol.CodeBudgetExhausted, http.StatusTooManyRequests, "budget exhausted"))
+			r.refuse(w, refuse(protocol.CodeBudgetExhausted, http.StatusForbidden, "budget exhausted"))
 			return
 		}
 		r.opts.Log.Error("reservation failed", "error", err)

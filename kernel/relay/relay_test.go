@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
 )
 
 var harness *storetest.Shared
@@ -56,6 +58,7 @@ type setup struct {
 	// upstream overrides the fixture's URL (a dead port).
 	upstream string
 	maxBody  int
+	log      hclog.Logger
 }
 
 func openStore(t testing.TB) *store.Postgres {
@@ -106,7 +109,7 @@ func newEnv(t testing.TB, su setup) *env {
 		p.MaxRequestBytes = 64 << 10
 	}
 	e.relay, err = New(ctx, Options{ProviderName: "fixture", Provider: p, EpisodeID: ep.ID, Budget: su.budget, Ledger: e.store,
-		OnExhausted: func(Exhausted) { e.signals.Add(1) },
+		OnExhausted: func(Exhausted) { e.signals.Add(1) }, Log: su.log,
 		Getenv: func(k string) string {
 			if k == "RELAY_TEST_KEY" {
 				return serverKey
@@ -417,7 +420,7 @@ func TestBudgetReserveSettleExhaust(t *testing.T) {
 	big := `{"model":"gpt-5.5","input":"hi","max_output_tokens":100000}`
 	for range 3 {
 		resp, out := e.post("/v1/responses", big)
-		if resp.StatusCode != http.StatusTooManyRequests || errCode(t, out) != "budget_exhausted" {
+		if resp.StatusCode != http.StatusForbidden || errCode(t, out) != "budget_exhausted" {
 			t.Fatalf("over budget: %d %s", resp.StatusCode, out)
 		}
 	}
@@ -458,7 +461,7 @@ func TestBudgetReserveSettleExhaust(t *testing.T) {
 	go again.Serve(ln)
 	defer again.Close()
 	e.sock = sock
-	if resp, out := e.raw("POST", "/v1/responses", "application/json", big); resp.StatusCode != 429 || errCode(t, out) != "budget_exhausted" {
+	if resp, out := e.raw("POST", "/v1/responses", "application/json", big); resp.StatusCode != http.StatusForbidden || errCode(t, out) != "budget_exhausted" {
 		t.Fatalf("after restart: %d %s", resp.StatusCode, out)
 	}
 }
@@ -530,3 +533,39 @@ func TestCredentialFile(t *testing.T) {
 		t.Fatalf("a symlink to a foreign file: %v", err)
 	}
 }
+
+// The relay's log, at trace level, carries no prompt, no completion, no key
+// and no placeholder: only route, model, counts, digests and timings.
+func TestLogCarriesNoContent(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	})})
+	const prompt = "PROMPT-MARKER-4411"
+	e := newEnv(t, setup{wire: config.WireMessages, log: log})
+	resp, body := e.post("/v1/messages?beta=true", `{"model":"claude-x","max_tokens":100,"stream":true,"tools":[{}],"messages":[{"role":"user","content":"`+prompt+`"}]}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "calc.sh") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	e.raw("GET", "/v1/files?"+prompt, "", "")
+	e.settled()
+	e.relay.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	out := buf.String()
+	if !strings.Contains(out, "inference call") || !strings.Contains(out, "call refused") {
+		t.Fatalf("the log lacks the call records: %s", out)
+	}
+	for _, secret := range []string{prompt, "calc.sh", "input_json_delta", serverKey, placeholder} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("the log carries %q:\n%s", secret, out)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

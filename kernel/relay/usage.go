@@ -19,6 +19,9 @@ type usage struct {
 // charged its whole reservation.
 const maxLine = 32 << 20
 
+// maxCount bounds one reported token count (2^40, far beyond any model).
+const maxCount = 1 << 40
+
 // tracker reads usage from a response as it passes, without holding it:
 // for SSE only the current line, for a JSON answer the document up to
 // maxLine.
@@ -156,11 +159,13 @@ func (t *tracker) take(raw json.RawMessage, merge bool) {
 	if json.Unmarshal(raw, &u) != nil {
 		return
 	}
+	// Each count is bounded, so no sum of them can overflow (a hostile
+	// or broken upstream could report anything).
 	val := func(p *int64) int64 {
 		if p == nil || *p < 0 {
 			return 0
 		}
-		return *p
+		return min(*p, maxCount)
 	}
 	in := val(u.InputTokens) + val(u.PromptTokens) + val(u.CacheCreationInputTokens) + val(u.CacheReadInputTokens)
 	out := val(u.OutputTokens) + val(u.CompletionTokens)

@@ -462,7 +462,7 @@ func unusedKeys(cfg *config.Config, k *kernel) []string {
 		out = append(out, "sensor.timeout_ms, sensor.max_request_bytes (sensor.kind rules reads no endpoint)")
 	}
 	if k.episodes == nil {
-		out = append(out, "sensor, sensor_queue, max_repairs, policy_keys, effect_concurrency, regulator (no episode controller)")
+		out = append(out, "sensor, sensor_queue, max_repairs, policy_keys, effect_concurrency, regulator, episode (no episode controller)")
 	} else if !cfg.AutomaticVerification {
 		out = append(out, "sensor (the sensor bank runs at evaluate, after automatic verification, which is off)")
 	}

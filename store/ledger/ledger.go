@@ -5,14 +5,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/gowebpki/jcs"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
 // Version is the envelope version mixed into every hash. Bump it (and keep
@@ -71,80 +73,18 @@ func CanonicalizeObject(raw []byte) (json.RawMessage, error) {
 }
 
 // CheckObject requires raw to be exactly one JSON object without duplicate
-// keys at any depth, nested at most 64 deep.
+// keys at any depth, nested at most 64 deep: protocol.CheckShape, the
+// project's one strict-JSON reader, with the ledger's bounds.
 func CheckObject(raw []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	tok, err := dec.Token()
-	if err != nil {
+	if err := protocol.CheckShape(raw, bodyLimits); err != nil {
 		return fmt.Errorf("ledger: body: %w", err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return errors.New("ledger: body is not a JSON object")
-	}
-	if err := walkObject(dec, 1); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err == nil {
-		return errors.New("ledger: trailing data after body")
 	}
 	return nil
 }
 
-const maxDepth = 64
-
-func walkObject(dec *json.Decoder, depth int) error {
-	if depth > maxDepth {
-		return errors.New("ledger: body nests too deeply")
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return fmt.Errorf("ledger: body: %w", err)
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return errors.New("ledger: body: object key is not a string")
-		}
-		if seen[key] {
-			return errors.New("ledger: body repeats a key")
-		}
-		seen[key] = true
-		if err := walkValue(dec, depth); err != nil {
-			return err
-		}
-	}
-	_, err := dec.Token() // '}'
-	return err
-}
-
-func walkValue(dec *json.Decoder, depth int) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return fmt.Errorf("ledger: body: %w", err)
-	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil
-	}
-	switch d {
-	case '{':
-		return walkObject(dec, depth+1)
-	case '[':
-		if depth+1 > maxDepth {
-			return errors.New("ledger: body nests too deeply")
-		}
-		for dec.More() {
-			if err := walkValue(dec, depth+1); err != nil {
-				return err
-			}
-		}
-		_, err := dec.Token() // ']'
-		return err
-	}
-	return errors.New("ledger: body: unexpected delimiter")
-}
+// bodyLimits: nesting as the ledger has always allowed; the node count is
+// bounded by the body's size, which the store caps.
+var bodyLimits = protocol.Limits{MaxDepth: 64, MaxNodes: math.MaxInt}
 
 // envelope is what is hashed. Field names are fixed forever for Version 1.
 type envelope struct {

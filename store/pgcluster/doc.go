@@ -1,6 +1,8 @@
 // Package pgcluster runs a private, local PostgreSQL cluster for the
 // authority store: found on the host, initialised on first use, listening on
-// a unix socket only, with fsync and synchronous_commit on.
+// a unix socket only, with fsync and synchronous_commit on (the store turns
+// synchronous_commit off, per transaction, only for the records a crash may
+// lose: store/doc.go, "Durability").
 //
 // Invariant: the cluster never runs as root and is never reachable over the
 // network. postgres is started as an explicitly named unprivileged account

@@ -1,3 +1,4 @@
+-- 0004 (not 0003): 0003 is the relay ledger (issue 13), merged first.
 -- The egress proxy's fetch ledger and byte counter (issue 14).
 --
 -- egress_fetches records every request a domain made through its egress

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Mutation checks of the inference relay's containment proof (issue 13 §6,
+# gates/relayproof): the proof must pass on this tree and FAIL, on the
+# assertion the mutation targets, with each guard removed:
+#
+#   route     the relay's route check (kernel/relay checkRoute) admits any
+#             method and path
+#   key       the real provider key is placed in the worker's environment
+#             (an --env of autonomic-entry, the way a spec would carry it)
+#   netns     the domain shares the host's network namespace (the launcher
+#             without CLONE_NEWNET): the loopback bridge is bound where the
+#             host reaches it, and so are the host's listeners
+#
+# Each run copies the working tree (without .git) to a temporary directory,
+# applies one small edit there, checks the edit took, and runs the proof in
+# the copy. Production code never carries a mutation. Root only (the proof
+# makes real domains); ~30 s a run once the agents rootfs is cached.
+#
+#   scripts/mutate_relay_proof.sh [route|key|netns|baseline]...   (default: all)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+root=$(pwd)
+export PATH="$PATH:/usr/local/go/bin"
+if [ "$(id -u)" -ne 0 ]; then
+	echo "mutate_relay_proof: needs root (the proof makes real domains)" >&2
+	exit 2
+fi
+
+test_re='^TestCodexContainmentProof$'
+work=$(mktemp -d /tmp/autonomic-mutate-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# mutate NAME: apply NAME's edit in the current directory; print the
+# assertion its failure must show.
+mutate() {
+	case "$1" in
+	baseline) echo "" ;;
+	route)
+		sed -i '/^func checkRoute(/a\	if p, q, _ := strings.Cut(requestURI, "?"); true { // MUTATION: no route check\n\t\treturn p, q, nil\n\t}' kernel/relay/admit.go
+		grep -q 'MUTATION: no route check' kernel/relay/admit.go
+		echo "is not the inference route"
+		;;
+	key)
+		sed -i 's|^\textraEnv := \[\]string(nil)$|\textraEnv := []string{"--env", "OPENAI_API_KEY=" + realKey.value} // MUTATION: key in the worker|' gates/relayproof/proof_test.go
+		grep -q 'MUTATION: key in the worker' gates/relayproof/proof_test.go
+		echo "the real provider key is visible inside the domain"
+		;;
+	netns)
+		sed -i 's/unix.CLONE_NEWPID | unix.CLONE_NEWNET |/unix.CLONE_NEWPID | \/* MUTATION: host netns *\//' launcher/create.go
+		grep -q 'MUTATION: host netns' launcher/create.go
+		echo "reached the domain's inference bridge"
+		;;
+	*)
+		echo "unknown mutation $1" >&2
+		return 2
+		;;
+	esac
+}
+
+status=0
+for m in "${@:-baseline route key netns}"; do
+	for name in $m; do
+		dir="$work/$name"
+		mkdir -p "$dir"
+		tar -C "$root" --exclude=.git --exclude=artifacts -cf - . | tar -C "$dir" -xf -
+		want=$(cd "$dir" && mutate "$name") || { echo "== $name: the mutation did not apply" >&2; status=1; continue; }
+		echo "== $name: go test -run '$test_re' ./gates/relayproof/ in a mutated copy"
+		set +e
+		(cd "$dir" && go test -count=1 -p 1 -run "$test_re" ./gates/relayproof/) >"$work/$name.log" 2>&1
+		rc=$?
+		set -e
+		# The assertions that failed (t.Errorf/t.Fatalf lines), shortened:
+		# the targeted one first.
+		if [ -n "$want" ]; then grep -F "$want" "$work/$name.log" | cut -c1-220 | head -4 || true; fi
+		grep -E '^\s+proof_test\.go:[0-9]+: ' "$work/$name.log" | grep -v 'codex exited' | cut -c1-220 | head -8 || true
+		tail -1 "$work/$name.log"
+		if [ "$name" = baseline ]; then
+			if [ $rc -ne 0 ]; then
+				echo "== baseline: FAILED; the proof must pass unmutated" >&2
+				tail -40 "$work/$name.log" >&2
+				status=1
+			else
+				echo "== baseline: passes"
+			fi
+		elif [ $rc -eq 0 ]; then
+			echo "== $name: the proof PASSED with the mutation: it proves nothing about this guard" >&2
+			status=1
+		elif ! grep -qF "$want" "$work/$name.log"; then
+			echo "== $name: the proof failed, but not on \"$want\"" >&2
+			tail -40 "$work/$name.log" >&2
+			status=1
+		else
+			echo "== $name: fails as it must (\"$want\")"
+		fi
+	done
+done
+exit $status
