@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/egress"
 	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
@@ -34,13 +35,13 @@ const (
 	ProfileAgent  = "agent"
 )
 
-// EgressConfig is the kernel's egress proxy configuration: Template is
-// every episode's egress.Config but its EpisodeID, Allow and OnRefused,
-// which the controller fills; Ceiling is the operator's allow list that
-// every policy's grant is intersected with.
+// EgressConfig is the kernel's egress proxy configuration: the operator's
+// egress section (egress.ConfigFor makes each episode's proxy from it and
+// the episode's policy), the fetch ledger and the shared cache.
 type EgressConfig struct {
-	Template egress.Config
-	Ceiling  []string
+	Operator config.Egress
+	Ledger   egress.Ledger
+	Cache    *egress.Cache
 }
 
 // Socket ids under SocketsRoot (the launcher resolves <id>.sock).
@@ -126,12 +127,12 @@ func (e *Episode) services() ([]supervisor.Child, error) {
 		e.lns = append(e.lns, ln)
 		e.mu.Unlock()
 		out = append(out, supervisor.Child{Name: "egress", Run: func(ctx context.Context, ready func()) error {
-			c := e.k.cfg.Egress.Template
-			c.EpisodeID, c.OnRefused = e.id, e.refused
-			c.Allow = egress.Allowlist(e.pol, e.k.cfg.Egress.Ceiling)
-			if m := e.pol.Egress.MaxBytes; m > 0 && m < c.MaxBytes {
-				c.MaxBytes = m
+			ec := e.k.cfg.Egress
+			c, _, err := egress.ConfigFor(ec.Operator, e.pol, e.id, ec.Ledger, ec.Cache)
+			if err != nil {
+				return err
 			}
+			c.OnRefused = e.refused
 			p, err := egress.New(c)
 			if err != nil {
 				return err

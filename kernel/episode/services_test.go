@@ -72,8 +72,8 @@ func TestEpisodeServesItsRelayAndEgress(t *testing.T) {
 		c.Providers = map[string]config.Provider{"fixture": {WireAPI: config.WireChat, Upstream: model.URL, CredentialEnv: keyEnv,
 			Models: []string{"fixture-1"}, Prices: map[string]config.Price{"fixture-1": {}}}}
 		c.RelayLedger = c.Store.(relay.Ledger)
-		c.Egress = &episode.EgressConfig{Template: egress.Config{MaxBytes: 1 << 20, Ledger: c.Store.(egress.Ledger)},
-			Ceiling: []string{"registry.npmjs.org"}}
+		c.Egress = &episode.EgressConfig{Operator: config.Egress{Allow: []string{"registry.npmjs.org"}, MaxBytesPerEpisode: 1 << 20},
+			Ledger: c.Store.(egress.Ledger)}
 	}))
 	spec := r.spec(nil)
 	grant := grantSpec()

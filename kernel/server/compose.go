@@ -158,28 +158,19 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	return k, nil
 }
 
-// egressConfig is every episode's egress proxy configuration (nil when
-// the store keeps no egress ledger).
+// egressConfig is what every episode's egress proxy is made from (nil
+// when the store keeps no egress ledger): the operator's egress section and
+// the cache every episode on this host shares.
 func egressConfig(cfg *config.Config, st store.Store) (*episode.EgressConfig, error) {
 	l, ok := st.(egress.Ledger)
 	if !ok {
 		return nil, nil
 	}
-	e := cfg.Egress
-	cache, err := egress.OpenCache(e.CacheDirValue(cfg.StateDir))
+	cache, err := egress.OpenCache(cfg.Egress.CacheDirValue(cfg.StateDir))
 	if err != nil {
 		return nil, fmt.Errorf("egress cache: %w", err)
 	}
-	t := egress.Config{MaxBytes: int64(e.MaxBytesPerEpisode), MaxResponseBytes: int64(e.MaxResponseBytes),
-		Timeout: time.Duration(e.TimeoutMS) * time.Millisecond, Ledger: l, Cache: cache}
-	for _, n := range e.AllowedNets {
-		p, err := netip.ParsePrefix(n)
-		if err != nil {
-			return nil, fmt.Errorf("egress.allowed_nets: not a CIDR prefix")
-		}
-		t.AllowedNets = append(t.AllowedNets, p)
-	}
-	return &episode.EgressConfig{Template: t, Ceiling: e.AllowValue()}, nil
+	return &episode.EgressConfig{Operator: cfg.Egress, Ledger: l, Cache: cache}, nil
 }
 
 // regulatorConfig maps the validated regulator keys onto kernel/regulator.
