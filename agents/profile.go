@@ -167,6 +167,9 @@ func (p *Profile) Validate() error {
 		if k == "HOME" {
 			return invalid(f, "HOME is the launcher's (/tmp/home)")
 		}
+		if reservedEnv(k) {
+			return invalid(f, "%s is the egress proxy's (WithEgress)", k)
+		}
 		if names[k] {
 			return invalid(f, "%s set twice", k)
 		}
@@ -226,8 +229,13 @@ func checkHomePath(p string) error {
 // Render returns the worker's argv for task: autonomic-entry writing the
 // home files, setting the environment and bridging the inference socket,
 // then the agent's argv with the task as its last element. model overrides
-// the profile's model when non-empty.
-func (p *Profile) Render(task, model string) ([]string, error) {
+// the profile's model when non-empty. WithEgress adds the egress bridge and
+// EgressEnv.
+func (p *Profile) Render(task, model string, opts ...RenderOption) ([]string, error) {
+	var o renderOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -253,7 +261,14 @@ func (p *Profile) Render(task, model string) ([]string, error) {
 	for _, kv := range p.Env {
 		argv = append(argv, "--env", fill(kv))
 	}
-	argv = append(argv, "--bridge", BridgeAddr+"="+InferenceSocket, "--")
+	argv = append(argv, "--bridge", BridgeAddr+"="+InferenceSocket)
+	if o.egress {
+		for _, kv := range EgressEnv() {
+			argv = append(argv, "--env", kv)
+		}
+		argv = append(argv, "--bridge", EgressBridgeAddr+"="+EgressSocket)
+	}
+	argv = append(argv, "--")
 	n := len(p.Argv)
 	for _, a := range p.Argv[:n-1] {
 		argv = append(argv, fill(a))

@@ -192,6 +192,9 @@ func TestDecodeStrict(t *testing.T) {
 		{"two tasks", with("argv", []any{"/usr/local/bin/codex", "{task}", "--", "{task}"}), ErrInvalid, "placeholder"},
 		{"env HOME", with("env", []any{"HOME=/workspace"}), ErrInvalid, "HOME"},
 		{"env twice", with("env", []any{"A=1", "A=2"}), ErrInvalid, "twice"},
+		{"env own proxy", with("env", []any{"HTTPS_PROXY=http://10.0.0.1:3128"}), ErrInvalid, "egress proxy"},
+		{"env own goproxy", with("env", []any{"GOPROXY=direct"}), ErrInvalid, "egress proxy"},
+		{"env own npm proxy", with("env", []any{"npm_config_https_proxy=http://10.0.0.1:3128"}), ErrInvalid, "egress proxy"},
 		{"env no =", with("env", []any{"A"}), ErrInvalid, "NAME=VALUE"},
 		{"home escape", with("home_files", []any{map[string]any{"path": "../etc/x", "content": "{base_url}"}}), ErrInvalid, "home_files[0].path"},
 		{"home absolute", with("home_files", []any{map[string]any{"path": "/etc/x", "content": "{base_url}"}}), ErrInvalid, "home_files[0].path"},
@@ -250,4 +253,56 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("rendered %q", argv)
 		}
 	})
+}
+
+// TestRenderWithEgress: only WithEgress bridges the egress socket and adds
+// the proxy variables; every variable of EgressEnv reaches the agent, the
+// model's base URL stays off the proxy (NO_PROXY covers the inference
+// bridge's host), and the registries are named in plain HTTP so the proxy
+// sees and may cache what is fetched.
+func TestRenderWithEgress(t *testing.T) {
+	for _, n := range Names() {
+		p, _ := Load(n)
+		plain, _ := p.Render("t", "")
+		argv, err := p.Render("t", "", WithEgress())
+		if err != nil {
+			t.Fatal(err)
+		}
+		without, with := parseRendered(t, plain), parseRendered(t, argv)
+		if !reflect.DeepEqual(without.bridge, []string{BridgeAddr + "=" + InferenceSocket}) {
+			t.Errorf("%s without egress bridges %v", n, without.bridge)
+		}
+		if !reflect.DeepEqual(with.bridge, []string{BridgeAddr + "=" + InferenceSocket, "127.0.0.1:8788=/run/autonomic/egress.sock"}) {
+			t.Errorf("%s with egress bridges %v", n, with.bridge)
+		}
+		for _, kv := range EgressEnv() {
+			k, v, _ := strings.Cut(kv, "=")
+			if with.env[k] != v {
+				t.Errorf("%s: %s=%q, want %q", n, k, with.env[k], v)
+			}
+			if _, ok := without.env[k]; ok {
+				t.Errorf("%s without egress sets %s", n, k)
+			}
+		}
+		if !reflect.DeepEqual(with.argv, without.argv) || !reflect.DeepEqual(with.home, without.home) {
+			t.Errorf("%s: egress changed the agent's argv or home files", n)
+		}
+		if len(with.env) != len(without.env)+len(EgressEnv()) {
+			t.Errorf("%s: %d variables with egress, %d without, EgressEnv has %d", n, len(with.env), len(without.env), len(EgressEnv()))
+		}
+		if !strings.Contains(with.env["NO_PROXY"], strings.Split(BridgeAddr, ":")[0]) {
+			t.Errorf("%s: the inference bridge would go through the proxy (NO_PROXY=%q)", n, with.env["NO_PROXY"])
+		}
+	}
+	env := map[string]string{}
+	for _, kv := range EgressEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for k, want := range map[string]string{"HTTP_PROXY": "http://127.0.0.1:8788", "HTTPS_PROXY": "http://127.0.0.1:8788",
+		"GOPROXY": "http://proxy.golang.org", "npm_config_registry": "http://registry.npmjs.org/", "PIP_INDEX_URL": "http://pypi.org/simple/"} {
+		if env[k] != want {
+			t.Errorf("%s=%q, want %q", k, env[k], want)
+		}
+	}
 }

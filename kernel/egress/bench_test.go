@@ -4,17 +4,22 @@ import (
 	"crypto/rand"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // BenchmarkCachedFetch: one cached module zip served through the proxy
 // (HTTP over loopback, the byte reservation and the ledger row in
 // PostgreSQL, the digest check) against reading the same blob from the
 // cache directory directly, side by side, for a small and a large zip.
+// The ratio is bounded below by what the proxy must do and a read does
+// not: an HTTP round trip, a ledger row, and the SHA-256 of every byte
+// (about 1 GB/s here); BenchmarkGoModDownloadCached is what a tool sees.
 func BenchmarkCachedFetch(b *testing.B) {
 	for _, size := range []int{64 << 10, 4 << 20} {
 		body := make([]byte, size)
@@ -31,7 +36,13 @@ func BenchmarkCachedFetch(b *testing.B) {
 			cfg.Cache, cfg.MaxBytes = cache, 1<<50
 			r := start(b, s, cfg)
 			const u = "http://example.com/m/@v/v1.0.0.zip"
-			c := client(r.url)
+			// Kept alive, as go's and npm's clients keep their proxy
+			// connection: a new connection per fetch measures accept(),
+			// and fetches faster than their ledger rows are written would
+			// fill MaxConcurrent (each handler holds its slot until its
+			// row is written) and be refused as saturated.
+			pu, _ := url.Parse(r.url)
+			c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 30 * time.Second}
 			fetch := func() {
 				resp, err := c.Get(u)
 				if err != nil {

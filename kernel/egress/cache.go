@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // Cache is the content-addressed cache of immutable registry objects that
@@ -152,10 +153,15 @@ var errCorrupt = errors.New("egress cache: blob does not match its digest")
 // delivered whole (the tool, promised its length, sees a cut body).
 func serveVerified(w io.Writer, blob io.Reader, want string) (int64, error) {
 	h := sha256.New()
-	buf, held := make([]byte, 64<<10), make([]byte, 0, 64<<10)
+	// Two pooled buffers take turns: one is read into while the other,
+	// the held one, waits to be written — no copy, no garbage per fetch.
+	b1, b2 := buffers.Get().(*[bufSize]byte), buffers.Get().(*[bufSize]byte)
+	defer buffers.Put(b1)
+	defer buffers.Put(b2)
+	buf, held := b1[:], b2[:0]
 	var n int64
 	for {
-		k, err := blob.Read(buf)
+		k, err := io.ReadFull(blob, buf)
 		if k > 0 {
 			if len(held) > 0 {
 				if _, werr := w.Write(held); werr != nil {
@@ -164,9 +170,9 @@ func serveVerified(w io.Writer, blob io.Reader, want string) (int64, error) {
 				n += int64(len(held))
 			}
 			h.Write(buf[:k])
-			held = append(held[:0], buf[:k]...)
+			buf, held = held[:cap(held)], buf[:k]
 		}
-		if err == io.EOF {
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break
 		}
 		if err != nil {
@@ -179,6 +185,12 @@ func serveVerified(w io.Writer, blob io.Reader, want string) (int64, error) {
 	k, err := w.Write(held)
 	return n + int64(k), err
 }
+
+// bufSize is the unit a body is read, hashed and written in.
+const bufSize = 64 << 10
+
+// buffers are the proxy's body buffers, shared by every fetch.
+var buffers = sync.Pool{New: func() any { return new([bufSize]byte) }}
 
 // Cacheable reports whether a plain-HTTP GET of host/path?query names an
 // object its registry never changes, so one fetch may serve every episode:

@@ -23,10 +23,12 @@
 //   - Every request, admitted or refused, is one row in the fetch ledger
 //     (store.EgressFetch) without content: host, path, status, bytes and
 //     body SHA-256 for plain HTTP; host, bytes both ways and duration for
-//     a tunnel. Bytes into the domain are reserved against the episode's
-//     durable cap before they are delivered (one conditional upsert), so
-//     the cap holds across concurrent fetches and kernel restarts; a cap
-//     reached stops the fetch and refuses the next ones (limit_exceeded).
+//     a tunnel, written behind the response (a bounded number at once;
+//     Close waits for every one). Bytes into the domain are reserved
+//     against the episode's durable cap before they are delivered (one
+//     conditional upsert), so the cap holds across concurrent fetches and
+//     kernel restarts; a cap reached stops the fetch and refuses the next
+//     ones (limit_exceeded).
 //   - Only objects immutable by their registry's contract (Cacheable) are
 //     cached, content-addressed, shared by every episode on the host, and
 //     checked against their digest while served; a cached object is

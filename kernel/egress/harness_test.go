@@ -74,6 +74,19 @@ func (r *running) refusals() []Refusal {
 // and OnRefused filled in; MaxBytes defaulted).
 func start(t testing.TB, s *store.Postgres, cfg Config) *running {
 	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := serve(t, s, cfg, l)
+	r.url = "http://" + l.Addr().String()
+	return r
+}
+
+// serve serves a proxy for a new episode of s with cfg on l (a loopback
+// TCP listener, or an episode's egress socket).
+func serve(t testing.TB, s *store.Postgres, cfg Config, l net.Listener) *running {
+	t.Helper()
 	r := &running{episode: newEpisode(t, s)}
 	cfg.EpisodeID, cfg.Ledger = r.episode, s
 	if cfg.MaxBytes == 0 {
@@ -82,15 +95,12 @@ func start(t testing.TB, s *store.Postgres, cfg Config) *running {
 	cfg.OnRefused = func(x Refusal) { r.mu.Lock(); r.refused = append(r.refused, x); r.mu.Unlock() }
 	p, err := New(cfg)
 	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+		l.Close()
 		t.Fatal(err)
 	}
 	go p.Serve(l)
 	t.Cleanup(func() { p.Close() })
-	r.p, r.url = p, "http://"+l.Addr().String()
+	r.p = p
 	return r
 }
 

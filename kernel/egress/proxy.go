@@ -79,6 +79,7 @@ type Proxy struct {
 	wg    sync.WaitGroup
 	bank  *bank
 	slots chan struct{}
+	rows  chan struct{} // ledger rows being written (record)
 
 	mu      sync.Mutex
 	closed  bool
@@ -119,7 +120,8 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 64
 	}
-	p := &Proxy{cfg: cfg, allow: map[string]bool{}, slots: make(chan struct{}, cfg.MaxConcurrent)}
+	p := &Proxy{cfg: cfg, allow: map[string]bool{}, slots: make(chan struct{}, cfg.MaxConcurrent),
+		rows: make(chan struct{}, maxPendingRows)}
 	p.bank = &bank{ledger: cfg.Ledger, p: p}
 	for _, h := range cfg.Allow {
 		if !policy.ValidHost(h) {
@@ -235,10 +237,23 @@ func (p *Proxy) record(ctx context.Context, f store.EgressFetch, start time.Time
 	f.Duration = time.Since(start)
 	// The ledger outlives the request: a tool that hung up was still
 	// served (or refused).
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	_ = p.cfg.Ledger.RecordEgress(ctx, f)
+	// Written after the handler returns, so a tool's next request on a
+	// kept-alive connection does not wait for the database; at most
+	// maxPendingRows wait at once (then the handler waits: back-pressure,
+	// never a refusal), and Close waits for every one.
+	p.rows <- struct{}{}
+	p.wg.Add(1) // within the handler's own Add: never after Close's Wait began
+	go func() {
+		defer p.wg.Done()
+		defer func() { <-p.rows }()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = p.cfg.Ledger.RecordEgress(ctx, f)
+	}()
 }
+
+// maxPendingRows bounds the ledger rows being written behind the fetches.
+const maxPendingRows = 64
 
 func capRefusal(err error) *refusal {
 	if errors.Is(err, store.ErrEgressCap) {
@@ -388,7 +403,9 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 	if keep {
 		file = p.cfg.Cache.begin()
 	}
-	buf := make([]byte, 64<<10)
+	pooled := buffers.Get().(*[bufSize]byte)
+	defer buffers.Put(pooled)
+	buf := pooled[:]
 	var n int64
 	var ferr *refusal
 	for {

@@ -1,0 +1,72 @@
+package agent
+
+import "strings"
+
+// The egress bridge (issue 14): autonomic-entry forwards EgressBridgeAddr
+// to the episode's egress proxy socket, and the tools inside find the
+// proxy through EgressEnv.
+const (
+	EgressBridgeAddr = "127.0.0.1:8788"
+	EgressSocket     = "/run/autonomic/egress.sock"
+	// EgressProxyURL is HTTP_PROXY/HTTPS_PROXY inside the domain.
+	EgressProxyURL = "http://" + EgressBridgeAddr
+)
+
+// EgressEnv is the environment that sends the package tools of the agents
+// rootfs through the egress proxy:
+//
+//   - HTTP_PROXY/HTTPS_PROXY (and the lower-case forms curl and pip read)
+//     name the bridge; NO_PROXY keeps loopback direct, so the agent's own
+//     model calls still go to the inference bridge and never to the proxy.
+//   - The registries are named in plain HTTP where the tool allows it
+//     (GOPROXY, npm_config_registry, PIP_INDEX_URL): the proxy fetches
+//     them upstream over verified HTTPS, records each path, and may serve
+//     immutable objects (module zips, tarballs) from the host's cache — a
+//     CONNECT tunnel it can neither see into nor cache. go's checksum
+//     database is reached through the module proxy (GOSUMDB stays the
+//     default, verified by its signed tree), so go needs no tunnel.
+//   - GOTOOLCHAIN=local: the toolchain is the rootfs's, the one its
+//     manifest records; a go.mod asking for a newer one fails rather than
+//     downloading and running an unrecorded toolchain.
+//
+// GOFLAGS is left alone: -mod=mod would let every go command rewrite
+// go.mod and go.sum behind the agent's back, changes the harvest would
+// then propose; "go mod download" / "go get" remain explicit.
+func EgressEnv() []string {
+	return []string{
+		"HTTP_PROXY=" + EgressProxyURL, "HTTPS_PROXY=" + EgressProxyURL,
+		"http_proxy=" + EgressProxyURL, "https_proxy=" + EgressProxyURL,
+		"NO_PROXY=127.0.0.1,localhost,::1", "no_proxy=127.0.0.1,localhost,::1",
+		"GOPROXY=http://proxy.golang.org", "GOTOOLCHAIN=local",
+		"npm_config_registry=http://registry.npmjs.org/",
+		"PIP_INDEX_URL=http://pypi.org/simple/", "PIP_TRUSTED_HOST=pypi.org",
+	}
+}
+
+// reservedEnv are the variables EgressEnv owns: a profile may not set them
+// (with egress or without: a profile naming its own proxy would route
+// around the bridge).
+func reservedEnv(name string) bool {
+	for _, kv := range EgressEnv() {
+		if k, _, _ := strings.Cut(kv, "="); k == name {
+			return true
+		}
+	}
+	switch name {
+	case "ALL_PROXY", "all_proxy", "GONOPROXY", "GOPRIVATE", "GONOSUMDB", "GOSUMDB", "GOINSECURE",
+		"npm_config_proxy", "npm_config_https_proxy", "npm_config_noproxy", "PIP_PROXY":
+		return true
+	}
+	return false
+}
+
+// RenderOption adjusts what Render produces.
+type RenderOption func(*renderOptions)
+
+type renderOptions struct{ egress bool }
+
+// WithEgress renders the worker for an episode that has an egress proxy:
+// autonomic-entry also bridges EgressBridgeAddr to EgressSocket, and the
+// agent's environment gains EgressEnv. Without it the rendered argv has
+// neither (an episode without egress has no socket to bridge to).
+func WithEgress() RenderOption { return func(o *renderOptions) { o.egress = true } }
