@@ -64,7 +64,9 @@ func allowed(from, imp string) bool {
 	case under(from, "seccomp"):
 		return !ours(imp) || under(imp, "seccomp") || under(imp, "internal/privileged") || under(imp, "protocol")
 	case under(from, "rootfs-builder"):
-		return !ours(imp) || under(imp, "rootfs-builder")
+		// Standalone, but its specs and manifests are read by the one
+		// strict-JSON reader, protocol's.
+		return !ours(imp) || under(imp, "rootfs-builder") || under(imp, "protocol")
 	case under(from, "internal/privileged"):
 		return std(imp)
 	case under(from, "entry"):
