@@ -80,7 +80,7 @@ func Table() []Gate {
 			{"./store", []string{"TestRelayChargeRace", "TestRelayBudgetSurvivesRestart"}},
 			// The egress proxy (issue 14): the worker's other way out, read
 			// only, allowlisted, recorded and capped.
-			{"./kernel/egress", []string{"TestDependenciesThroughTheProxy", "TestRefusals", "TestCapStopsFetches",
+			{"./kernel/egress", []string{"TestDependenciesThroughTheProxy", "TestPinningRefusesReservedAddresses", "TestRefusals", "TestCapStopsFetches",
 				"TestCapHoldsUnderConcurrency", "TestCacheServesSecondEpisode", "TestCorruptCacheIsNotServed",
 				"TestUpstreamCertificateIsVerified", "TestServesOnUnixSocket", "TestConcurrencyIsBounded"}},
 			{"./store", []string{"TestEgressCapIsAtomic"}},
@@ -114,6 +114,8 @@ func Table() []Gate {
 			{"./gates/relayproof", []string{"TestCodexContainmentProof", "TestMutationsFailTheProof"}},
 			// Its parts: the bridge to the relay socket, loopback only.
 			{"./kernel/domain", []string{"TestEntryBridgesToTheRelay", "TestAgentProfileReachesOnlyLoopback", "TestRelaySocketIsBoundLikeTheBrokers"}},
-		}, Scope: "the real Codex CLI 0.171.0 from the agents rootfs (built from npm on first use, cached) in a domain of this tree's launcher run directly as root through internal/testbed (not autonomic serve, not the installed launcher), under the agent seccomp profile; the relay is kernel/relay started by the test on the episode's socket with a real PostgreSQL budget, in front of a fixture upstream that scripts the hostile turns, not a live model or provider; Claude Code and opencode are not attacked here; the attack uses what the rootfs carries (python3, bash /dev/tcp, find, grep): no curl; mutations are run in copies of the tree by scripts/mutate_relay_proof.sh"},
+			// The main job as production runs it, with each shipped agent.
+			{"./gates", []string{"TestRealAgentsFixTheReferenceRepository"}},
+		}, Scope: "the proof: the real Codex CLI 0.171.0 from the agents rootfs (built from npm on first use, cached) in a domain of this tree's launcher run directly as root through internal/testbed (not autonomic serve, not the installed launcher), under the agent seccomp profile; the relay is kernel/relay started by the test on the episode's socket with a real PostgreSQL budget, in front of a fixture upstream that scripts the hostile turns, not a live model or provider; Claude Code and opencode are not attacked here; the attack uses what the rootfs carries (python3, bash /dev/tcp, find, grep): no curl; mutations are run in copies of the tree by scripts/mutate_relay_proof.sh; the main job: Codex, Claude Code and opencode each fix the reference repository through autonomic run, autonomic serve as the service account and the installed launcher through sudo, reaching a fixture model (not a live provider) only through their relay, the change landing by harvest through the horizon"},
 	}
 }

@@ -124,6 +124,11 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	ctx, cancelWait := context.WithTimeout(ctx, *wait)
 	defer cancelWait()
+	// A lease minted below the class the commit needs could never land it:
+	// a kernel that just started climbs from observe first.
+	if err := awaitAutonomy(ctx, c, needClass(target), stdout); err != nil {
+		return opFail(stderr, err)
+	}
 	ep, err := c.Start(ctx, spec)
 	if err != nil {
 		return opFail(stderr, err)
@@ -213,4 +218,39 @@ func gitRef(repo, ref string) (string, error) {
 		return "", err
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// needClass is the class the target's git_commit carries (3 unless the
+// target says otherwise), as agentSpec grants it.
+func needClass(t config.GitCommitTarget) int {
+	if t.Class > 0 {
+		return t.Class
+	}
+	return 3
+}
+
+// awaitAutonomy waits until the kernel's regulator allows class: the
+// lease is minted at start under the level of that moment. A kernel
+// without a controller answers an empty level; its refusal comes from the
+// start itself.
+func awaitAutonomy(ctx context.Context, c *api.Client, class int, stdout io.Writer) error {
+	said := false
+	for {
+		v, err := c.Kernel(ctx)
+		if err != nil {
+			return err
+		}
+		if v.Autonomy == "" || v.MaxClass >= class {
+			return nil
+		}
+		if !said {
+			fmt.Fprintf(stdout, "waiting for the kernel's autonomy (now %s, class %d; faults %q) to allow class %d\n", v.Autonomy, v.MaxClass, v.Faults, class)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the kernel's autonomy stayed at %s (class %d): %w", v.Autonomy, v.MaxClass, context.Cause(ctx))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
