@@ -44,7 +44,7 @@ func sharedRootLauncher(t *testing.T) (*domain.Linux, func() string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return string(b)
+		return ownMounts(string(b))
 	}
 	if !strings.Contains(strings.SplitN(table(), "\n", 2)[0], "shared:") {
 		t.Fatalf("the namespace's / is not shared:\n%s", table())
@@ -123,6 +123,24 @@ func limitEnforced(st *protocol.Started, name string) bool {
 		}
 	}
 	return false
+}
+
+// ownMounts drops the mounts of other packages' testbeds from a mount
+// table. The namespace copied them from the host when it was made, and when
+// a test running beside this one removes its domain's directory the kernel
+// detaches the copies here too (a mount point removed in another namespace
+// is unmounted in all), which is not this launcher's doing.
+func ownMounts(table string) string {
+	foreign := filepath.Join(os.TempDir(), "autonomic-testbed-")
+	var out strings.Builder
+	for _, line := range strings.SplitAfter(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], foreign) && !strings.HasPrefix(f[4]+"/", bed.Dir+"/") {
+			continue
+		}
+		out.WriteString(line)
+	}
+	return out.String()
 }
 
 // newLines lists the lines of after that are not in before.
