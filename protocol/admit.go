@@ -5,13 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/tidwall/gjson"
 )
 
 // Limits bound the shape of one JSON document.
@@ -57,9 +56,14 @@ func (s *Schema) Admit(b []byte) (Admission, error) {
 		return Admission{}, err
 	}
 	// The document is now known to be one well-formed object without
-	// duplicate keys, so gjson's first-match lookup is unambiguous.
-	v := gjson.GetBytes(b, "protocol")
-	if !v.Exists() {
+	// duplicate keys, so its top-level map is exactly its fields. Keys match
+	// byte for byte: a map, unlike a struct, has no case folding.
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		return Admission{}, Errorf(CodeMalformedJSON, "%w", err)
+	}
+	v, ok := top["protocol"]
+	if !ok {
 		return Admission{}, Errorf(CodeMissingField, "protocol")
 	}
 	version, ok := versionOf(v)
@@ -69,50 +73,48 @@ func (s *Schema) Admit(b []byte) (Admission, error) {
 	// Any integer we do not speak, however large or negative, gets the one
 	// answer a peer can act on: which version this side speaks.
 	if !slices.Contains(s.Versions, version) {
-		return Admission{}, Errorf(CodeUnsupportedVersion, "version %.20s", v.Raw)
+		return Admission{}, Errorf(CodeUnsupportedVersion, "version %.20s", v)
 	}
-	k := gjson.GetBytes(b, s.Discriminator)
-	if !k.Exists() {
+	k, ok := top[s.Discriminator]
+	if !ok {
 		return Admission{}, Errorf(CodeMissingField, "%s", s.Discriminator)
 	}
-	if k.Type != gjson.String {
+	var kind string
+	if len(k) == 0 || k[0] != '"' || json.Unmarshal(k, &kind) != nil {
 		return Admission{}, Errorf(CodeInvalidField, "%s", s.Discriminator)
 	}
-	fields, ok := s.Kinds[k.Str]
+	fields, ok := s.Kinds[kind]
 	if !ok {
-		return Admission{}, Errorf(CodeUnknownAction, "%s %q", s.Discriminator, k.Str)
+		return Admission{}, Errorf(CodeUnknownAction, "%s %q", s.Discriminator, kind)
 	}
-	var bad error
-	gjson.ParseBytes(b).ForEach(func(key, _ gjson.Result) bool {
-		if key.Str != "protocol" && key.Str != s.Discriminator && !fields.allows(key.Str) {
-			bad = Errorf(CodeUnknownField, "%q", key.Str)
-			return false
+	// Sorted, so a document with several unknown fields always names the
+	// same one.
+	for _, key := range slices.Sorted(maps.Keys(top)) {
+		if key != "protocol" && key != s.Discriminator && !fields.allows(key) {
+			return Admission{}, Errorf(CodeUnknownField, "%q", key)
 		}
-		return true
-	})
-	if bad != nil {
-		return Admission{}, bad
 	}
 	for _, r := range fields.Required {
-		if !gjson.GetBytes(b, gjson.Escape(r)).Exists() {
+		if _, ok := top[r]; !ok {
 			return Admission{}, Errorf(CodeMissingField, "%q", r)
 		}
 	}
-	return Admission{Version: version, Kind: k.Str}, nil
+	return Admission{Version: version, Kind: kind}, nil
 }
 
 // versionOf accepts only a JSON integer literal (no fraction, no exponent).
 // It reports -1 for an integer no peer can speak (negative, or longer than
 // nine digits), so the caller answers unsupported_version rather than
 // invalid_field: the value is a version, just not one spoken here.
-func versionOf(v gjson.Result) (int, bool) {
-	if v.Type != gjson.Number || !integerLiteral.MatchString(v.Raw) {
+func versionOf(raw json.RawMessage) (int, bool) {
+	v := string(raw)
+	if !integerLiteral.MatchString(v) {
 		return 0, false
 	}
-	if v.Raw[0] == '-' || len(v.Raw) > 9 {
+	if v[0] == '-' || len(v) > 9 {
 		return -1, true
 	}
-	n, err := strconv.Atoi(v.Raw)
+	n, err := strconv.Atoi(v)
 	if err != nil {
 		return -1, true
 	}

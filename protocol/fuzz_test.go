@@ -100,9 +100,9 @@ func FuzzAdmitLauncherRequest(f *testing.F) {
 		if a.Version != LauncherVersion || s.Kinds[a.Kind].Required == nil {
 			t.Fatalf("admission %+v", a)
 		}
-		// gjson (used for the peek) and encoding/json (used to decode)
-		// must see the same top-level keys, or admission checked one
-		// document and decoding reads another.
+		// An independent parser (gjson) must see the top-level keys
+		// admission and decoding see, or admission checked one document
+		// and decoding reads another.
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(in, &m); err != nil {
 			t.Fatal(err)
