@@ -9,7 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/autonomic-kernel/autonomic/launcher/internal/floor"
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
@@ -51,15 +50,6 @@ type initReply struct {
 	Signal   int    `json:"signal,omitempty"`
 	MaxRSS   int64  `json:"max_rss,omitempty"` // KiB, from the worker's own rusage
 	Listener bool   `json:"listener,omitempty"`
-}
-
-func floorBytes() []byte {
-	prog := floor.Program()
-	b := make([]byte, 0, 8*len(prog))
-	for _, f := range prog {
-		b = append(b, byte(f.Code), byte(f.Code>>8), f.Jt, f.Jf, byte(f.K), byte(f.K>>8), byte(f.K>>16), byte(f.K>>24))
-	}
-	return b
 }
 
 func seqpacketPair() (*os.File, *os.File, error) {

@@ -220,7 +220,7 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 	}
 	spec := initSpec{
 		Argv: r.Argv, Env: env, Cwd: r.Cwd, UID: l.cfg.WorkerUID, GID: l.cfg.WorkerGID, IDs: l.cfg.UIDPool.Size, TmpBytes: l.cfg.TmpBytes,
-		Floor: floorBytes(), Profile: profile, Notify: notify,
+		Floor: floor.Program(), Profile: profile, Notify: notify,
 	}
 	for _, s := range socks {
 		spec.Sockets = append(spec.Sockets, s.name)

@@ -2,8 +2,6 @@
 
 package floor
 
-import "golang.org/x/sys/unix"
-
 // ProgramSHA256 is the SHA-256 of the raw little-endian sock_filter array
 // Program returns.
 const ProgramSHA256 = "4c1257df5b1bafb78e2473dfc0a6157e5721bbaadea3ae1032c48029d1cedd9c"
@@ -22,133 +20,38 @@ const ProgramLen = 126
 
 // Program returns a fresh copy of the floor filter on every call, so that no
 // caller can alter what the next one installs.
-func Program() []unix.SockFilter {
-	return []unix.SockFilter{
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000004},
-		{Code: 0x0015, Jt: 0, Jf: 4, K: 0xc000003e},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000000},
-		{Code: 0x0035, Jt: 2, Jf: 0, K: 0x40000000},
-		{Code: 0x0025, Jt: 0, Jf: 1, K: 0x000001d2},
-		{Code: 0x0006, Jt: 0, Jf: 0, K: 0x00050026},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000004},
-		{Code: 0x0015, Jt: 0, Jf: 117, K: 0xc000003e},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000000},
-		{Code: 0x0035, Jt: 0, Jf: 1, K: 0x40000000},
-		{Code: 0x0015, Jt: 0, Jf: 114, K: 0xffffffff},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000000},
-		{Code: 0x0025, Jt: 0, Jf: 40, K: 0x000000a8},
-		{Code: 0x0025, Jt: 0, Jf: 20, K: 0x00000137},
-		{Code: 0x0025, Jt: 0, Jf: 10, K: 0x000001ac},
-		{Code: 0x0025, Jt: 0, Jf: 5, K: 0x000001b0},
-		{Code: 0x0015, Jt: 107, Jf: 0, K: 0x000001bb},
-		{Code: 0x0015, Jt: 106, Jf: 0, K: 0x000001ba},
-		{Code: 0x0015, Jt: 0, Jf: 1, K: 0x000001b3},
-		{Code: 0x0006, Jt: 0, Jf: 0, K: 0x00050026},
-		{Code: 0x0015, Jt: 103, Jf: 102, K: 0x000001b1},
-		{Code: 0x0015, Jt: 102, Jf: 0, K: 0x000001b0},
-		{Code: 0x0015, Jt: 101, Jf: 0, K: 0x000001af},
-		{Code: 0x0015, Jt: 100, Jf: 0, K: 0x000001ae},
-		{Code: 0x0015, Jt: 99, Jf: 98, K: 0x000001ad},
-		{Code: 0x0025, Jt: 0, Jf: 4, K: 0x00000143},
-		{Code: 0x0015, Jt: 97, Jf: 0, K: 0x000001ac},
-		{Code: 0x0015, Jt: 96, Jf: 0, K: 0x000001ab},
-		{Code: 0x0015, Jt: 95, Jf: 0, K: 0x000001aa},
-		{Code: 0x0015, Jt: 94, Jf: 93, K: 0x000001a9},
-		{Code: 0x0015, Jt: 93, Jf: 0, K: 0x00000143},
-		{Code: 0x0015, Jt: 92, Jf: 0, K: 0x00000141},
-		{Code: 0x0015, Jt: 91, Jf: 0, K: 0x00000140},
-		{Code: 0x0015, Jt: 90, Jf: 89, K: 0x00000139},
-		{Code: 0x0025, Jt: 0, Jf: 9, K: 0x000000f8},
-		{Code: 0x0025, Jt: 0, Jf: 4, K: 0x0000012a},
-		{Code: 0x0015, Jt: 87, Jf: 0, K: 0x00000137},
-		{Code: 0x0015, Jt: 86, Jf: 0, K: 0x00000136},
-		{Code: 0x0015, Jt: 85, Jf: 0, K: 0x00000134},
-		{Code: 0x0015, Jt: 84, Jf: 83, K: 0x00000130},
-		{Code: 0x0015, Jt: 83, Jf: 0, K: 0x0000012a},
-		{Code: 0x0015, Jt: 82, Jf: 0, K: 0x00000110},
-		{Code: 0x0015, Jt: 81, Jf: 0, K: 0x000000fa},
-		{Code: 0x0015, Jt: 80, Jf: 79, K: 0x000000f9},
-		{Code: 0x0025, Jt: 0, Jf: 4, K: 0x000000af},
-		{Code: 0x0015, Jt: 78, Jf: 0, K: 0x000000f8},
-		{Code: 0x0015, Jt: 77, Jf: 0, K: 0x000000f6},
-		{Code: 0x0015, Jt: 76, Jf: 0, K: 0x000000b3},
-		{Code: 0x0015, Jt: 75, Jf: 74, K: 0x000000b0},
-		{Code: 0x0015, Jt: 74, Jf: 0, K: 0x000000af},
-		{Code: 0x0015, Jt: 73, Jf: 0, K: 0x000000ad},
-		{Code: 0x0015, Jt: 72, Jf: 0, K: 0x000000ac},
-		{Code: 0x0015, Jt: 71, Jf: 70, K: 0x000000a9},
-		{Code: 0x0025, Jt: 0, Jf: 9, K: 0x00000087},
-		{Code: 0x0025, Jt: 0, Jf: 4, K: 0x000000a3},
-		{Code: 0x0015, Jt: 68, Jf: 0, K: 0x000000a8},
-		{Code: 0x0015, Jt: 67, Jf: 0, K: 0x000000a7},
-		{Code: 0x0015, Jt: 66, Jf: 0, K: 0x000000a6},
-		{Code: 0x0015, Jt: 65, Jf: 64, K: 0x000000a5},
-		{Code: 0x0015, Jt: 64, Jf: 0, K: 0x000000a3},
-		{Code: 0x0015, Jt: 63, Jf: 0, K: 0x000000a1},
-		{Code: 0x0015, Jt: 62, Jf: 0, K: 0x0000009b},
-		{Code: 0x0015, Jt: 61, Jf: 60, K: 0x0000009a},
-		{Code: 0x0025, Jt: 0, Jf: 32, K: 0x00000035},
-		{Code: 0x0015, Jt: 0, Jf: 4, K: 0x00000087},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000014},
-		{Code: 0x0015, Jt: 0, Jf: 57, K: 0x00000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
-		{Code: 0x0015, Jt: 54, Jf: 55, K: 0xffffffff},
-		{Code: 0x0015, Jt: 54, Jf: 0, K: 0x00000067},
-		{Code: 0x0015, Jt: 53, Jf: 0, K: 0x00000065},
-		{Code: 0x0015, Jt: 0, Jf: 51, K: 0x00000038},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000014},
-		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x00000000},
-		{Code: 0x0015, Jt: 0, Jf: 48, K: 0x00000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
-		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x40000000},
-		{Code: 0x0015, Jt: 46, Jf: 0, K: 0x40000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
-		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x20000000},
-		{Code: 0x0015, Jt: 43, Jf: 0, K: 0x20000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
-		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x10000000},
-		{Code: 0x0015, Jt: 40, Jf: 0, K: 0x10000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
-		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x08000000},
-		{Code: 0x0015, Jt: 37, Jf: 0, K: 0x08000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
-		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x04000000},
-		{Code: 0x0015, Jt: 34, Jf: 0, K: 0x04000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
-		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x02000000},
-		{Code: 0x0015, Jt: 31, Jf: 0, K: 0x02000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
-		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x00020000},
-		{Code: 0x0015, Jt: 28, Jf: 27, K: 0x00020000},
-		{Code: 0x0015, Jt: 1, Jf: 0, K: 0x00000035},
-		{Code: 0x0015, Jt: 0, Jf: 18, K: 0x00000029},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000014},
-		{Code: 0x0015, Jt: 0, Jf: 3, K: 0x00000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
-		{Code: 0x0015, Jt: 13, Jf: 0, K: 0x00000003},
-		{Code: 0x0015, Jt: 12, Jf: 0, K: 0x00000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000014},
-		{Code: 0x0015, Jt: 0, Jf: 5, K: 0x00000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
-		{Code: 0x0054, Jt: 0, Jf: 0, K: 0xfffffffe},
-		{Code: 0x0015, Jt: 7, Jf: 0, K: 0x00000008},
-		{Code: 0x0054, Jt: 0, Jf: 0, K: 0xfffffffc},
-		{Code: 0x0015, Jt: 5, Jf: 0, K: 0x00000004},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000014},
-		{Code: 0x0025, Jt: 3, Jf: 0, K: 0x00000000},
-		{Code: 0x0015, Jt: 0, Jf: 10, K: 0x00000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000010},
-		{Code: 0x0025, Jt: 0, Jf: 8, K: 0x0000000a},
-		{Code: 0x0006, Jt: 0, Jf: 0, K: 0x00050061},
-		{Code: 0x0015, Jt: 0, Jf: 6, K: 0x00000010},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x0000001c},
-		{Code: 0x0054, Jt: 0, Jf: 0, K: 0x00000000},
-		{Code: 0x0015, Jt: 0, Jf: 3, K: 0x00000000},
-		{Code: 0x0020, Jt: 0, Jf: 0, K: 0x00000018},
-		{Code: 0x0015, Jt: 2, Jf: 0, K: 0x0000541c},
-		{Code: 0x0015, Jt: 1, Jf: 0, K: 0x00005412},
-		{Code: 0x0006, Jt: 0, Jf: 0, K: 0x7fff0000},
-		{Code: 0x0006, Jt: 0, Jf: 0, K: 0x00050001},
-		{Code: 0x0006, Jt: 0, Jf: 0, K: 0x80000000},
-	}
-}
+func Program() []byte { return []byte(program) }
+
+const program = "" +
+	"\x20\x00\x00\x00\x04\x00\x00\x00\x15\x00\x00\x04\x3e\x00\x00\xc0\x20\x00\x00\x00\x00\x00\x00\x00\x35\x00\x02\x00\x00\x00\x00\x40" +
+	"\x25\x00\x00\x01\xd2\x01\x00\x00\x06\x00\x00\x00\x26\x00\x05\x00\x20\x00\x00\x00\x04\x00\x00\x00\x15\x00\x00\x75\x3e\x00\x00\xc0" +
+	"\x20\x00\x00\x00\x00\x00\x00\x00\x35\x00\x00\x01\x00\x00\x00\x40\x15\x00\x00\x72\xff\xff\xff\xff\x20\x00\x00\x00\x00\x00\x00\x00" +
+	"\x25\x00\x00\x28\xa8\x00\x00\x00\x25\x00\x00\x14\x37\x01\x00\x00\x25\x00\x00\x0a\xac\x01\x00\x00\x25\x00\x00\x05\xb0\x01\x00\x00" +
+	"\x15\x00\x6b\x00\xbb\x01\x00\x00\x15\x00\x6a\x00\xba\x01\x00\x00\x15\x00\x00\x01\xb3\x01\x00\x00\x06\x00\x00\x00\x26\x00\x05\x00" +
+	"\x15\x00\x67\x66\xb1\x01\x00\x00\x15\x00\x66\x00\xb0\x01\x00\x00\x15\x00\x65\x00\xaf\x01\x00\x00\x15\x00\x64\x00\xae\x01\x00\x00" +
+	"\x15\x00\x63\x62\xad\x01\x00\x00\x25\x00\x00\x04\x43\x01\x00\x00\x15\x00\x61\x00\xac\x01\x00\x00\x15\x00\x60\x00\xab\x01\x00\x00" +
+	"\x15\x00\x5f\x00\xaa\x01\x00\x00\x15\x00\x5e\x5d\xa9\x01\x00\x00\x15\x00\x5d\x00\x43\x01\x00\x00\x15\x00\x5c\x00\x41\x01\x00\x00" +
+	"\x15\x00\x5b\x00\x40\x01\x00\x00\x15\x00\x5a\x59\x39\x01\x00\x00\x25\x00\x00\x09\xf8\x00\x00\x00\x25\x00\x00\x04\x2a\x01\x00\x00" +
+	"\x15\x00\x57\x00\x37\x01\x00\x00\x15\x00\x56\x00\x36\x01\x00\x00\x15\x00\x55\x00\x34\x01\x00\x00\x15\x00\x54\x53\x30\x01\x00\x00" +
+	"\x15\x00\x53\x00\x2a\x01\x00\x00\x15\x00\x52\x00\x10\x01\x00\x00\x15\x00\x51\x00\xfa\x00\x00\x00\x15\x00\x50\x4f\xf9\x00\x00\x00" +
+	"\x25\x00\x00\x04\xaf\x00\x00\x00\x15\x00\x4e\x00\xf8\x00\x00\x00\x15\x00\x4d\x00\xf6\x00\x00\x00\x15\x00\x4c\x00\xb3\x00\x00\x00" +
+	"\x15\x00\x4b\x4a\xb0\x00\x00\x00\x15\x00\x4a\x00\xaf\x00\x00\x00\x15\x00\x49\x00\xad\x00\x00\x00\x15\x00\x48\x00\xac\x00\x00\x00" +
+	"\x15\x00\x47\x46\xa9\x00\x00\x00\x25\x00\x00\x09\x87\x00\x00\x00\x25\x00\x00\x04\xa3\x00\x00\x00\x15\x00\x44\x00\xa8\x00\x00\x00" +
+	"\x15\x00\x43\x00\xa7\x00\x00\x00\x15\x00\x42\x00\xa6\x00\x00\x00\x15\x00\x41\x40\xa5\x00\x00\x00\x15\x00\x40\x00\xa3\x00\x00\x00" +
+	"\x15\x00\x3f\x00\xa1\x00\x00\x00\x15\x00\x3e\x00\x9b\x00\x00\x00\x15\x00\x3d\x3c\x9a\x00\x00\x00\x25\x00\x00\x20\x35\x00\x00\x00" +
+	"\x15\x00\x00\x04\x87\x00\x00\x00\x20\x00\x00\x00\x14\x00\x00\x00\x15\x00\x00\x39\x00\x00\x00\x00\x20\x00\x00\x00\x10\x00\x00\x00" +
+	"\x15\x00\x36\x37\xff\xff\xff\xff\x15\x00\x36\x00\x67\x00\x00\x00\x15\x00\x35\x00\x65\x00\x00\x00\x15\x00\x00\x33\x38\x00\x00\x00" +
+	"\x20\x00\x00\x00\x14\x00\x00\x00\x54\x00\x00\x00\x00\x00\x00\x00\x15\x00\x00\x30\x00\x00\x00\x00\x20\x00\x00\x00\x10\x00\x00\x00" +
+	"\x54\x00\x00\x00\x00\x00\x00\x40\x15\x00\x2e\x00\x00\x00\x00\x40\x20\x00\x00\x00\x10\x00\x00\x00\x54\x00\x00\x00\x00\x00\x00\x20" +
+	"\x15\x00\x2b\x00\x00\x00\x00\x20\x20\x00\x00\x00\x10\x00\x00\x00\x54\x00\x00\x00\x00\x00\x00\x10\x15\x00\x28\x00\x00\x00\x00\x10" +
+	"\x20\x00\x00\x00\x10\x00\x00\x00\x54\x00\x00\x00\x00\x00\x00\x08\x15\x00\x25\x00\x00\x00\x00\x08\x20\x00\x00\x00\x10\x00\x00\x00" +
+	"\x54\x00\x00\x00\x00\x00\x00\x04\x15\x00\x22\x00\x00\x00\x00\x04\x20\x00\x00\x00\x10\x00\x00\x00\x54\x00\x00\x00\x00\x00\x00\x02" +
+	"\x15\x00\x1f\x00\x00\x00\x00\x02\x20\x00\x00\x00\x10\x00\x00\x00\x54\x00\x00\x00\x00\x00\x02\x00\x15\x00\x1c\x1b\x00\x00\x02\x00" +
+	"\x15\x00\x01\x00\x35\x00\x00\x00\x15\x00\x00\x12\x29\x00\x00\x00\x20\x00\x00\x00\x14\x00\x00\x00\x15\x00\x00\x03\x00\x00\x00\x00" +
+	"\x20\x00\x00\x00\x10\x00\x00\x00\x15\x00\x0d\x00\x03\x00\x00\x00\x15\x00\x0c\x00\x00\x00\x00\x00\x20\x00\x00\x00\x14\x00\x00\x00" +
+	"\x15\x00\x00\x05\x00\x00\x00\x00\x20\x00\x00\x00\x10\x00\x00\x00\x54\x00\x00\x00\xfe\xff\xff\xff\x15\x00\x07\x00\x08\x00\x00\x00" +
+	"\x54\x00\x00\x00\xfc\xff\xff\xff\x15\x00\x05\x00\x04\x00\x00\x00\x20\x00\x00\x00\x14\x00\x00\x00\x25\x00\x03\x00\x00\x00\x00\x00" +
+	"\x15\x00\x00\x0a\x00\x00\x00\x00\x20\x00\x00\x00\x10\x00\x00\x00\x25\x00\x00\x08\x0a\x00\x00\x00\x06\x00\x00\x00\x61\x00\x05\x00" +
+	"\x15\x00\x00\x06\x10\x00\x00\x00\x20\x00\x00\x00\x1c\x00\x00\x00\x54\x00\x00\x00\x00\x00\x00\x00\x15\x00\x00\x03\x00\x00\x00\x00" +
+	"\x20\x00\x00\x00\x18\x00\x00\x00\x15\x00\x02\x00\x1c\x54\x00\x00\x15\x00\x01\x00\x12\x54\x00\x00\x06\x00\x00\x00\x00\x00\xff\x7f" +
+	"\x06\x00\x00\x00\x01\x00\x05\x00\x06\x00\x00\x00\x00\x00\x00\x80"
