@@ -63,7 +63,8 @@ func (w *frameWriter) fail(err error) int {
 }
 
 // handlers is the whole launcher: one row per action. Admission has already
-// checked the request's exact field set against protocol's table.
+// checked the request's exact field set against protocol's table, which
+// names the same actions (TestOneActionTable).
 func handlers() map[string]func(*launcher) error {
 	return map[string]func(*launcher) error{
 		protocol.ActionPreflight:  (*launcher).preflight,
