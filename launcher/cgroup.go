@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -123,36 +124,40 @@ func cgKey(content, key string) (string, bool) {
 	return "", false
 }
 
-// applyLimits enables what the parent offers and writes each limit,
-// reporting honestly which ones this host enforces.
+// cgLimits is the one table of the limits a cgroup v2 controller enforces:
+// create writes them (applyLimits), preflight reports which it could.
+var cgLimits = []struct {
+	name, controller, file string
+	value                  func(limitSet) uint64
+}{
+	{"pids", "pids", "pids.max", func(l limitSet) uint64 { return l.Pids }},
+	{"memory_bytes", "memory", "memory.max", func(l limitSet) uint64 { return l.MemoryBytes }},
+	{"cpu_millis", "cpu", "cpu.max", func(l limitSet) uint64 { return l.CPUMillis }},
+}
+
+// applyLimits enables what the parent offers and writes each limit into
+// cg, reporting honestly which ones this host enforces. With cg < 0 it
+// changes nothing and reports what this host could enforce (preflight).
 func applyLimits(parent, cg int, lim limitSet) []protocol.Limit {
 	avail, _ := cgRead(parent, "cgroup.controllers")
-	has := map[string]bool{}
-	for _, c := range strings.Fields(avail) {
-		has[c] = true
-	}
-	type want struct {
-		name, controller, file, value string
-		v                             uint64
-	}
-	cpu := "max 100000"
-	if lim.CPUMillis > 0 {
-		cpu = strconv.FormatUint(lim.CPUMillis*100, 10) + " 100000"
-	}
-	wants := []want{
-		{"pids", "pids", "pids.max", strconv.FormatUint(lim.Pids, 10), lim.Pids},
-		{"memory_bytes", "memory", "memory.max", strconv.FormatUint(lim.MemoryBytes, 10), lim.MemoryBytes},
-		{"cpu_millis", "cpu", "cpu.max", cpu, lim.CPUMillis},
-	}
 	var out []protocol.Limit
-	for _, w := range wants {
-		r := protocol.Limit{Name: w.name, Value: w.v}
+	for _, w := range cgLimits {
+		r := protocol.Limit{Name: w.name, Value: w.value(lim)}
+		value := strconv.FormatUint(r.Value, 10)
+		if w.controller == "cpu" { // cpu_millis of CPU time per second
+			value = "max 100000"
+			if r.Value > 0 {
+				value = strconv.FormatUint(r.Value*100, 10) + " 100000"
+			}
+		}
 		switch {
-		case !has[w.controller]:
+		case !slices.Contains(strings.Fields(avail), w.controller):
 			r.Reason = "cgroup v2 controller " + w.controller + " is not available here (hybrid or undelegated host)"
+		case cg < 0:
+			r.Enforced = true
 		case cgWrite(parent, "cgroup.subtree_control", "+"+w.controller) != nil:
 			r.Reason = "could not enable controller " + w.controller
-		case cgWrite(cg, w.file, w.value) != nil:
+		case cgWrite(cg, w.file, value) != nil:
 			r.Reason = "could not write " + w.file
 		default:
 			r.Enforced = true
@@ -161,9 +166,8 @@ func applyLimits(parent, cg int, lim limitSet) []protocol.Limit {
 	}
 	// RLIMIT_NPROC counts per host uid, and every domain has its own uid
 	// range, so it bounds this domain alone on any host.
-	out = append(out, protocol.Limit{Name: "nproc", Value: lim.NProc, Enforced: true, Reason: "RLIMIT_NPROC"})
-	out = append(out, protocol.Limit{Name: "nofile", Value: lim.NoFile, Enforced: true, Reason: "RLIMIT_NOFILE"})
-	return out
+	return append(out, protocol.Limit{Name: "nproc", Value: lim.NProc, Enforced: true, Reason: "RLIMIT_NPROC"},
+		protocol.Limit{Name: "nofile", Value: lim.NoFile, Enforced: true, Reason: "RLIMIT_NOFILE"})
 }
 
 type cgState struct {

@@ -28,8 +28,6 @@ func (l *launcher) preflight() error {
 	for _, ns := range []string{"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"} {
 		if _, err := os.Stat("/proc/self/ns/" + ns); err == nil {
 			rep.Namespaces = append(rep.Namespaces, ns)
-		} else {
-			problem("namespace " + ns + " unavailable")
 		}
 	}
 	if parent, err := l.openCgroupParent(); err == nil {
@@ -39,20 +37,8 @@ func (l *launcher) preflight() error {
 		var st unix.Stat_t
 		rep.CgroupFreeze = unix.Fstatat(parent, "cgroup.freeze", &st, 0) == nil
 		rep.CgroupKill = unix.Fstatat(parent, "cgroup.kill", &st, 0) == nil
-		for _, c := range []struct{ name, controller string }{{"pids", "pids"}, {"memory_bytes", "memory"}, {"cpu_millis", "cpu"}} {
-			lim := protocol.Limit{Name: c.name, Enforced: slices.Contains(rep.CgroupControllers, c.controller)}
-			if !lim.Enforced {
-				lim.Reason = "cgroup v2 controller " + c.controller + " is not available here (hybrid or undelegated host)"
-			}
-			rep.Limits = append(rep.Limits, lim)
-		}
+		rep.Limits = applyLimits(parent, -1, limitSet{})
 		unix.Close(parent)
-	} else {
-		problem("cgroup_parent is not a usable cgroup v2 directory")
-	}
-	rep.Limits = append(rep.Limits, protocol.Limit{Name: "nproc", Enforced: true, Reason: "RLIMIT_NPROC"})
-	if !rep.CgroupFreeze || !rep.CgroupKill {
-		problem("cgroup.freeze or cgroup.kill missing (kernel older than 5.14)")
 	}
 	major, minor := kernelVersion(rep.Kernel)
 	at := func(ma, mi int) bool { return major > ma || major == ma && minor >= mi }
@@ -61,18 +47,12 @@ func (l *launcher) preflight() error {
 	// layers in 5.19.
 	rep.OverlayInUserns = strings.Contains(string(fs), "\toverlay\n") && at(5, 11)
 	rep.IdmappedMounts = at(5, 19)
-	if !rep.OverlayInUserns || !rep.IdmappedMounts {
-		problem("overlay in user namespaces over idmapped layers needs Linux 5.19 or newer")
-	}
 	acts := hostSeccompActions()
 	for a := range acts {
 		rep.SeccompActions = append(rep.SeccompActions, a)
 	}
 	slices.Sort(rep.SeccompActions)
 	rep.SeccompUserNotif = acts["user_notif"]
-	if !rep.SeccompUserNotif {
-		problem("no seccomp user notification: NOTIFY rules must be compiled to KILL_PROCESS")
-	}
 	// What is cheap to try is tried; the rest is known by the release that
 	// brought it. The product's floor is Linux 5.19 (README).
 	feature := func(name string, required, ok bool, detail string) {
@@ -103,9 +83,6 @@ func (l *launcher) preflight() error {
 		rep.RootfsDigest = digest
 		rep.RootfsMatches = digest == l.cfg.RootfsManifestSHA256
 	}
-	if !rep.RootfsMatches {
-		problem("rootfs manifest digest differs from the configured one, or the tree from its manifest")
-	}
 	if f, err := os.Open("/proc/self/exe"); err == nil {
 		h := sha256.New()
 		_, _ = io.Copy(h, f)
@@ -118,13 +95,15 @@ func (l *launcher) preflight() error {
 			rep.Verdict = "degraded"
 		}
 	}
-	if len(rep.Namespaces) < 7 || !rep.CgroupV2 || !rep.CgroupFreeze || !rep.CgroupKill || !rep.OverlayInUserns || !rep.IdmappedMounts || !rep.RootfsMatches {
-		rep.Verdict = "refused"
-	}
 	for _, f := range rep.Features {
 		if f.Required && !f.OK {
 			rep.Verdict = "refused"
 		}
+	}
+	// The one refusal that is not a host feature.
+	if !rep.RootfsMatches {
+		problem("rootfs manifest digest differs from the configured one, or the tree from its manifest")
+		rep.Verdict = "refused"
 	}
 	l.out.send(&protocol.LauncherResponse{Type: protocol.TypePreflight, Preflight: rep})
 	return nil
