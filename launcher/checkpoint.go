@@ -5,12 +5,14 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
 	"path"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -93,7 +95,7 @@ func (l *launcher) archive(upper int, base uint32) (*protocol.CheckpointResult, 
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
 	tmp := ".tmp-" + hex.EncodeToString(nonce[:])
-	fd, err := unix.Openat(l.state.checkpoints, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := unix.Openat(l.state.checkpoints, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "create checkpoint: %w", err)
 	}
@@ -106,29 +108,126 @@ func (l *launcher) archive(upper int, base uint32) (*protocol.CheckpointResult, 
 	if err := errors.Join(unix.Fchown(fd, 0, int(l.cfg.WorkspaceOwnerGID)), unix.Fchmod(fd, 0o640)); err != nil {
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "create checkpoint: %w", err)
 	}
-	h := sha256.New()
-	cw := &countingWriter{w: io.MultiWriter(f, h), max: l.cfg.MaxCheckpointBytes, room: room}
-	a := &archiver{tw: tar.NewWriter(cw), base: base, size: l.cfg.UIDPool.Size, maxEntries: l.cfg.MaxCheckpointEntries}
-	if err := a.walk(upper, "", 0); err != nil {
+	entries, err := l.runHelper(base, ckptSpec{MaxEntries: l.cfg.MaxCheckpointEntries, MaxBytes: l.cfg.MaxCheckpointBytes, Room: room}, upper, f)
+	if err != nil {
 		return nil, err
 	}
-	if err := a.tw.Close(); err != nil {
-		return nil, checkpointWriteError(err)
+	// The helper is less trusted than we are: its caps are checked again,
+	// and the digest is ours, of the bytes as stored.
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Size > l.cfg.MaxCheckpointBytes || st.Size > room {
+		return nil, protocol.E(protocol.CodeCheckpointTooLarge)
 	}
 	if err := f.Sync(); err != nil {
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "fsync: %w", err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, st.Size)); err != nil {
+		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "hash checkpoint: %w", err)
 	}
 	digest := hex.EncodeToString(h.Sum(nil))
 	if err := unix.Renameat(l.state.checkpoints, tmp, l.state.checkpoints, digest+".tar"); err != nil {
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "publish checkpoint: %w", err)
 	}
 	_ = unix.Fsync(l.state.checkpoints)
-	return &protocol.CheckpointResult{SHA256: digest, Bytes: cw.n, Entries: a.entries}, nil
+	return &protocol.CheckpointResult{SHA256: digest, Bytes: st.Size, Entries: entries}, nil
+}
+
+// ckptSpec is what the launcher tells its checkpoint helper.
+type ckptSpec struct {
+	Restore    bool   `json:"restore"`
+	MaxEntries int    `json:"max_entries"`
+	MaxBytes   int64  `json:"max_bytes"`
+	Room       int64  `json:"room"` // left in the checkpoint store
+	IDs        uint32 `json:"ids"`  // the size of the domain's id range
+}
+
+// runHelper archives the upper layer into f, or restores f into it, in a
+// helper that holds no host privilege: this binary again, in a user
+// namespace of its own that maps exactly the domain's id range (as the
+// domain's own does) and a network namespace with nothing in it. Its
+// capabilities reach only inodes the domain's ids own, so the tar code,
+// which reads and writes what a hostile worker made, runs with the
+// domain's reach, never root's: an entry that escaped the upper layer
+// would still meet the host's permissions as the domain's root. It gets
+// both as descriptors and answers with the number of entries.
+func (l *launcher) runHelper(base uint32, spec ckptSpec, upper int, f *os.File) (int, error) {
+	spec.IDs = l.cfg.UIDPool.Size
+	mon, helper, err := seqpacketPair()
+	if err != nil {
+		return 0, err
+	}
+	defer mon.Close()
+	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: int(spec.IDs)}}
+	// Descriptors 0-2 closed (its runtime puts /dev/null there) and no
+	// pidfd: a checkpoint still works under a low RLIMIT_NOFILE.
+	closed := ^uintptr(0)
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{ckptArg0}, &syscall.ProcAttr{
+		Env: []string{}, Files: []uintptr{closed, closed, closed, helper.Fd()},
+		Sys: &syscall.SysProcAttr{
+			Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWNET,
+			UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true, // it drops root's groups
+			Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+			Pdeathsig:  unix.SIGKILL,
+		},
+	})
+	helper.Close()
+	if err != nil {
+		return 0, protocol.Errorf(protocol.CodeLauncherFailed, "checkpoint helper: %w", err)
+	}
+	// Killing a helper that already answered and exited is a no-op; it
+	// stays a zombie until reaped here, so the pid cannot be reused first.
+	defer unix.Wait4(pid, nil, 0, nil)
+	defer unix.Kill(pid, unix.SIGKILL)
+	sb, _ := json.Marshal(spec)
+	if err := sendMsg(mon, sb, []int{upper, int(f.Fd())}); err != nil {
+		return 0, protocol.Errorf(protocol.CodeLauncherFailed, "checkpoint helper: %w", err)
+	}
+	msg, fds, err := recvMsg(mon, l.deadline)
+	closeAll(fds...)
+	switch {
+	case err != nil:
+		return 0, protocol.Errorf(protocol.CodeLauncherFailed, "checkpoint helper: %w", err)
+	case msg.Error != "":
+		return 0, protocol.E(protocol.Code(msg.Error))
+	}
+	return msg.Code, nil
+}
+
+// runCheckpointHelper is the helper's side of runHelper.
+func runCheckpointHelper() int {
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	ch := os.NewFile(3, "ckpt")
+	b, fds, err := recvSized(ch, time.Now().Add(actionDeadline), 4096)
+	var spec ckptSpec
+	if err != nil || len(fds) != 2 || json.Unmarshal(b, &spec) != nil {
+		return 1
+	}
+	f := os.NewFile(uintptr(fds[1]), "archive")
+	n := 0
+	if spec.Restore {
+		n, err = extract(f, fds[0], spec)
+	} else {
+		cw := &countingWriter{w: f, max: spec.MaxBytes, room: spec.Room}
+		a := &archiver{tw: tar.NewWriter(cw), maxEntries: spec.MaxEntries}
+		if err = a.walk(fds[0], "", 0); err == nil {
+			if err = a.tw.Close(); err != nil {
+				err = checkpointWriteError(err)
+			}
+		}
+		n = a.entries
+	}
+	f.Close()
+	if err != nil {
+		_ = sendReply(ch, initReply{Error: string(protocol.AsWire(err).Code)}, nil)
+		return 1
+	}
+	_ = sendReply(ch, initReply{Exited: true, Code: n}, nil)
+	return 0
 }
 
 type archiver struct {
 	tw         *tar.Writer
-	base, size uint32
 	entries    int
 	maxEntries int
 }
@@ -168,8 +267,11 @@ func (a *archiver) entry(dir int, name, full string, depth int) error {
 	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return protocol.Errorf(protocol.CodeLauncherFailed, "stat: %w", err)
 	}
+	// Owners as the domain numbers them: the helper's namespace maps the
+	// domain's range, and an id outside it (none should exist) reads as
+	// the overflow id, nobody.
 	hdr := &tar.Header{
-		Name: full, Mode: int64(st.Mode & 0o1777), Uid: a.inDomain(st.Uid), Gid: a.inDomain(st.Gid),
+		Name: full, Mode: int64(st.Mode & 0o1777), Uid: int(st.Uid), Gid: int(st.Gid),
 		ModTime: time.Unix(st.Mtim.Sec, 0), Format: tar.FormatPAX,
 	}
 	switch st.Mode & unix.S_IFMT {
@@ -233,15 +335,6 @@ func (a *archiver) entry(dir int, name, full string, depth int) error {
 		return checkpointWriteError(err)
 	}
 	return nil
-}
-
-// inDomain turns a host id into the domain's own numbering; ids outside the
-// domain's range (none should exist) become nobody.
-func (a *archiver) inDomain(id uint32) int {
-	if id >= a.base && id-a.base < a.size {
-		return int(id - a.base)
-	}
-	return 65534
 }
 
 type countingWriter struct {
@@ -327,7 +420,7 @@ func (l *launcher) openCheckpoint(digest string) (*os.File, error) {
 // is opened beneath the upper with no symlink crossing, so neither a "../"
 // name nor a symlink planted by an earlier entry can lead outside it. Only
 // directories, regular files, symlinks, fifos and whiteouts are accepted.
-func (l *launcher) extract(f *os.File, upper int, base uint32) (int, error) {
+func extract(f *os.File, upper int, spec ckptSpec) (int, error) {
 	unsafeEntry := func(why string) (int, error) {
 		return 0, protocol.Errorf(protocol.CodeCheckpointUnsafe, "%s", why)
 	}
@@ -346,7 +439,7 @@ func (l *launcher) extract(f *os.File, upper int, base uint32) (int, error) {
 		if err != nil {
 			return 0, protocol.Errorf(protocol.CodeCheckpointCorrupt, "%w", err)
 		}
-		if entries++; entries > l.cfg.MaxCheckpointEntries {
+		if entries++; entries > spec.MaxEntries {
 			return 0, protocol.E(protocol.CodeCheckpointTooLarge)
 		}
 		name := strings.TrimSuffix(hdr.Name, "/")
@@ -362,11 +455,11 @@ func (l *launcher) extract(f *os.File, upper int, base uint32) (int, error) {
 			}
 		}
 		if hdr.Typeflag == tar.TypeReg {
-			if data += hdr.Size; hdr.Size < 0 || data > l.cfg.MaxCheckpointBytes {
+			if data += hdr.Size; hdr.Size < 0 || data > spec.MaxBytes {
 				return 0, protocol.E(protocol.CodeCheckpointTooLarge)
 			}
 		}
-		if hdr.Uid < 0 || hdr.Gid < 0 || uint64(hdr.Uid) >= uint64(l.cfg.UIDPool.Size) || uint64(hdr.Gid) >= uint64(l.cfg.UIDPool.Size) {
+		if hdr.Uid < 0 || hdr.Gid < 0 || uint64(hdr.Uid) >= uint64(spec.IDs) || uint64(hdr.Gid) >= uint64(spec.IDs) {
 			return unsafeEntry("owner outside the domain's range")
 		}
 		parentName, base1 := path.Split(name)
@@ -376,7 +469,7 @@ func (l *launcher) extract(f *os.File, upper int, base uint32) (int, error) {
 				return unsafeEntry("parent is not a directory beneath the upper layer")
 			}
 		}
-		err = l.extractOne(tr, hdr, parent, base1, base)
+		err = extractOne(tr, hdr, parent, base1)
 		if parent != upper {
 			unix.Close(parent)
 		}
@@ -395,7 +488,7 @@ func (l *launcher) extract(f *os.File, upper int, base uint32) (int, error) {
 	return entries, nil
 }
 
-func (l *launcher) extractOne(tr *tar.Reader, hdr *tar.Header, parent int, name string, base uint32) error {
+func extractOne(tr *tar.Reader, hdr *tar.Header, parent int, name string) error {
 	mode := uint32(hdr.Mode) & 0o1777 // never set-id, whatever the archive says
 	var err error
 	switch hdr.Typeflag {
@@ -434,7 +527,7 @@ func (l *launcher) extractOne(tr *tar.Reader, hdr *tar.Header, parent int, name 
 		}
 		return protocol.Errorf(protocol.CodeLauncherFailed, "extract: %w", err)
 	}
-	if err := unix.Fchownat(parent, name, int(base)+hdr.Uid, int(base)+hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.Fchownat(parent, name, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return protocol.Errorf(protocol.CodeLauncherFailed, "chown: %w", err)
 	}
 	if hdr.Typeflag != tar.TypeSymlink && hdr.Typeflag != tar.TypeChar {

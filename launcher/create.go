@@ -173,7 +173,8 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 	}
 	defer unix.Close(upper)
 	if ckpt != nil {
-		if _, err := l.extract(ckpt, upper, base); err != nil {
+		restore := ckptSpec{Restore: true, MaxEntries: l.cfg.MaxCheckpointEntries, MaxBytes: l.cfg.MaxCheckpointBytes}
+		if _, err := l.runHelper(base, restore, upper, ckpt); err != nil {
 			return err
 		}
 	}
@@ -537,10 +538,6 @@ func (l *launcher) idmapUserns(uid, toUID, gid, toGID uint32) (int, error) {
 	_ = cmd.Wait()
 	return fd, err
 }
-
-// runHold is what a traced namespace holder would run if it were ever let
-// go: nothing.
-func runHold() {}
 
 func (l *launcher) awaitExec(run *domainRun) error {
 	deadline := time.Now().Add(actionDeadline)

@@ -17,6 +17,7 @@ const (
 	initArg0  = "autonomic-domain-init"
 	stageArg0 = "autonomic-worker-stage"
 	holdArg0  = "autonomic-userns-hold"
+	ckptArg0  = "autonomic-checkpoint"
 )
 
 // requestDeadline bounds reading the one request; actionDeadline bounds
@@ -33,8 +34,9 @@ func main() {
 	case stageArg0:
 		os.Exit(runStage())
 	case holdArg0:
-		runHold()
-		os.Exit(0)
+		os.Exit(0) // traced: stopped at its exec, then killed
+	case ckptArg0:
+		os.Exit(runCheckpointHelper())
 	}
 	os.Exit(serve())
 }
