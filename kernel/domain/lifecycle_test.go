@@ -670,3 +670,77 @@ func TestPreflightNamesEveryFeature(t *testing.T) {
 		t.Errorf("features %+v, verdict %s, problems %v", rep.Features, rep.Verdict, rep.Problems)
 	}
 }
+
+// TestCheckpointHelperHoldsNoHostPrivilege: the tar code of a checkpoint
+// runs in the launcher's checkpoint helper, never as host root. While a
+// 64 MiB upper layer is archived, the helper is seen with a host uid of the
+// bed's uid pool (the domain's root), in a user and a network namespace
+// other than the host's.
+func TestCheckpointHelperHoldsNoHostPrivilege(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, "head -c 67108864 /dev/zero > /workspace/big && echo ready && sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+	type seen struct{ uid, userns, netns string }
+	var helpers []seen
+	for try := 0; try < 5 && len(helpers) == 0; try++ {
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				procs, _ := os.ReadDir("/proc")
+				for _, p := range procs {
+					dir := "/proc/" + p.Name()
+					if cmd, _ := os.ReadFile(dir + "/cmdline"); string(cmd) != "autonomic-checkpoint\x00" {
+						continue
+					}
+					status, _ := os.ReadFile(dir + "/status")
+					var s seen
+					for _, line := range strings.Split(string(status), "\n") {
+						if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+							s.uid = strings.Join(strings.Fields(rest), " ")
+						}
+					}
+					s.userns, _ = os.Readlink(dir + "/ns/user")
+					s.netns, _ = os.Readlink(dir + "/ns/net")
+					if s.uid != "" && s.userns != "" {
+						helpers = append(helpers, s)
+					}
+				}
+			}
+		}()
+		_, err := d.Checkpoint(ctx, id)
+		close(stop)
+		<-done
+		if err != nil {
+			t.Fatalf("checkpoint: %v", err)
+		}
+	}
+	if len(helpers) == 0 {
+		t.Fatal("five checkpoints of 64 MiB and the helper was never seen")
+	}
+	hostUser, _ := os.Readlink("/proc/self/ns/user")
+	hostNet, _ := os.Readlink("/proc/self/ns/net")
+	for _, h := range helpers {
+		ids := strings.Fields(h.uid) // real, effective, saved, filesystem
+		for _, s := range ids {
+			uid, err := strconv.ParseUint(s, 10, 32)
+			if err != nil || uid < uint64(bed.UIDBase) || uid >= uint64(bed.UIDBase)+16*65536 {
+				t.Fatalf("checkpoint helper runs as host uids %q, not the domain's", h.uid)
+			}
+		}
+		if h.userns == hostUser || h.netns == hostNet {
+			t.Fatalf("checkpoint helper shares the host's namespaces: %+v", h)
+		}
+	}
+	if _, err := d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
