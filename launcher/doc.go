@@ -19,6 +19,10 @@
 //     recorded making, never on a same-named one it did not.
 //   - A rootfs is used only if its manifest has the configured digest and
 //     its tree matches that manifest (checked in full once per boot).
+//   - The tar code of checkpoint and restore, which reads and writes what a
+//     hostile worker made, never runs as host root: a helper holding only
+//     the domain's ids does (checkpoint.go); root keeps the store and the
+//     digest.
 //   - The worker starts with no capabilities, no_new_privs, a new session,
 //     descriptors 0-2 only, an allowlisted environment, the mandatory
 //     seccomp floor and the requested profile; it never runs a shell string.
