@@ -18,80 +18,12 @@ import (
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
-// create builds a domain and then stays as its monitor. The order below is
-// the order of privilege: resolve every host object first (failures there
-// leave nothing behind), then claim state, then clone, then mount, then
-// hand over to the unprivileged worker.
+// create builds a domain (build) and then stays as its monitor. A build
+// that fails after claiming the id destroys what it made.
 func (l *launcher) create() error {
-	r := l.req
-	lim, err := l.effectiveLimits()
-	if err != nil {
-		return err
-	}
-	env, err := l.workerEnv()
-	if err != nil {
-		return err
-	}
-	var profile []byte
-	if r.Seccomp != nil {
-		if profile, err = r.Seccomp.Decode(); err != nil {
-			return err
-		}
-	}
-	if err := checkStderr(); err != nil {
-		return err
-	}
-	notify := profile != nil && hostSeccompActions()["user_notif"]
-	if profile != nil && !notify && programUsesNotify(profile) {
-		return protocol.Errorf(protocol.CodeSeccompUnsupported, "host lacks user notification")
-	}
-
-	// 1. Resolve: rootfs (by manifest digest), workspace, socket, checkpoint.
-	rootfs, digest, err := l.openRootfs(r.Rootfs)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(rootfs)
-	if digest != l.cfg.Rootfses[r.Rootfs].ManifestSHA256 {
-		return protocol.E(protocol.CodeRootfsMismatch)
-	}
-	lower, err := l.openWorkspace(r.WorkspaceID)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(lower)
-	var socks []domainSocket
-	for _, ds := range r.DomainSockets() {
-		if ds.ID == "" {
-			continue
-		}
-		s := domainSocket{id: ds.ID, name: ds.Name}
-		if s.fd, err = l.openSocket(s.id); err != nil {
-			return err
-		}
-		defer unix.Close(s.fd)
-		socks = append(socks, s)
-	}
-	var ckpt *os.File
-	if r.Checkpoint != "" {
-		if ckpt, err = l.openCheckpoint(r.Checkpoint); err != nil {
-			return err
-		}
-		defer ckpt.Close()
-	}
-
-	// 2. Claim: the domain directory is the lock on the id; from here on
-	// every failure destroys whatever exists, which destroy tolerates.
-	// 0711: the domain's root (an unmapped host uid) must traverse it to
-	// reach upper/ and work/; domains/ itself stays 0700.
-	if err := unix.Mkdirat(l.state.domains, r.DomainID, 0o711); err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			return protocol.E(protocol.CodeDomainExists)
-		}
-		return protocol.Errorf(protocol.CodeLauncherFailed, "mkdir domain: %w", err)
-	}
 	run := &domainRun{domfd: -1, cgfd: -1, listener: -1}
-	if err := l.build(run, r, lim, env, profile, notify, rootfs, lower, socks, ckpt, digest); err != nil {
+	claimed, err := l.build(run)
+	if err != nil {
 		// Clean up only the directory this create made, not one a destroy
 		// and a new create of the id may have put there meanwhile.
 		var st unix.Stat_t
@@ -100,7 +32,9 @@ func (l *launcher) create() error {
 			bound = nil
 		}
 		run.release() // drops the domain lock, so destroy can take it
-		_, _ = l.destroyDomain(r.DomainID, time.Now().Add(actionDeadline), bound)
+		if claimed {
+			_, _ = l.destroyDomain(l.req.DomainID, time.Now().Add(actionDeadline), bound)
+		}
 		return err
 	}
 	return l.monitor(run)
@@ -132,50 +66,123 @@ func (run *domainRun) release() {
 	}
 }
 
-func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitSet, env []string, profile []byte, notify bool,
-	rootfs, lower int, socks []domainSocket, ckpt *os.File, digest string) error {
+// build is the create path, in the order of privilege: resolve every host
+// object first (failures there leave nothing behind), then claim the id,
+// then the cgroup, the clone, the mounts, and the hand-over to the
+// unprivileged worker. Everything it opens for the build is closed when it
+// returns; run holds what the monitor keeps.
+func (l *launcher) build(run *domainRun) (claimed bool, err error) {
+	r := l.req
+	lim, err := l.effectiveLimits()
+	if err != nil {
+		return false, err
+	}
+	env, err := l.workerEnv()
+	if err != nil {
+		return false, err
+	}
+	var profile []byte
+	if r.Seccomp != nil {
+		if profile, err = r.Seccomp.Decode(); err != nil {
+			return false, err
+		}
+	}
+	if err := checkStderr(); err != nil {
+		return false, err
+	}
+	notify := profile != nil && hostSeccompActions()["user_notif"]
+	if profile != nil && !notify && programUsesNotify(profile) {
+		return false, protocol.Errorf(protocol.CodeSeccompUnsupported, "host lacks user notification")
+	}
+
+	// 1. Resolve: rootfs (by manifest digest), workspace, socket, checkpoint.
+	rootfs, digest, err := l.openRootfs(r.Rootfs)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(rootfs)
+	if digest != l.cfg.Rootfses[r.Rootfs].ManifestSHA256 {
+		return false, protocol.E(protocol.CodeRootfsMismatch)
+	}
+	lower, err := l.openWorkspace(r.WorkspaceID)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(lower)
+	var socks []domainSocket
+	for _, ds := range r.DomainSockets() {
+		if ds.ID == "" {
+			continue
+		}
+		s := domainSocket{id: ds.ID, name: ds.Name}
+		if s.fd, err = l.openSocket(s.id); err != nil {
+			return false, err
+		}
+		defer unix.Close(s.fd)
+		socks = append(socks, s)
+	}
+	var ckpt *os.File
+	if r.Checkpoint != "" {
+		if ckpt, err = l.openCheckpoint(r.Checkpoint); err != nil {
+			return false, err
+		}
+		defer ckpt.Close()
+	}
+
+	// 2. Claim: the domain directory is the lock on the id; from here on
+	// every failure destroys whatever exists, which destroy tolerates.
+	// 0711: the domain's root (an unmapped host uid) must traverse it to
+	// reach upper/ and work/; domains/ itself stays 0700.
+	if err := unix.Mkdirat(l.state.domains, r.DomainID, 0o711); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return false, protocol.E(protocol.CodeDomainExists)
+		}
+		return false, protocol.Errorf(protocol.CodeLauncherFailed, "mkdir domain: %w", err)
+	}
+	claimed = true
+
 	domfd, err := openDirBeneath(l.state.domains, r.DomainID)
 	if errors.Is(err, unix.ENOENT) {
 		// A destroy removed it between our mkdir and this open.
-		return protocol.Errorf(protocol.CodeDomainNotFound, "destroyed while being created")
+		return true, protocol.Errorf(protocol.CodeDomainNotFound, "destroyed while being created")
 	}
 	if err != nil {
-		return err
+		return true, err
 	}
 	run.domfd = domfd
 	if err := lockDomain(domfd, l.deadline); err != nil {
-		return err
+		return true, err
 	}
 	// A destroy may have removed the directory between our mkdir and our
 	// lock; building inside an unlinked directory would leak the domain.
 	var st unix.Stat_t
 	if err := unix.Fstat(domfd, &st); err != nil || st.Nlink == 0 {
-		return protocol.Errorf(protocol.CodeDomainNotFound, "destroyed while being created")
+		return true, protocol.Errorf(protocol.CodeDomainNotFound, "destroyed while being created")
 	}
 	slot, err := l.allocSlot(r.DomainID)
 	if err != nil {
-		return err
+		return true, err
 	}
 	base := l.uidBase(slot)
 	run.meta = domainMeta{Generation: r.Generation, Slot: slot, UIDBase: base, OneShot: r.OneShot, RootfsDigest: digest}
 	mb, _ := json.Marshal(run.meta)
 	if err := writeFileAt(domfd, "meta.json", mb, 0o600); err != nil {
-		return protocol.Errorf(protocol.CodeLauncherFailed, "meta: %w", err)
+		return true, protocol.Errorf(protocol.CodeLauncherFailed, "meta: %w", err)
 	}
 
 	disk, err := mountLayers(domfd, l.cfg.DiskBytes, base+l.cfg.WorkerUID, base+l.cfg.WorkerGID, base)
 	if err != nil {
-		return protocol.Errorf(protocol.CodeMountFailed, "layers: %w", err)
+		return true, protocol.Errorf(protocol.CodeMountFailed, "layers: %w", err)
 	}
 	upper, err := openDirBeneath(domfd, "upper")
 	if err != nil {
-		return err
+		return true, err
 	}
 	defer unix.Close(upper)
 	if ckpt != nil {
 		restore := ckptSpec{Restore: true, MaxEntries: l.cfg.MaxCheckpointEntries, MaxBytes: l.cfg.MaxCheckpointBytes}
 		if _, err := l.runHelper(base, restore, upper, ckpt); err != nil {
-			return err
+			return true, err
 		}
 	}
 
@@ -183,11 +190,11 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 	// process of the domain ever exists outside it, not even briefly.
 	parent, err := l.openCgroupParent()
 	if err != nil {
-		return err
+		return true, err
 	}
 	defer unix.Close(parent)
 	if run.cgfd, err = makeCgroup(parent, domfd, r.DomainID); err != nil {
-		return err
+		return true, err
 	}
 	limits := append(applyLimits(parent, run.cgfd, lim), disk, protocol.Limit{Name: "tmp_bytes", Value: l.cfg.TmpBytes, Enforced: true})
 
@@ -195,20 +202,20 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 	// namespaces. Its uid 0 is the first id of this domain's private range.
 	ctlMon, ctlInit, err := seqpacketPair()
 	if err != nil {
-		return err
+		return true, err
 	}
 	execMon, execInit, err := seqpacketPair()
 	if err != nil {
-		return err
+		return true, err
 	}
 	run.ctl, run.execCh = ctlMon, execMon
 	if err := l.startInit(run, base, ctlInit, execInit); err != nil {
-		return err
+		return true, err
 	}
 	ctlInit.Close()
 	execInit.Close()
 	if err := setRlimits(run.initPID, lim); err != nil {
-		return protocol.Errorf(protocol.CodeNamespaceFailed, "prlimit: %w", err)
+		return true, protocol.Errorf(protocol.CodeNamespaceFailed, "prlimit: %w", err)
 	}
 
 	// 5. Mounts, prepared here as private detached trees and attached by
@@ -217,7 +224,7 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 	// files (copy-up works).
 	fds, err := l.prepareMounts(base, rootfs, lower, domfd, socks)
 	if err != nil {
-		return err
+		return true, err
 	}
 	spec := initSpec{
 		Argv: r.Argv, Env: env, Cwd: r.Cwd, UID: l.cfg.WorkerUID, GID: l.cfg.WorkerGID, IDs: l.cfg.UIDPool.Size, TmpBytes: l.cfg.TmpBytes,
@@ -235,13 +242,13 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 		unix.Close(fd)
 	}
 	if err != nil {
-		return protocol.Errorf(protocol.CodeNamespaceFailed, "send spec: %w", err)
+		return true, protocol.Errorf(protocol.CodeNamespaceFailed, "send spec: %w", err)
 	}
 
 	// 6. Wait for the worker's exec: the stage sends its seccomp listener
 	// (if any) and then execs; success closes its channel, failure reports.
 	if err := l.awaitExec(run); err != nil {
-		return err
+		return true, err
 	}
 	started := &protocol.Started{
 		DomainID: r.DomainID, Generation: r.Generation, InitPID: run.initPID, UIDBase: base, Limits: limits,
@@ -252,7 +259,7 @@ func (l *launcher) build(run *domainRun, r *protocol.LauncherRequest, lim limitS
 		started.Seccomp, started.SeccompSHA = "filtered", r.Seccomp.SHA256
 	}
 	l.out.send(&protocol.LauncherResponse{Type: protocol.TypeStarted, Started: started})
-	return nil
+	return true, nil
 }
 
 // startInit clones the init from a goroutine whose OS thread stays locked
