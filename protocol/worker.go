@@ -237,16 +237,21 @@ func (a *Approval) Validate() error {
 	return nil
 }
 
-// Effect class names as the worker protocol spells them.
-var classNames = map[int]string{
-	2: "class_2_external_observable_or_compensatable",
-	3: "class_3_authoritative_external_mutation",
-	4: "class_4_irreversible_high_impact",
-}
-
 // ClassName returns the wire name of a brokered effect class, or "" if the
-// class is never brokered.
-func ClassName(class int) string { return classNames[class] }
+// class is never brokered. A switch, not a package map: the launcher links
+// this package, and a map would be initialised in every launcher process;
+// as it is, no code of the worker half is in the launcher's binary.
+func ClassName(class int) string {
+	switch class {
+	case 2:
+		return "class_2_external_observable_or_compensatable"
+	case 3:
+		return "class_3_authoritative_external_mutation"
+	case 4:
+		return "class_4_irreversible_high_impact"
+	}
+	return ""
+}
 
 // WorkerResponse is the broker's one answer to one request. ok says which
 // of result or error is present; exactly one is.
@@ -331,11 +336,7 @@ func (e *EffectResult) validate() error {
 	case !sha256Digest.MatchString(e.PayloadDigest):
 		return Errorf(CodeInvalidField, "result.payload_digest")
 	}
-	known := false
-	for _, n := range classNames {
-		known = known || n == e.Class
-	}
-	if !known {
+	if e.Class != ClassName(2) && e.Class != ClassName(3) && e.Class != ClassName(4) {
 		return Errorf(CodeInvalidField, "result.class")
 	}
 	if len(e.Receipt) > 0 && bytes.TrimSpace(e.Receipt)[0] != '{' {

@@ -137,3 +137,36 @@ func TestRuleCatchesViolations(t *testing.T) {
 		t.Fatal("the dependency rules admit a forbidden import")
 	}
 }
+
+// TestLauncherBinaryHoldsNoWorkerProtocol: the launcher imports protocol,
+// which also holds the worker (broker) protocol; none of that half may end
+// up in the launcher's binary (a package-level map or table there would be
+// linked and initialised in every launcher process).
+func TestLauncherBinaryHoldsNoWorkerProtocol(t *testing.T) {
+	bin := t.TempDir() + "/launcher"
+	build := exec.Command("go", "build", "-o", bin, module+"/launcher")
+	build.Env = append(build.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command("go", "tool", "nm", bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var protocolSyms int
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || !strings.HasPrefix(f[2], module+"/protocol.") {
+			continue
+		}
+		protocolSyms++
+		for _, worker := range []string{"worker", "approval", "effectresult", "chunk", "classname", "uuid", "kindpattern", "targetid", "keyid", "sha256digest"} {
+			if strings.Contains(strings.ToLower(f[2]), worker) {
+				t.Errorf("the launcher's binary holds %s", f[2])
+			}
+		}
+	}
+	if protocolSyms == 0 {
+		t.Fatal("no protocol symbol in the launcher's binary: the check looks at nothing")
+	}
+}
