@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -89,10 +88,14 @@ func (s *Schema) Admit(b []byte) (Admission, error) {
 	}
 	// Sorted, so a document with several unknown fields always names the
 	// same one.
-	for _, key := range slices.Sorted(maps.Keys(top)) {
+	var unknown []string
+	for key := range top {
 		if key != "protocol" && key != s.Discriminator && !fields.allows(key) {
-			return Admission{}, Errorf(CodeUnknownField, "%q", key)
+			unknown = append(unknown, key)
 		}
+	}
+	if len(unknown) > 0 {
+		return Admission{}, Errorf(CodeUnknownField, "%q", slices.Min(unknown))
 	}
 	for _, r := range fields.Required {
 		if _, ok := top[r]; !ok {
