@@ -105,14 +105,11 @@ func (l *launcher) manifestDigest(rootfs int, cache string) (string, error) {
 		return "", err
 	}
 	stamp := manifestStamp{Dev: int64(st.Dev), Ino: int64(st.Ino), Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano()}
-	if b, err := readFileAt(l.state.root, cache, 4096); err == nil {
-		var cached manifestStamp
-		if json.Unmarshal(b, &cached) == nil && protocol.ValidDigest(cached.Digest) {
-			want := stamp
-			want.Digest = cached.Digest
-			if cached == want {
-				return cached.Digest, nil
-			}
+	var cached manifestStamp
+	want := stamp
+	if l.readRecord(cache, &cached) && protocol.ValidDigest(cached.Digest) {
+		if want.Digest = cached.Digest; cached == want {
+			return cached.Digest, nil
 		}
 	}
 	h := sha256.New()
@@ -120,14 +117,25 @@ func (l *launcher) manifestDigest(rootfs int, cache string) (string, error) {
 		return "", err
 	}
 	stamp.Digest = hex.EncodeToString(h.Sum(nil))
-	if b, err := json.Marshal(stamp); err == nil {
-		tmp := cache + ".tmp"
-		_ = unix.Unlinkat(l.state.root, tmp, 0)
-		if writeFileAt(l.state.root, tmp, b, 0o600) == nil {
-			_ = unix.Renameat(l.state.root, tmp, l.state.root, cache)
-		}
-	}
+	l.writeRecord(cache, stamp)
 	return stamp.Digest, nil
+}
+
+// readRecord and writeRecord keep a small JSON record in the launcher's
+// root-owned state, which only root can forge. A record that cannot be
+// read is no record; one that cannot be written is recomputed next time.
+func (l *launcher) readRecord(name string, v any) bool {
+	b, err := readFileAt(l.state.root, name, 4096)
+	return err == nil && json.Unmarshal(b, v) == nil
+}
+
+func (l *launcher) writeRecord(name string, v any) {
+	b, _ := json.Marshal(v)
+	tmp := name + ".tmp"
+	_ = unix.Unlinkat(l.state.root, tmp, 0)
+	if writeFileAt(l.state.root, tmp, b, 0o600) == nil {
+		_ = unix.Renameat(l.state.root, tmp, l.state.root, name)
+	}
 }
 
 func (l *launcher) openWorkspace(id string) (int, error) {
@@ -213,11 +221,8 @@ func (l *launcher) verifyRootfs(rootfs int, digest, record string) error {
 		return err
 	}
 	want := verifiedRecord{BootID: strings.TrimSpace(string(boot)), Digest: digest, Dev: st.Dev, Ino: st.Ino, Ctime: st.Ctim.Nano()}
-	if b, err := readFileAt(l.state.root, record, 4096); err == nil {
-		var got verifiedRecord
-		if json.Unmarshal(b, &got) == nil && got == want {
-			return nil
-		}
+	if got := (verifiedRecord{}); l.readRecord(record, &got) && got == want {
+		return nil
 	}
 	mb, err := readFileAt(rootfs, "manifest.json", 256<<20)
 	if err != nil {
@@ -244,13 +249,7 @@ func (l *launcher) verifyRootfs(rootfs int, digest, record string) error {
 	if v.seen != len(entries) {
 		return errors.New("a path the manifest lists is missing")
 	}
-	if b, err := json.Marshal(want); err == nil {
-		tmp := record + ".tmp"
-		_ = unix.Unlinkat(l.state.root, tmp, 0)
-		if writeFileAt(l.state.root, tmp, b, 0o600) == nil {
-			_ = unix.Renameat(l.state.root, tmp, l.state.root, record)
-		}
-	}
+	l.writeRecord(record, want)
 	return nil
 }
 
