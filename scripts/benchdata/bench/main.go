@@ -908,9 +908,9 @@ type caseReport struct {
 }
 
 type phase struct {
-	Name   string  `json:"name"`
-	Ms     float64 `json:"ms"`
-	Delta  float64 `json:"delta_ms"`
+	Name    string  `json:"name"`
+	Ms      float64 `json:"ms"`
+	Delta   float64 `json:"delta_ms"`
 	Meaning string  `json:"meaning,omitempty"`
 }
 

@@ -140,18 +140,18 @@ func (t *tracer) close() { unix.Close(t.fd) }
 
 // phaseNames explains the trace's labels in the report.
 var phaseNames = map[string]string{
-	"exec1":           "the launcher binary is exec'd (after sudo, for the sudo case): the monitor",
-	"exec2":           "second exec of the launcher binary: the domain's init",
-	"exec3":           "third exec of the launcher binary: the worker's stage",
-	"slot_created":    "uid slot claimed (state/slots symlink)",
-	"domain_created":  "domain directory made (state/domains)",
-	"cgroup_created":  "domain cgroup made",
-	"started_frame":   "started frame read by the driver",
-	"exited_frame":    "exited frame read by the driver",
-	"cgroup_removed":  "domain cgroup removed",
-	"domain_removed":  "domain directory removed",
-	"slot_removed":    "uid slot freed",
-	"reaped":          "launcher process reaped (= wall)",
+	"exec1":          "the launcher binary is exec'd (after sudo, for the sudo case): the monitor",
+	"exec2":          "second exec of the launcher binary: the domain's init",
+	"exec3":          "third exec of the launcher binary: the worker's stage",
+	"slot_created":   "uid slot claimed (state/slots symlink)",
+	"domain_created": "domain directory made (state/domains)",
+	"cgroup_created": "domain cgroup made",
+	"started_frame":  "started frame read by the driver",
+	"exited_frame":   "exited frame read by the driver",
+	"cgroup_removed": "domain cgroup removed",
+	"domain_removed": "domain directory removed",
+	"slot_removed":   "uid slot freed",
+	"reaped":         "launcher process reaped (= wall)",
 }
 
 // tracedDirs are the directories a create of the configured launcher
