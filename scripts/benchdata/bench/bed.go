@@ -24,6 +24,12 @@ const installedLauncher = "/usr/local/libexec/autonomic-launcher"
 type testbedRun struct {
 	bed    *testbed.Bed
 	dropin string
+	// sudoDir holds the launcher copies the drop-in names. It is under
+	// /run, where only root creates entries: were the drop-in ever left
+	// behind, no one else could put a program at a path it names (under
+	// /tmp, the kernel's account could).
+	sudoDir      string
+	sudoLauncher string
 }
 
 func startTestbed(slots uint32) (*testbedRun, error) {
@@ -66,7 +72,15 @@ func (t *testbedRun) sudoers(repoRule string, variants []hopVariant) error {
 	if err != nil {
 		return err
 	}
-	rule := strings.ReplaceAll(string(raw), installedLauncher, t.bed.Launcher)
+	t.sudoDir = fmt.Sprintf("/run/autonomic-bench-%d", os.Getpid())
+	if err := os.Mkdir(t.sudoDir, 0o755); err != nil {
+		return err
+	}
+	launcher := filepath.Join(t.sudoDir, "autonomic-launcher")
+	if err := copyExec(t.bed.Launcher, launcher); err != nil {
+		return err
+	}
+	rule := strings.ReplaceAll(string(raw), installedLauncher, launcher)
 	if rule == string(raw) {
 		return fmt.Errorf("%s does not name %s", repoRule, installedLauncher)
 	}
@@ -74,7 +88,7 @@ func (t *testbedRun) sudoers(repoRule string, variants []hopVariant) error {
 	b.WriteString("# Temporary: scripts/bench -testbed, removed when it ends.\n" + rule)
 	for i := range variants {
 		v := &variants[i]
-		v.path = filepath.Join(t.bed.Dir, "bin", "hop-"+v.name)
+		v.path = filepath.Join(t.sudoDir, "hop-"+v.name)
 		if err := copyExec(t.bed.Launcher, v.path); err != nil {
 			return err
 		}
@@ -93,7 +107,11 @@ func (t *testbedRun) sudoers(repoRule string, variants []hopVariant) error {
 		return err
 	}
 	t.dropin = name
-	return os.Rename(name+"-new", name)
+	if err := os.Rename(name+"-new", name); err != nil {
+		return err
+	}
+	t.sudoLauncher = launcher
+	return nil
 }
 
 func copyExec(src, dst string) error { return copyFile(src, dst, 0o755) }
@@ -118,6 +136,9 @@ func copyFile(src, dst string, mode os.FileMode) error {
 func (t *testbedRun) close() {
 	if t.dropin != "" {
 		_ = os.Remove(t.dropin)
+	}
+	if t.sudoDir != "" {
+		_ = os.RemoveAll(t.sudoDir)
 	}
 	_ = t.bed.Close()
 }

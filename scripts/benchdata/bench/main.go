@@ -71,6 +71,7 @@ type options struct {
 	testbed, hop          bool
 	many, via             string
 	manyProbes            int
+	manyHold              time.Duration
 }
 
 // launcherConfig is the part of /etc/autonomic/launcher.json the benchmark
@@ -140,6 +141,7 @@ func run() int {
 		"the sudo cases then run through a temporary sudoers drop-in, removed at the end")
 	flag.StringVar(&o.many, "many", "", "N,N,…: instead of the one-shot comparison, keep N long-lived domains alive at each level (issue 15 §3)")
 	flag.IntVar(&o.manyProbes, "many-probes", 30, "timed probe creates at each -many level, with N domains alive")
+	flag.DurationVar(&o.manyHold, "many-hold", 0, "keep each -many level alive this long before destroying it, to inspect it by hand")
 	flag.StringVar(&o.via, "via", "sudo", "how -many reaches the launcher: direct (as root) or sudo (as the kernel's account)")
 	flag.BoolVar(&o.hop, "hop", false, "instead of the one-shot comparison, time the sudo hop under each sudoers Defaults variant (needs -testbed)")
 	flag.Parse()
@@ -209,6 +211,9 @@ func run() int {
 	}
 	// The trace starts after the warm-up, when the state directories exist.
 	bins := []string{b.opts.launcher}
+	if sl := b.sudoLauncher(); sl != b.opts.launcher {
+		bins = append(bins, sl)
+	}
 	for _, v := range o.compare {
 		_, path, _ := strings.Cut(v, "=")
 		bins = append(bins, path)
@@ -338,7 +343,7 @@ func (b *bench) cases() []*bcase {
 		name:    "launcher_sudo",
 		command: "sudo -n " + b.opts.launcher + " (as " + b.opts.sudoUser + "; same request)",
 		once: func(id string) (sample, error) {
-			cmd := exec.Command("sudo", "-n", b.opts.launcher)
+			cmd := exec.Command("sudo", "-n", b.sudoLauncher())
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.sudoCred}
 			s, _, err := b.launcherOnce(cmd, id, false)
 			return s, err

@@ -70,7 +70,7 @@ type liveDomain struct {
 
 func (b *bench) launcherCmd(via string) *exec.Cmd {
 	if via == "sudo" {
-		cmd := exec.Command("sudo", "-n", b.opts.launcher)
+		cmd := exec.Command("sudo", "-n", b.sudoLauncher())
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.sudoCred}
 		return cmd
 	}
@@ -156,13 +156,18 @@ func (d *liveDomain) kill() {
 // monitorOf is the launcher process the driver's child is or runs: sudo
 // either execs the launcher in place or forks it as its only child.
 func (b *bench) monitorOf(pid int) int {
-	want, _ := filepath.EvalSymlinks(b.opts.launcher)
+	want1, _ := filepath.EvalSymlinks(b.opts.launcher)
+	want2, _ := filepath.EvalSymlinks(b.sudoLauncher())
+	is := func(p int) bool {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", p))
+		return exe == want1 || exe == want2
+	}
 	for i := 0; i < 100; i++ {
-		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); exe == want {
+		if is(pid) {
 			return pid
 		}
 		for _, c := range childrenOf(pid) {
-			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", c)); exe == want {
+			if is(c) {
 				return c
 			}
 		}
@@ -171,12 +176,17 @@ func (b *bench) monitorOf(pid int) int {
 	return 0
 }
 
+// childrenOf lists pid's children; a Go parent forks from any of its
+// threads, and each thread lists only its own children.
 func childrenOf(pid int) []int {
-	raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 	var out []int
-	for _, f := range strings.Fields(string(raw)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			out = append(out, n)
+	for _, t := range tasks {
+		raw, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(raw)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
 		}
 	}
 	return out
@@ -382,6 +392,10 @@ func (b *bench) manyLevel(n, probes int, via string, argv []string) (manyLevel, 
 			return lv, err
 		}
 	}
+	if b.opts.manyHold > 0 {
+		fmt.Fprintf(os.Stderr, "bench: %d domains alive, held %s (monitors %d…, inits %d…)\n", n, b.opts.manyHold, live[0].monitor, live[0].init)
+		time.Sleep(b.opts.manyHold)
+	}
 	if raw, err := os.ReadFile("/proc/loadavg"); err == nil {
 		lv.Load = strings.Join(strings.Fields(string(raw))[:3], " ")
 	}
@@ -429,4 +443,13 @@ func roleList(m map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s %.2f", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// sudoLauncher is the path the sudoers rule in force names: the installed
+// launcher, or the testbed's copy its drop-in names.
+func (b *bench) sudoLauncher() string {
+	if b.bed != nil && b.bed.sudoLauncher != "" {
+		return b.bed.sudoLauncher
+	}
+	return b.opts.launcher
 }
