@@ -453,7 +453,7 @@ func (b *bench) launcherOnce(cmd *exec.Cmd, id string, sampleRSS bool) (sample, 
 	}
 	if err := cmd.Start(); err != nil {
 		if tracing {
-			b.trace.stop(0)
+			b.trace.stop()
 		}
 		return sample{}, 0, err
 	}
@@ -481,7 +481,7 @@ func (b *bench) launcherOnce(cmd *exec.Cmd, id string, sampleRSS bool) (sample, 
 		stdin.Close()
 		_ = cmd.Wait()
 		if tracing {
-			b.trace.stop(0)
+			b.trace.stop()
 		}
 		if sampleRSS {
 			close(stopPoll)
@@ -538,7 +538,7 @@ func (b *bench) launcherOnce(cmd *exec.Cmd, id string, sampleRSS bool) (sample, 
 	wall := time.Since(t0)
 	var phases map[string]time.Duration
 	if tracing {
-		phases = b.trace.stop(3)
+		phases = b.trace.stop()
 		phases["started_frame"], phases["exited_frame"], phases["reaped"] = tStarted, tExited, wall
 	}
 	if sampleRSS {

@@ -101,24 +101,11 @@ func (t *tracer) start(t0 time.Time) {
 
 // stop ends the run's trace and returns its phases: the k-th exec of the
 // launcher binary is exec1, exec2, …; a directory's events are named by
-// their label. A late event (the reader not yet woken) is waited for
-// briefly.
-func (t *tracer) stop(wantExecs int) map[string]time.Duration {
-	deadline := time.Now().Add(50 * time.Millisecond)
-	for {
-		t.mu.Lock()
-		n := 0
-		for _, e := range t.ev {
-			if e.label == "exec" {
-				n++
-			}
-		}
-		if n >= wantExecs || time.Now().After(deadline) {
-			break
-		}
-		t.mu.Unlock()
-		time.Sleep(time.Millisecond)
-	}
+// their label. It is called after the launcher is reaped, so every event
+// is queued; a short pause lets the reader take the last of them.
+func (t *tracer) stop() map[string]time.Duration {
+	time.Sleep(2 * time.Millisecond)
+	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.on = false
 	out := map[string]time.Duration{}
@@ -141,8 +128,9 @@ func (t *tracer) close() { unix.Close(t.fd) }
 // phaseNames explains the trace's labels in the report.
 var phaseNames = map[string]string{
 	"exec1":          "the launcher binary is exec'd (after sudo, for the sudo case): the monitor",
-	"exec2":          "second exec of the launcher binary: the domain's init",
-	"exec3":          "third exec of the launcher binary: the worker's stage",
+	"exec2":          "2nd exec of the launcher binary (today: the domain's init)",
+	"exec3":          "3rd exec (today: the idmap user namespace holder, stopped at its exec)",
+	"exec4":          "4th exec (today: the worker's stage, which execs the worker)",
 	"slot_created":   "uid slot claimed (state/slots symlink)",
 	"domain_created": "domain directory made (state/domains)",
 	"cgroup_created": "domain cgroup made",
