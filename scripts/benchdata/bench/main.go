@@ -72,6 +72,7 @@ type options struct {
 	many, via             string
 	manyProbes            int
 	manyHold              time.Duration
+	launcherEnv           []string
 }
 
 // launcherConfig is the part of /etc/autonomic/launcher.json the benchmark
@@ -141,6 +142,13 @@ func run() int {
 		"the sudo cases then run through a temporary sudoers drop-in, removed at the end")
 	flag.StringVar(&o.many, "many", "", "N,N,…: instead of the one-shot comparison, keep N long-lived domains alive at each level (issue 15 §3)")
 	flag.IntVar(&o.manyProbes, "many-probes", 30, "timed probe creates at each -many level, with N domains alive")
+	flag.Func("launcher-env", "K=V: set this in the monitor's environment for -many -via direct (repeatable), e.g. GOMEMLIMIT=8MiB", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return errors.New("want K=V")
+		}
+		o.launcherEnv = append(o.launcherEnv, v)
+		return nil
+	})
 	flag.DurationVar(&o.manyHold, "many-hold", 0, "keep each -many level alive this long before destroying it, to inspect it by hand")
 	flag.StringVar(&o.via, "via", "sudo", "how -many reaches the launcher: direct (as root) or sudo (as the kernel's account)")
 	flag.BoolVar(&o.hop, "hop", false, "instead of the one-shot comparison, time the sudo hop under each sudoers Defaults variant (needs -testbed)")

@@ -86,7 +86,8 @@ func frameOf(v any) []byte {
 // arrives; the latency is from fork/exec to that frame.
 func (b *bench) createLong(via, id string, argv []string) (*liveDomain, time.Duration, error) {
 	cmd := b.launcherCmd(via)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
+	// Extra variables reach the monitor only directly: sudo resets them.
+	cmd.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}, b.opts.launcherEnv...)
 	cmd.Stderr = b.devnull
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
