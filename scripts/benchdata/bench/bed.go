@@ -153,6 +153,10 @@ type hopResult struct {
 	P90Ms    float64 `json:"p90_ms"`
 	// HopMs is the median minus the direct launcher's median: sudo's cost.
 	HopMs float64 `json:"hop_ms"`
+	// CPUMs is the median CPU time (user + system, with waited-for
+	// children); HopCPUMs the same minus the direct launcher's.
+	CPUMs    float64 `json:"cpu_median_ms"`
+	HopCPUMs float64 `json:"hop_cpu_ms"`
 	// Resident says whether sudo stays alive beside the launcher (it forks
 	// and waits) or execs the launcher in place.
 	SudoResident bool   `json:"sudo_resident"`
@@ -163,16 +167,19 @@ type hopResult struct {
 // answers with an error frame and exits, directly and through each variant,
 // interleaved round by round.
 func (b *bench) runHop(variants []hopVariant, runs int) []hopResult {
-	one := func(cmd *exec.Cmd) (time.Duration, error) {
+	// The CPU time (user + system of the process and the children it
+	// waited for: sudo's and the launcher's) is what a loaded host does not
+	// inflate the way it inflates the wall time.
+	one := func(cmd *exec.Cmd) (sample, error) {
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
 		cmd.Stdin = b.devnull
 		t0 := time.Now()
 		out, err := cmd.Output()
 		d := time.Since(t0)
 		if !strings.Contains(string(out), `"type":"error"`) {
-			return 0, fmt.Errorf("no error frame (%v)", err)
+			return sample{}, fmt.Errorf("no error frame (%v)", err)
 		}
-		return d, nil
+		return sample{wall: d, started: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}, nil
 	}
 	sudoCmd := func(path string) *exec.Cmd {
 		cmd := exec.Command("sudo", "-n", path)
@@ -195,13 +202,13 @@ func (b *bench) runHop(variants []hopVariant, runs int) []hopResult {
 			if i > 0 {
 				cmd = sudoCmd(variants[i-1].path)
 			}
-			d, err := one(cmd)
+			s, err := one(cmd)
 			if err != nil {
 				res[i].Error = err.Error()
 				continue
 			}
 			if r >= 3 { // the first rounds warm up
-				samples[i] = append(samples[i], sample{wall: d})
+				samples[i] = append(samples[i], s)
 			}
 		}
 	}
@@ -212,6 +219,9 @@ func (b *bench) runHop(variants []hopVariant, runs int) []hopResult {
 		med, p90, _, _, _ := stats(samples[i], func(s sample) time.Duration { return s.wall })
 		res[i].Runs, res[i].MedianMs, res[i].P90Ms = len(samples[i]), ms(med), ms(p90)
 		res[i].HopMs = math.Round((res[i].MedianMs-res[0].MedianMs)*100) / 100
+		cpu, _, _, _, _ := stats(samples[i], func(s sample) time.Duration { return s.started })
+		res[i].CPUMs = ms(cpu)
+		res[i].HopCPUMs = math.Round((res[i].CPUMs-res[0].CPUMs)*100) / 100
 	}
 	return res
 }

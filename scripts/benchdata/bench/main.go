@@ -1192,13 +1192,13 @@ func (b *bench) hopMain(variants []hopVariant) int {
 	}
 	res := b.runHop(variants, b.opts.runs)
 	fmt.Printf("The sudo hop alone: the launcher with empty stdin (an error frame, exit), %d runs each, load %s\n\n", b.opts.runs, hostInfo()["loadavg_at_report"])
-	fmt.Printf("%-26s %8s %8s %8s %-9s %s\n", "variant", "median", "p90", "hop", "resident", "Defaults!launcher")
+	fmt.Printf("%-26s %8s %8s %8s %8s %8s %-9s %s\n", "variant", "median", "p90", "hop", "cpu", "hop cpu", "resident", "Defaults!launcher")
 	for _, r := range res {
 		if r.Error != "" {
 			fmt.Printf("%-26s not measurable: %s\n", r.Name, r.Error)
 			continue
 		}
-		fmt.Printf("%-26s %8.2f %8.2f %8.2f %-9v %s\n", r.Name, r.MedianMs, r.P90Ms, r.HopMs, r.SudoResident, r.Defaults)
+		fmt.Printf("%-26s %8.2f %8.2f %8.2f %8.2f %8.2f %-9v %s\n", r.Name, r.MedianMs, r.P90Ms, r.HopMs, r.CPUMs, r.HopCPUMs, r.SudoResident, r.Defaults)
 	}
 	if err := writeJSON(b.opts.out, res); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
