@@ -333,6 +333,14 @@ func (b *bench) runMany(levels []int, probes int, via string) (manyReport, error
 		m.Value = math.Round(outside*1000) / 1000
 		m.Pass = m.Value <= 4
 		rep.Goals = append(rep.Goals, m)
+		// The kernel's own memory for each domain (its processes' stacks and
+		// page tables, its namespaces', mounts' and cgroup's slab) is outside
+		// the worker too; a host-wide delta, so other jobs move it.
+		k := ratio{Name: fmt.Sprintf("pss_outside_worker_plus_kernel_mib_per_domain_N%d", last.N), Target: 4, Measurable: true,
+			Basis: "the PSS above plus the host's Slab, KernelStack and PageTables deltas per domain"}
+		k.Value = math.Round((outside+last.Host["Slab"]+last.Host["KernelStack"]+last.Host["PageTables"])*1000) / 1000
+		k.Pass = k.Value <= 4
+		rep.Goals = append(rep.Goals, k)
 	}
 	return rep, nil
 }
@@ -428,7 +436,7 @@ func printMany(w io.Writer, rep manyReport) {
 		if g.Pass {
 			verdict = "pass"
 		}
-		fmt.Fprintf(w, "%-44s %8.3f  ≤ %.1f  %s\n", g.Name, g.Value, g.Target, verdict)
+		fmt.Fprintf(w, "%-56s %8.3f  ≤ %.1f  %s\n", g.Name, g.Value, g.Target, verdict)
 	}
 }
 
