@@ -173,7 +173,7 @@ func phaseMedians(ss []sample) ([]string, map[string]float64) {
 	med := map[string]float64{}
 	var order []string
 	for k, v := range vals {
-		if len(v) < len(ss)/2 {
+		if 2*len(v) <= len(ss) {
 			continue // a phase most runs did not see is noise
 		}
 		slices.Sort(v)
