@@ -105,6 +105,8 @@ UNIT
 	systemctl daemon-reload
 	grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo "install: systemd did not enable the cpu controller: cpu_millis is not enforced" >&2
 fi
+# The uid pool holds 128 live domains (issue 15 §3 runs 100 at once, and a probe beside
+# them): 128 ranges of 65536 ids from 0x70000000, far above every account id.
 cat >/etc/autonomic/launcher.json.new <<JSON
 {
   "state_root": "/var/lib/autonomic-launcher",
@@ -115,7 +117,7 @@ cat >/etc/autonomic/launcher.json.new <<JSON
   "workspace_owner_gid": $(id -g autonomic),
   "broker_sockets_root": "/var/lib/autonomic/sockets",
   "cgroup_parent": "$cgroup2/autonomic",
-  "uid_pool": {"base": 1879048192, "count": 64, "size": 65536},
+  "uid_pool": {"base": 1879048192, "count": 128, "size": 65536},
   "worker_uid": 1000,
   "worker_gid": 1000,
   "defaults": {"pids": 512, "memory_bytes": 2147483648, "cpu_millis": 1000, "nproc": 512, "nofile": 4096},

@@ -242,6 +242,23 @@ func (b *Bed) NameRootfs(name, dir, digest string) error {
 	return b.writeConfig()
 }
 
+// WideUIDPool gives the bed a pool of count uid ranges, for benchmarks
+// that keep more domains alive than a test does. Its base lies above every
+// 16-slot bed's (0x70000000 + 1024 × 16 ranges), so a wide bed and the
+// test beds running beside it never hand two live domains one range.
+func (b *Bed) WideUIDPool(count uint32) error {
+	const region, top = 0xB0000000, 0xF0000000
+	if count == 0 || uint64(count)*65536 > top-region {
+		return fmt.Errorf("uid pool of %d ranges does not fit", count)
+	}
+	var rnd [2]byte
+	_, _ = rand.Read(rnd[:])
+	span := uint32(count) * 65536
+	b.UIDBase = region + uint32(binary.BigEndian.Uint16(rnd[:]))%((top-region)/span)*span
+	b.cfg["uid_pool"] = map[string]any{"base": b.UIDBase, "count": count, "size": 65536}
+	return b.writeConfig()
+}
+
 // Static builds the pure-Go, statically linked command pkg (a path
 // relative to the module root) into the bed's bin/ and returns its path
 // (copied from $AUTONOMIC_TESTBED_PREBUILT where no toolchain is).

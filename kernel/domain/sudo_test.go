@@ -2,11 +2,13 @@ package domain_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -99,5 +101,104 @@ func TestSudoersRuleAllowsOnlyTheLauncherWithoutArguments(t *testing.T) {
 	r, err := protocol.DecodeLauncherResponse(b)
 	if err != nil || r.Type != protocol.TypePreflight || r.RequestID != "sudo-test" {
 		t.Fatalf("preflight through sudo: %+v %v", r, err)
+	}
+}
+
+// TestSudoersRuleExecsTheLauncherInPlace proves the repository's rule (not
+// the installed one) as the service account, with the launcher from this
+// checkout: sudo accepts it with no arguments and refuses any argument, and
+// with the rule's Defaults (no pty, no PAM session or credentials) it execs
+// the launcher in its own place, so no sudo stays beside a live domain. The
+// rule goes in a temporary drop-in naming a copy under /run, where only
+// root creates entries, so a drop-in left behind names no path another
+// user could fill.
+func TestSudoersRuleExecsTheLauncherInPlace(t *testing.T) {
+	privileged.Require(t)
+	if _, err := user.Lookup("autonomic"); err != nil {
+		privileged.Skip(t, "no autonomic account: run make install")
+	}
+	bed, err := testbed.New(t.Context(), testbed.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bed.Close() })
+	dir := fmt.Sprintf("/run/autonomic-sudoers-test-%d", os.Getpid())
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	launcher := filepath.Join(dir, "autonomic-launcher")
+	bin, err := os.ReadFile(bed.Launcher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(launcher, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rule, _ := os.ReadFile(repoSudoers(t))
+	dropin := strings.ReplaceAll(string(rule), domain.DefaultLauncherPath, launcher)
+	if dropin == string(rule) {
+		t.Fatalf("the repository's rule does not name %s", domain.DefaultLauncherPath)
+	}
+	tmp := filepath.Join(dir, "sudoers")
+	if err := os.WriteFile(tmp, []byte(dropin), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("visudo", "-cqf", tmp).CombinedOutput(); err != nil {
+		t.Fatalf("visudo: %v: %s", err, out)
+	}
+	name := fmt.Sprintf("/etc/sudoers.d/autonomic-test-%d", os.Getpid())
+	if err := os.WriteFile(name, []byte(dropin), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(name) })
+
+	if _, err := asKernel(t, nil, "sudo", "-n", "-l", launcher); err != nil {
+		t.Fatalf("sudo -l refuses the launcher without arguments: %v", err)
+	}
+	if _, err := asKernel(t, nil, "sudo", "-n", launcher, "x"); err == nil {
+		t.Fatal("sudo runs the launcher with an argument")
+	}
+
+	// The launcher waits for its request: see what runs meanwhile.
+	u, _ := user.Lookup("autonomic")
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	cmd := exec.Command("sudo", "-n", launcher)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+	cmd.Env, cmd.Dir = []string{"PATH=/usr/bin:/bin"}, "/"
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exe := ""
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		// sudo's own image until it execs; the launcher's after.
+		if exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); exe == launcher {
+			break
+		}
+		if children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid)); len(bytes.TrimSpace(children)) > 0 {
+			break // sudo forked the launcher and stays beside it
+		}
+	}
+	stdin.Close()
+	_ = cmd.Wait()
+	if exe != launcher {
+		t.Fatalf("sudo did not exec the launcher in place (the process runs %q): the rule's Defaults keep sudo resident beside every domain", exe)
+	}
+	// It ran as root: an empty request is refused for what it is, not for
+	// want of privilege.
+	b, err := protocol.ReadFrame(bytes.NewReader(out.Bytes()), protocol.LauncherResponseMax, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := protocol.DecodeLauncherResponse(b)
+	if err != nil || r.Type != protocol.TypeError || r.Error == nil || r.Error.Code == protocol.CodeNotPrivileged {
+		t.Fatalf("launcher through the rule: %+v %v", r, err)
 	}
 }

@@ -68,11 +68,17 @@ type options struct {
 	out, work             string
 	sudoUser              string
 	compare               []string // name=path of extra launcher builds, run directly
+	testbed, hop          bool
+	many, via             string
+	manyProbes            int
+	manyHold              time.Duration
+	launcherEnv           []string
 }
 
 // launcherConfig is the part of /etc/autonomic/launcher.json the benchmark
 // needs: where workspaces live, who owns them, and the rootfs.
 type launcherConfig struct {
+	StateRoot         string `json:"state_root"`
 	Rootfs            string `json:"rootfs"`
 	WorkspacesRoot    string `json:"workspaces_root"`
 	WorkspaceOwnerUID int    `json:"workspace_owner_uid"`
@@ -84,6 +90,8 @@ type launcherConfig struct {
 // its started and exited frames arrived, from the same origin as wall.
 type sample struct {
 	wall, started, exited time.Duration
+	// phases are the create's traced steps (tracer), from the same origin.
+	phases map[string]time.Duration
 }
 
 // bcase is one contender.
@@ -108,6 +116,8 @@ type bench struct {
 	sudoCred  *syscall.Credential
 	cgroup2   string // host mount point of the cgroup2 tree
 	bundleDir string
+	trace     *tracer
+	bed       *testbedRun
 }
 
 func run() int {
@@ -128,21 +138,70 @@ func run() int {
 		o.compare = append(o.compare, v)
 		return nil
 	})
+	flag.BoolVar(&o.testbed, "testbed", false, "build the launcher and a rootfs from this checkout (internal/testbed) instead of using the installed ones; "+
+		"the sudo cases then run through a temporary sudoers drop-in, removed at the end")
+	flag.StringVar(&o.many, "many", "", "N,N,…: instead of the one-shot comparison, keep N long-lived domains alive at each level (issue 15 §3)")
+	flag.IntVar(&o.manyProbes, "many-probes", 30, "timed probe creates at each -many level, with N domains alive")
+	flag.Func("launcher-env", "K=V: set this in the monitor's environment for -many -via direct (repeatable), e.g. GOMEMLIMIT=8MiB", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return errors.New("want K=V")
+		}
+		o.launcherEnv = append(o.launcherEnv, v)
+		return nil
+	})
+	flag.DurationVar(&o.manyHold, "many-hold", 0, "keep each -many level alive this long before destroying it, to inspect it by hand")
+	flag.StringVar(&o.via, "via", "sudo", "how -many reaches the launcher: direct (as root) or sudo (as the kernel's account)")
+	flag.BoolVar(&o.hop, "hop", false, "instead of the one-shot comparison, time the sudo hop under each sudoers Defaults variant (needs -testbed)")
 	flag.Parse()
 	if o.work == "" || os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: run as root with -work DIR (scripts/bench does)")
 		return 2
 	}
-	if o.runs < 50 {
+	levels, err := parseLevels(o.many)
+	if err != nil || (o.hop && !o.testbed) || (o.via != "direct" && o.via != "sudo") {
+		fmt.Fprintln(os.Stderr, "bench: -many wants N,N,… ; -hop needs -testbed; -via is direct or sudo")
+		return 2
+	}
+	if o.runs < 50 && o.many == "" {
 		fmt.Fprintf(os.Stderr, "bench: warning: %d runs is below the 50 the issue asks for\n", o.runs)
 	}
-	b := &bench{opts: o, pid: os.Getpid()}
+	var bed *testbedRun
+	if o.testbed {
+		// The pool holds the largest level, the probe beside it, and margin.
+		slots := uint32(0)
+		if len(levels) > 0 {
+			slots = uint32(slices.Max(levels) + 8)
+		}
+		if bed, err = startTestbed(slots); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: testbed:", err)
+			return 1
+		}
+		defer bed.close()
+		o.launcher, o.config = bed.bed.Launcher, bed.bed.ConfigPath
+	}
+	b := &bench{opts: o, pid: os.Getpid(), bed: bed}
 	if err := b.setup(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: setup:", err)
 		b.cleanup()
 		return 1
 	}
 	defer b.cleanup()
+	var variants []hopVariant
+	if o.hop {
+		variants = slices.Clone(hopVariants)
+	}
+	if bed != nil && b.sudoCred != nil {
+		if err := bed.sudoers("sudoers.d/autonomic", variants); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: sudoers drop-in:", err)
+			return 1
+		}
+	}
+	switch {
+	case o.hop:
+		return b.hopMain(variants)
+	case len(levels) > 0:
+		return b.manyMain(levels)
+	}
 
 	cases := b.cases()
 	for _, c := range cases {
@@ -157,6 +216,19 @@ func run() int {
 				break
 			}
 		}
+	}
+	// The trace starts after the warm-up, when the state directories exist.
+	bins := []string{b.opts.launcher}
+	if sl := b.sudoLauncher(); sl != b.opts.launcher {
+		bins = append(bins, sl)
+	}
+	for _, v := range o.compare {
+		_, path, _ := strings.Cut(v, "=")
+		bins = append(bins, path)
+	}
+	if t, err := newTracer(bins, tracedDirs(b.cfg)); err == nil {
+		b.trace = t
+		defer t.close()
 	}
 	// Interleaved rounds, each in a rotated order: drift on the host (other
 	// jobs, page cache, frequency) falls on every contender alike.
@@ -179,6 +251,7 @@ func run() int {
 			fmt.Fprintf(os.Stderr, "bench: %d/%d rounds (%.0fs)\n", i+1, o.runs, time.Since(start).Seconds())
 		}
 	}
+	b.trace = nil
 	rss, compareRSS := b.monitorRSS()
 	rep := b.report(cases, rss)
 	rep.CompareRSS = compareRSS
@@ -278,7 +351,7 @@ func (b *bench) cases() []*bcase {
 		name:    "launcher_sudo",
 		command: "sudo -n " + b.opts.launcher + " (as " + b.opts.sudoUser + "; same request)",
 		once: func(id string) (sample, error) {
-			cmd := exec.Command("sudo", "-n", b.opts.launcher)
+			cmd := exec.Command("sudo", "-n", b.sudoLauncher())
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.sudoCred}
 			s, _, err := b.launcherOnce(cmd, id, false)
 			return s, err
@@ -381,8 +454,15 @@ func (b *bench) launcherOnce(cmd *exec.Cmd, id string, sampleRSS bool) (sample, 
 	if err != nil {
 		return sample{}, 0, err
 	}
+	tracing := b.trace != nil && !sampleRSS
 	t0 := time.Now()
+	if tracing {
+		b.trace.start(t0)
+	}
 	if err := cmd.Start(); err != nil {
+		if tracing {
+			b.trace.stop()
+		}
 		return sample{}, 0, err
 	}
 	var hwm int64
@@ -408,6 +488,9 @@ func (b *bench) launcherOnce(cmd *exec.Cmd, id string, sampleRSS bool) (sample, 
 	fail := func(err error) (sample, int64, error) {
 		stdin.Close()
 		_ = cmd.Wait()
+		if tracing {
+			b.trace.stop()
+		}
 		if sampleRSS {
 			close(stopPoll)
 			<-polled
@@ -461,6 +544,11 @@ func (b *bench) launcherOnce(cmd *exec.Cmd, id string, sampleRSS bool) (sample, 
 	stdin.Close()
 	werr := cmd.Wait()
 	wall := time.Since(t0)
+	var phases map[string]time.Duration
+	if tracing {
+		phases = b.trace.stop()
+		phases["started_frame"], phases["exited_frame"], phases["reaped"] = tStarted, tExited, wall
+	}
 	if sampleRSS {
 		close(stopPoll)
 		hwm = max(hwm, <-polled)
@@ -472,7 +560,7 @@ func (b *bench) launcherOnce(cmd *exec.Cmd, id string, sampleRSS bool) (sample, 
 		b.destroy(id)
 		return sample{}, 0, fmt.Errorf("worker did not exit 0 and get destroyed: code %v signal %q destroyed %v", exited.ExitCode, exited.Signal, exited.Destroyed)
 	}
-	return sample{wall: wall, started: tStarted, exited: tExited}, hwm, nil
+	return sample{wall: wall, started: tStarted, exited: tExited, phases: phases}, hwm, nil
 }
 
 // destroy removes a domain a failed run may have left behind.
@@ -827,6 +915,16 @@ type caseReport struct {
 	// Phases are the launcher's medians from exec to its started frame,
 	// to its exited frame, and to its reaping (= median_ms).
 	Phases map[string]float64 `json:"phases_median_ms,omitempty"`
+	// Trace is every traced step of a create (tracer), medians in ms from
+	// the driver's fork/exec, in the order they happen.
+	Trace []phase `json:"trace_median_ms,omitempty"`
+}
+
+type phase struct {
+	Name    string  `json:"name"`
+	Ms      float64 `json:"ms"`
+	Delta   float64 `json:"delta_ms"`
+	Meaning string  `json:"meaning,omitempty"`
 }
 
 type ratio struct {
@@ -901,6 +999,14 @@ func (b *bench) report(cases []*bcase, rss rssResult) report {
 				st, _, _, _, _ := stats(c.samples, func(s sample) time.Duration { return s.started })
 				ex, _, _, _, _ := stats(c.samples, func(s sample) time.Duration { return s.exited })
 				cr.Phases = map[string]float64{"started_frame": ms(st), "exited_frame": ms(ex), "reaped": ms(med)}
+			}
+			if c.samples[0].phases != nil {
+				order, meds := phaseMedians(c.samples)
+				prev := 0.0
+				for _, k := range order {
+					cr.Trace = append(cr.Trace, phase{Name: k, Ms: meds[k], Delta: math.Round((meds[k]-prev)*100) / 100, Meaning: phaseNames[k]})
+					prev = meds[k]
+				}
 			}
 		}
 		rep.Cases[c.name] = cr
@@ -987,6 +1093,16 @@ func printTable(w io.Writer, rep report) {
 		}
 		fmt.Fprintf(w, "%-24s %5d %10.2f %10.2f %10.2f  %s\n", name, c.Runs, c.MedianMs, c.P90Ms, c.MinMs, note)
 	}
+	for _, name := range rep.Order {
+		c := rep.Cases[name]
+		if len(c.Trace) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\nphases of %s (medians, ms from fork/exec; Δ from the previous phase):\n", name)
+		for _, p := range c.Trace {
+			fmt.Fprintf(w, "  %-16s %8.2f %+8.2f  %s\n", p.Name, p.Ms, p.Delta, p.Meaning)
+		}
+	}
 	fmt.Fprintf(w, "\n%-32s %8s %8s  %s\n", "ratio (medians)", "value", "target", "verdict")
 	for _, r := range rep.Ratios {
 		target, verdict := fmt.Sprintf("≤ %.1f", r.Target), "FAIL"
@@ -1024,7 +1140,7 @@ func printTable(w io.Writer, rep report) {
 	}
 }
 
-func writeJSON(path string, rep report) error {
+func writeJSON(path string, rep any) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -1033,4 +1149,61 @@ func writeJSON(path string, rep report) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func parseLevels(s string) ([]int, error) {
+	var out []int
+	if s == "" {
+		return nil, nil
+	}
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad level %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func (b *bench) manyMain(levels []int) int {
+	if b.opts.via == "sudo" && b.sudoCred == nil {
+		fmt.Fprintln(os.Stderr, "bench: -via sudo: no account", b.opts.sudoUser)
+		return 1
+	}
+	rep, err := b.runMany(levels, b.opts.manyProbes, b.opts.via)
+	printMany(os.Stdout, rep)
+	if werr := writeJSON(b.opts.out, rep); werr != nil {
+		fmt.Fprintln(os.Stderr, "bench:", werr)
+		return 1
+	}
+	fmt.Printf("\nwrote %s\n", b.opts.out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	return 0
+}
+
+func (b *bench) hopMain(variants []hopVariant) int {
+	if b.sudoCred == nil {
+		fmt.Fprintln(os.Stderr, "bench: -hop: no account", b.opts.sudoUser)
+		return 1
+	}
+	res := b.runHop(variants, b.opts.runs)
+	fmt.Printf("The sudo hop alone: the launcher with empty stdin (an error frame, exit), %d runs each, load %s\n\n", b.opts.runs, hostInfo()["loadavg_at_report"])
+	fmt.Printf("%-26s %8s %8s %8s %8s %8s %-9s %s\n", "variant", "median", "p90", "hop", "cpu", "hop cpu", "resident", "Defaults!launcher")
+	for _, r := range res {
+		if r.Error != "" {
+			fmt.Printf("%-26s not measurable: %s\n", r.Name, r.Error)
+			continue
+		}
+		fmt.Printf("%-26s %8.2f %8.2f %8.2f %8.2f %8.2f %-9v %s\n", r.Name, r.MedianMs, r.P90Ms, r.HopMs, r.CPUMs, r.HopCPUMs, r.SudoResident, r.Defaults)
+	}
+	if err := writeJSON(b.opts.out, res); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	fmt.Printf("\nwrote %s\n", b.opts.out)
+	return 0
 }
