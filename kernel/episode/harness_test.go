@@ -26,6 +26,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -305,7 +306,7 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
 		AllowedPaths: paths, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
 	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{obs.Wrap(gitc)},
-		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), LeaseCheck: obs.CheckLease, Hooks: r.opts.hooks}
+		Trajectory: obs.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: obs.CheckLease, Hooks: r.opts.hooks}
 	var runner *verify.Runner
 	if r.opts.verifyArgv != nil {
 		bc.Verifier = obs.Verify

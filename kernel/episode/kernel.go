@@ -17,6 +17,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
@@ -113,9 +114,9 @@ type Kernel struct {
 
 	// feat is what Domains promises, read once: without checkpoints
 	// nothing is checkpointed and nothing is repaired.
-	feat  domain.Features
-	rules *sensor.Rules
-	home  homeostat.Config
+	feat domain.Features
+	// gov runs the fast and slow loops: one trajectory record per episode.
+	gov   *governor.Governor
 	regMu sync.Mutex
 	reg   *regulator.Regulator // nil: no regulator, autonomy is act
 	// faults is the union of the faults last reported per source
@@ -148,24 +149,12 @@ func New(cfg Config) (*Kernel, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	if cfg.SensorQueue == 0 {
-		cfg.SensorQueue = 256
-	}
-	if _, err := sensor.NewQueue[frame](cfg.SensorQueue); err != nil {
-		return nil, fmt.Errorf("episode: %w", err)
-	}
-	home := homeostat.DefaultConfig()
-	if cfg.Homeostat != nil {
-		home = *cfg.Homeostat
-	}
-	if err := home.Validate(); err != nil {
-		return nil, fmt.Errorf("episode: homeostat: %w", err)
-	}
-	rules, err := sensor.NewRules()
-	if err != nil {
+	k := &Kernel{cfg: cfg, log: cfg.Logger, feat: feat, episodes: map[uuid.UUID]*Episode{}}
+	var err error
+	if k.gov, err = governor.New(governor.Config{Store: cfg.Store, Regulator: kernelRegulator{k}, Verification: cfg.Verification,
+		Sensor: cfg.Sensor, Homeostat: cfg.Homeostat, SensorQueue: cfg.SensorQueue, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
-	k := &Kernel{cfg: cfg, log: cfg.Logger, feat: feat, rules: rules, home: home, episodes: map[uuid.UUID]*Episode{}}
 	if !feat.Isolated {
 		k.log.Warn("UNSAFE_LOCAL: episode workers run with NO isolation; every domain is labelled unsafe_local in the ledger",
 			"backend", feat.Backend)
@@ -201,7 +190,28 @@ func (o *Observer) Verify(ctx context.Context, e store.Effect, payload []byte) (
 	if k == nil || k.cfg.Verification == nil {
 		return "", nil, errors.New("episode: automatic verification is not configured")
 	}
-	return k.evaluate(ctx, e, payload)
+	return k.gov.Verify(ctx, e, payload)
+}
+
+// Trajectory is broker.Config.Trajectory (governor.Governor.Trajectory).
+// Before a controller exists every episode is in containment.
+func (o *Observer) Trajectory(ctx context.Context, id uuid.UUID) (int64, string) {
+	k := o.k.Load()
+	if k == nil {
+		return 0, homeostat.Containment.String()
+	}
+	return k.gov.Trajectory(ctx, id)
+}
+
+// CheckLease is broker.Config.LeaseCheck (governor.Governor.CheckLease).
+func (o *Observer) CheckLease(ctx context.Context, q broker.LeaseQuery) error {
+	k := o.k.Load()
+	if k == nil {
+		return governor.LeaseCheckWith(func(uuid.UUID) authority.Verdict {
+			return authority.Decide([]authority.Signal{homeostat.Containment.Signal()})
+		})(ctx, q)
+	}
+	return k.gov.CheckLease(ctx, q)
 }
 
 // Wrap returns a wraps a, reporting its commits to the controller.
@@ -213,28 +223,15 @@ type observed struct {
 }
 
 func (a *observed) Commit(ctx context.Context, r broker.Request) broker.Result {
-	res := a.Adapter.Commit(ctx, r)
-	if res.Outcome == broker.Committed {
-		if k := a.o.k.Load(); k != nil {
-			k.committed(r.EffectID)
-		}
+	if k := a.o.k.Load(); k != nil {
+		return k.gov.Wrap(a.Adapter).Commit(ctx, r)
 	}
-	return res
+	return a.Adapter.Commit(ctx, r)
 }
 
-// committed offers an effect id to every live episode; each checks, off
-// the commit path, whether it is its own. The offer never blocks a commit.
-func (k *Kernel) committed(id uuid.UUID) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, e := range k.episodes {
-		select {
-		case e.commits <- id:
-		default:
-			e.log.Warn("commit notification dropped; next checkpoint will cover it", "effect", id)
-		}
-	}
-}
+// Unwrap gives the broker the adapter itself (its optional interfaces,
+// such as broker.Toucher).
+func (a *observed) Unwrap() broker.Adapter { return a.Adapter }
 
 func (k *Kernel) launcherID(ep uuid.UUID, gen int) string { return fmt.Sprintf("%s-g%d", ep, gen) }
 
@@ -328,19 +325,19 @@ func (k *Kernel) Episode(id uuid.UUID) (*Episode, bool) {
 }
 
 func (k *Kernel) newEpisode(id uuid.UUID, spec Spec) *Episode {
-	e := &Episode{k: k, id: id, spec: spec, state: Pending, commits: make(chan uuid.UUID, 64),
+	e := &Episode{k: k, id: id, spec: spec, state: Pending,
 		contain: make(chan containment, 1), exits: make(chan WorkerExit, 16), digests: map[uuid.UUID]string{},
 		log: k.log.With("episode", id)}
+	watched := governor.Episode{ID: id, Intent: spec.OriginIntent, Epoch: e.currentEpoch, Lease: e.currentLease,
+		Contain: e.containAt, Logger: e.log}
 	// The semantic sensors read the policy's scope; a spec whose policy no
 	// longer verifies has none (and Recover contains it).
 	if pol, _, _, err := spec.validate(k.cfg.PolicyKeys); err == nil {
-		e.scope = pol.Document.Capability.Allow
+		watched.Scope = pol.Document.Capability.Allow
 		e.pol = pol
-		e.maxRisk = pol.Document.Semantic.MaxRisk
+		watched.MaxRisk = pol.Document.Semantic.MaxRisk
 	}
-	// Both were validated by New.
-	e.frames, _ = sensor.NewQueue[frame](k.cfg.SensorQueue)
-	e.home, _ = homeostat.New(k.home)
+	e.traj = k.gov.Open(watched)
 	k.mu.Lock()
 	k.episodes[id] = e
 	k.mu.Unlock()
@@ -363,4 +360,5 @@ func (k *Kernel) forget(id uuid.UUID) {
 	k.mu.Lock()
 	delete(k.episodes, id)
 	k.mu.Unlock()
+	k.gov.Close(id)
 }

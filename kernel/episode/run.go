@@ -18,6 +18,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
@@ -74,19 +75,12 @@ type Episode struct {
 	// the broker consults it on every accept.
 	cgroup atomic.Pointer[string]
 
-	commits chan uuid.UUID
 	contain chan containment
 	exits   chan WorkerExit
 
-	// frames is the bounded sensor queue the watch child drains into home.
-	frames *sensor.Queue[frame]
-	// hmu guards home and history (never held with mu).
-	hmu     sync.Mutex
-	home    *homeostat.Homeostat
-	history []sensor.Event
-	// slow is the last slow-loop verdict's contraction (Throttle, say),
-	// which holds at the commit horizon until the next evaluation.
-	slow authority.Signal
+	// traj is the episode's trajectory record in the governor, which runs
+	// its fast and slow loops and reports containment to containAt.
+	traj *governor.Record
 }
 
 // WorkerExit is a worker's end in one generation.
@@ -182,6 +176,19 @@ func (e *Episode) containAt(epoch int64, reason string) {
 	}
 }
 
+// currentEpoch and currentLease are what the governor reads of the episode.
+func (e *Episode) currentEpoch() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.epoch
+}
+
+func (e *Episode) currentLease() authority.Capability {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leaseCap
+}
+
 func (e *Episode) move(to State) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -238,7 +245,7 @@ func (e *Episode) run(ctx context.Context, checkpoint string) error {
 		defer close(e.done)
 		children := []supervisor.Child{
 			{Name: "authority", Run: e.authority},
-			{Name: "watch", Run: e.watch},
+			{Name: "watch", Run: e.traj.Watch},
 			{Name: "broker", Run: func(ctx context.Context, ready func()) error {
 				ready()
 				return srv.Serve(ctx, ln)
@@ -496,12 +503,11 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 				// the homeostat contains on it without smoothing; the
 				// containment comes back through e.contain.
 				reason := "violation: " + ev.Violation.Syscall
-				e.remember(sensor.Event{Kind: sensor.EventViolation, Detail: ev.Violation.Syscall})
+				e.traj.Remember(sensor.Event{Kind: sensor.EventViolation, Detail: ev.Violation.Syscall})
 				e.mu.Lock()
 				epoch := e.epoch
 				e.mu.Unlock()
-				f := frame{epoch: epoch, sample: homeostat.Sample{Denial: homeostat.SeccompViolation}, reason: reason}
-				if e.observe(f, true) != nil {
+				if e.traj.Observe(epoch, homeostat.Sample{Denial: homeostat.SeccompViolation}, reason, true) != nil {
 					// A queue full of critical frames is itself containment.
 					if r, err = e.repair(ctx, r, reason+" (sensor queue full)"); err != nil {
 						return err
@@ -537,7 +543,7 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 				return err
 			}
 			events = r.Events()
-		case id := <-e.commits:
+		case id := <-e.traj.Commits():
 			if !e.k.feat.Checkpoints {
 				continue
 			}
@@ -545,7 +551,7 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 			if err != nil || eff.EpisodeID != e.id {
 				continue
 			}
-			e.remember(sensor.Event{Kind: sensor.EventEffectCommitted, Detail: eff.Kind})
+			e.traj.Remember(sensor.Event{Kind: sensor.EventEffectCommitted, Detail: eff.Kind})
 			if err := e.checkpoint(ctx); err != nil {
 				// A missed checkpoint costs repair granularity, not
 				// safety: the previous stable one still stands.
@@ -612,7 +618,7 @@ func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string
 	e.mu.Unlock()
 	// The old trajectory ended with the old epoch; its queued frames are
 	// ignored from now on.
-	e.resetTrajectory(reason)
+	e.traj.Reset(reason)
 	if err := e.destroy(ctx, e.k.launcherID(e.id, gen)); err != nil {
 		return old, err
 	}

@@ -192,11 +192,11 @@ func (e *Episode) refused(r egress.Refusal) {
 // signal puts a non-critical frame of the current epoch on the sensor
 // queue and remembers it for the sensors. It never blocks.
 func (e *Episode) signal(s homeostat.Sample, reason string) {
-	e.remember(sensor.Event{Kind: sensor.EventCapabilityDenied, Detail: reason})
+	e.traj.Remember(sensor.Event{Kind: sensor.EventCapabilityDenied, Detail: reason})
 	e.mu.Lock()
 	epoch := e.epoch
 	e.mu.Unlock()
-	_ = e.observe(frame{epoch: epoch, sample: s, reason: reason}, false)
+	_ = e.traj.Observe(epoch, s, reason, false)
 }
 
 // closeServices closes the service listeners (their sockets unlink) and

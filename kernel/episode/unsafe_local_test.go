@@ -19,6 +19,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -107,7 +108,7 @@ func newUnsafeRig(t *testing.T, ctx context.Context, name string) *unsafeRig {
 	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
 		AllowedPaths: []string{"calc.sh"}, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
 	b, err := broker.New(broker.Config{Store: st, Payloads: payloads, Adapters: []broker.Adapter{obs.Wrap(gitc)},
-		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), LeaseCheck: obs.CheckLease})
+		Trajectory: obs.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: obs.CheckLease})
 	if err != nil {
 		t.Fatal(err)
 	}

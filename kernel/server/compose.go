@@ -19,6 +19,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/egress"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/relay"
@@ -85,7 +86,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	// Trajectory and its table come from the controller: an episode it
 	// does not drive reads as containment, so nothing commits for it.
 	bc := broker.Config{Store: st, Payloads: payloads, Adapters: adapters, DecisionKeys: map[string]ed25519.PublicKey(keys),
-		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), LeaseCheck: obs.CheckLease, Logger: log.Named("broker"),
+		Trajectory: obs.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: obs.CheckLease, Logger: log.Named("broker"),
 		// speculation_ms is the window between prepare and the commit
 		// horizon: an effect not committed within it expires, so a worker
 		// cannot bank an old evaluation for later.
