@@ -77,10 +77,10 @@ type Config struct {
 	// evaluate next to the deterministic Rules (which always run). Its
 	// degradation is reported to the regulator.
 	Sensor sensor.SemanticSensor
-	// Regulator, when set, is the system regulator's configuration: its
-	// level caps every lease minted (new and repair) and, through
-	// Observer.Trajectory, the class the commit check lets through.
-	Regulator *regulator.Config
+	// Regulator, when set, is the kernel's live system regulator: its
+	// level caps every lease minted (new and repair) and, through the
+	// governor, the class the commit check lets through (nil: act).
+	Regulator *regulator.Live
 	// Homeostat configures each episode's homeostat (nil: the default).
 	Homeostat *homeostat.Config
 	// EffectConcurrency is effect_concurrency: requests each episode's
@@ -116,12 +116,7 @@ type Kernel struct {
 	// nothing is checkpointed and nothing is repaired.
 	feat domain.Features
 	// gov runs the fast and slow loops: one trajectory record per episode.
-	gov   *governor.Governor
-	regMu sync.Mutex
-	reg   *regulator.Regulator // nil: no regulator, autonomy is act
-	// faults is the union of the faults last reported per source
-	// (ReportHealth); guarded by regMu.
-	faults regulator.Fault
+	gov *governor.Governor
 
 	mu       sync.Mutex
 	episodes map[uuid.UUID]*Episode
@@ -151,7 +146,7 @@ func New(cfg Config) (*Kernel, error) {
 	}
 	k := &Kernel{cfg: cfg, log: cfg.Logger, feat: feat, episodes: map[uuid.UUID]*Episode{}}
 	var err error
-	if k.gov, err = governor.New(governor.Config{Store: cfg.Store, Regulator: kernelRegulator{k}, Verification: cfg.Verification,
+	if k.gov, err = governor.New(governor.Config{Store: cfg.Store, Regulator: cfg.Regulator, Verification: cfg.Verification,
 		Sensor: cfg.Sensor, Homeostat: cfg.Homeostat, SensorQueue: cfg.SensorQueue, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
@@ -162,11 +157,6 @@ func New(cfg Config) (*Kernel, error) {
 	if !feat.Checkpoints {
 		k.log.Warn("the domain backend cannot checkpoint: episodes run without checkpoints, and a violation or failure contains them instead of repairing",
 			"backend", feat.Backend)
-	}
-	if cfg.Regulator != nil {
-		if k.reg, err = regulator.New(*cfg.Regulator); err != nil {
-			return nil, fmt.Errorf("episode: regulator: %w", err)
-		}
 	}
 	if cfg.Observer != nil {
 		cfg.Observer.k.Store(k)
@@ -232,6 +222,12 @@ func (a *observed) Commit(ctx context.Context, r broker.Request) broker.Result {
 // Unwrap gives the broker the adapter itself (its optional interfaces,
 // such as broker.Toucher).
 func (a *observed) Unwrap() broker.Adapter { return a.Adapter }
+
+// ceiling is the class ceiling for every lease minted now: the configured
+// ceiling under the regulator's level.
+func (k *Kernel) ceiling() authority.Class {
+	return min(k.cfg.Ceiling(), k.cfg.Regulator.Ceiling())
+}
 
 func (k *Kernel) launcherID(ep uuid.UUID, gen int) string { return fmt.Sprintf("%s-g%d", ep, gen) }
 

@@ -49,8 +49,11 @@ type Hooks struct {
 
 // kernel is what compose built.
 type kernel struct {
-	broker  *broker.Broker
-	domains domain.ExecutionDomain
+	// regulator is the kernel's one live regulator (nil: no episode
+	// controller, which is the only thing it caps).
+	regulator *regulator.Live
+	broker    *broker.Broker
+	domains   domain.ExecutionDomain
 	// episodes is nil when the configuration cannot run episodes (see
 	// compose); episode start then answers "not available".
 	episodes *episode.Kernel
@@ -138,9 +141,14 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if ec.Egress, err = egressConfig(cfg, st); err != nil {
 		return nil, err
 	}
-	if ec.Regulator, err = regulatorConfig(cfg.Regulator); err != nil {
+	rc, err := regulatorConfig(cfg.Regulator)
+	if err != nil {
 		return nil, err
 	}
+	if k.regulator, err = regulator.NewLive(*rc, log.Named("regulator")); err != nil {
+		return nil, fmt.Errorf("episode: regulator: %w", err)
+	}
+	ec.Regulator = k.regulator
 	if len(policyKeys) == 0 {
 		log.Warn("policy_keys is empty: no signed policy can verify, so every episode start is refused")
 	}
@@ -187,80 +195,6 @@ func regulatorConfig(r config.Regulator) (*regulator.Config, error) {
 		return nil, fmt.Errorf("regulator: %w", err)
 	}
 	return rc, nil
-}
-
-// storeProbe is what the health loop asks of the store: the operator
-// API's database check, one row.
-type storeProbe interface {
-	ListEpisodes(ctx context.Context, limit int) ([]store.Episode, error)
-}
-
-// saturationCount is what the health loop asks of the broker: its count
-// of worker connections refused as saturated (broker.Saturations).
-type saturationCount interface {
-	Saturations() uint64
-}
-
-// healthSink is where the health loop reports (episode.Kernel.ReportHealth).
-type healthSink interface {
-	ReportHealth(within, faults regulator.Fault)
-}
-
-// health is serve's feed of the regulator for the faults no episode sees:
-// database loss and broker saturation. Both go in one report per interval,
-// so the regulator counts intervals, not sources, toward recovery.
-type health struct {
-	store  storeProbe
-	broker saturationCount
-	sink   healthSink
-	every  time.Duration
-	// seen is the broker's count at the previous interval.
-	seen uint64
-}
-
-func newHealth(st storeProbe, b saturationCount, sink healthSink, every time.Duration) *health {
-	return &health{store: st, broker: b, sink: sink, every: every, seen: b.Saturations()}
-}
-
-// watch observes every interval until ctx ends.
-func (h *health) watch(ctx context.Context) {
-	t := time.NewTicker(h.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		h.observe(ctx)
-	}
-}
-
-// observe is one interval. A failed store query (or one slower than the
-// interval) is database loss, which caps autonomy at observe at once. Any
-// connection the broker refused as saturated since the previous interval
-// is broker saturation, which caps it at advise at once: workers are being
-// turned away, so the kernel is not keeping up with what it authorised. A
-// clean interval clears only these two faults (the sensor bank's stand),
-// and the regulator steps back up only after recover_after consecutive
-// clean intervals spanning recover_for_ms — one saturated interval
-// restarts that streak, so recovery needs a sustained clean stretch.
-func (h *health) observe(ctx context.Context) {
-	qctx, cancel := context.WithTimeout(ctx, h.every)
-	_, err := h.store.ListEpisodes(qctx, 1)
-	cancel()
-	if ctx.Err() != nil {
-		return
-	}
-	var f regulator.Fault
-	if err != nil {
-		f |= regulator.DatabaseLoss
-	}
-	if n := h.broker.Saturations(); n != h.seen {
-		f |= regulator.BrokerSaturation
-		h.seen = n
-	}
-	h.sink.ReportHealth(regulator.DatabaseLoss|regulator.BrokerSaturation, f)
 }
 
 // modelSensor is the openai_compatible sensor bank. The key is read from
