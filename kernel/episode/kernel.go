@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,12 +17,9 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/governor"
-	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/relay"
-	"github.com/autonomic-kernel/autonomic/kernel/sensor"
-	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/kernel/workspace"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -65,31 +61,18 @@ type Config struct {
 	PolicyKeys policy.Keys
 	// Ceiling is the regulator's current class ceiling (nil: no cap).
 	Ceiling func() authority.Class
-	// Observer, when set, is the commit observer wrapped around the
-	// broker's adapters; the controller checkpoints after each commit.
-	Observer *Observer
-	// Verification, when set, is automatic_verification: the broker's
-	// Verifier (Observer.Verify) replays each class 3+ git_commit in a
-	// clean one-shot domain through it. The broker must be built with
-	// Verifier: Observer.Verify exactly when this is set.
-	Verification *verify.Runner
-	// Sensor, when set, is the model-backed sensor bank consulted at
-	// evaluate next to the deterministic Rules (which always run). Its
-	// degradation is reported to the regulator.
-	Sensor sensor.SemanticSensor
+	// Governor runs the episodes' fast and slow loops; the broker must
+	// have been built on it (its Trajectory, CheckLease, Verify and
+	// wrapped adapters), so it is built first and handed to both.
+	Governor *governor.Governor
 	// Regulator, when set, is the kernel's live system regulator: its
 	// level caps every lease minted (new and repair) and, through the
 	// governor, the class the commit check lets through (nil: act).
 	Regulator *regulator.Live
-	// Homeostat configures each episode's homeostat (nil: the default).
-	Homeostat *homeostat.Config
 	// EffectConcurrency is effect_concurrency: requests each episode's
 	// broker server serves at once; beyond it a worker is answered
 	// effect_broker_saturated (default: the broker server's, 8).
 	EffectConcurrency int
-	// SensorQueue is sensor_queue, each episode's bounded frame queue
-	// (default 256).
-	SensorQueue int
 	// AuthorityInterval is how often an episode's authority child renews
 	// ownership and re-reads the episode (default 500 ms).
 	AuthorityInterval time.Duration
@@ -125,8 +108,8 @@ type Kernel struct {
 // New returns a controller. The broker must have reconciled (Recover does
 // it) before episodes start.
 func New(cfg Config) (*Kernel, error) {
-	if cfg.Store == nil || cfg.Broker == nil || cfg.Domains == nil {
-		return nil, errors.New("episode: Store, Broker and Domains are required")
+	if cfg.Store == nil || cfg.Broker == nil || cfg.Domains == nil || cfg.Governor == nil {
+		return nil, errors.New("episode: Store, Broker, Domains and Governor are required")
 	}
 	feat := cfg.Domains.Features()
 	if !filepath.IsAbs(cfg.WorkspacesRoot) || !filepath.IsAbs(cfg.SocketsRoot) || (feat.Isolated && cfg.CgroupParent == "") {
@@ -144,12 +127,7 @@ func New(cfg Config) (*Kernel, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	k := &Kernel{cfg: cfg, log: cfg.Logger, feat: feat, episodes: map[uuid.UUID]*Episode{}}
-	var err error
-	if k.gov, err = governor.New(governor.Config{Store: cfg.Store, Regulator: cfg.Regulator, Verification: cfg.Verification,
-		Sensor: cfg.Sensor, Homeostat: cfg.Homeostat, SensorQueue: cfg.SensorQueue, Logger: cfg.Logger}); err != nil {
-		return nil, err
-	}
+	k := &Kernel{cfg: cfg, log: cfg.Logger, feat: feat, gov: cfg.Governor, episodes: map[uuid.UUID]*Episode{}}
 	if !feat.Isolated {
 		k.log.Warn("UNSAFE_LOCAL: episode workers run with NO isolation; every domain is labelled unsafe_local in the ledger",
 			"backend", feat.Backend)
@@ -158,70 +136,8 @@ func New(cfg Config) (*Kernel, error) {
 		k.log.Warn("the domain backend cannot checkpoint: episodes run without checkpoints, and a violation or failure contains them instead of repairing",
 			"backend", feat.Backend)
 	}
-	if cfg.Observer != nil {
-		cfg.Observer.k.Store(k)
-	}
 	return k, nil
 }
-
-// Observer wraps broker adapters so the controller hears of every effect
-// they commit. It must be built before the broker (which takes the wrapped
-// adapters) and handed to New.
-type Observer struct{ k atomic.Pointer[Kernel] }
-
-// Verify is broker.Config.Verifier for automatic_verification, and the
-// slow loop: it hands the effect to the controller's verification runner
-// and, when that allows, runs the sensor bank and records the semantic
-// decision (see watch.go). Before a controller with a runner exists it
-// fails, and a failed verification is never an allow: the broker's commit
-// check requires an allow decision.
-func (o *Observer) Verify(ctx context.Context, e store.Effect, payload []byte) (string, json.RawMessage, error) {
-	k := o.k.Load()
-	if k == nil || k.cfg.Verification == nil {
-		return "", nil, errors.New("episode: automatic verification is not configured")
-	}
-	return k.gov.Verify(ctx, e, payload)
-}
-
-// Trajectory is broker.Config.Trajectory (governor.Governor.Trajectory).
-// Before a controller exists every episode is in containment.
-func (o *Observer) Trajectory(ctx context.Context, id uuid.UUID) (int64, string) {
-	k := o.k.Load()
-	if k == nil {
-		return 0, homeostat.Containment.String()
-	}
-	return k.gov.Trajectory(ctx, id)
-}
-
-// CheckLease is broker.Config.LeaseCheck (governor.Governor.CheckLease).
-func (o *Observer) CheckLease(ctx context.Context, q broker.LeaseQuery) error {
-	k := o.k.Load()
-	if k == nil {
-		return governor.LeaseCheckWith(func(uuid.UUID) authority.Verdict {
-			return authority.Decide([]authority.Signal{homeostat.Containment.Signal()})
-		})(ctx, q)
-	}
-	return k.gov.CheckLease(ctx, q)
-}
-
-// Wrap returns a wraps a, reporting its commits to the controller.
-func (o *Observer) Wrap(a broker.Adapter) broker.Adapter { return &observed{Adapter: a, o: o} }
-
-type observed struct {
-	broker.Adapter
-	o *Observer
-}
-
-func (a *observed) Commit(ctx context.Context, r broker.Request) broker.Result {
-	if k := a.o.k.Load(); k != nil {
-		return k.gov.Wrap(a.Adapter).Commit(ctx, r)
-	}
-	return a.Adapter.Commit(ctx, r)
-}
-
-// Unwrap gives the broker the adapter itself (its optional interfaces,
-// such as broker.Toucher).
-func (a *observed) Unwrap() broker.Adapter { return a.Adapter }
 
 // ceiling is the class ceiling for every lease minted now: the configured
 // ceiling under the regulator's level.

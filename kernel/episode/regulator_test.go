@@ -18,7 +18,7 @@ func TestReportHealthCapsLeases(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	reg := liveRegulator(t, regulator.Config{Start: regulator.Act, Max: regulator.Act, RecoverAfter: 1})
-	r := newRig(t, ctx, "episode_report_health", withConfig(func(c *episode.Config) { c.Regulator = reg }))
+	r := newRig(t, ctx, "episode_report_health", withRegulator(reg))
 	reg.Report(regulator.DatabaseLoss, regulator.DatabaseLoss)
 	if l := reg.State().Level; l != regulator.Observe {
 		t.Fatalf("after database loss: %v", l)

@@ -17,6 +17,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -325,11 +326,12 @@ func semanticRig(t *testing.T, ctx context.Context, name string, model *modelSer
 	t.Helper()
 	client := modelClient(t, model)
 	rec := &recorder{}
-	r := newRig(t, ctx, name, withVerification(verifyArgv...), withConfig(func(c *episode.Config) {
-		c.Sensor, c.Regulator = client, liveRegulator(t, regulatorConfig())
-		rec.Store = c.Store
-		c.Store = rec
-	}))
+	r := newRig(t, ctx, name, withVerification(verifyArgv...), withRegulator(liveRegulator(t, regulatorConfig())),
+		withGovernor(func(c *governor.Config) {
+			c.Sensor = client
+			rec.Store = c.Store
+			c.Store = rec
+		}))
 	return r, rec
 }
 

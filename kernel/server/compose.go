@@ -59,10 +59,13 @@ type kernel struct {
 	episodes *episode.Kernel
 }
 
-// compose builds, in order, the broker (payloads under state_dir, the
-// adapters from targets, decision_keys, automatic verification through the
-// episode Observer), the domain backend and the episode controller. It
-// admits no work: the caller runs recovery before serving.
+// compose builds the kernel in one direction, each part from the ones
+// before it and nothing bound later: the store (given) → the live
+// regulator → the governor (the fast and slow loops) → the broker
+// (payloads under state_dir, the adapters from targets, wrapped by the
+// governor, decision_keys, automatic verification through
+// Governor.Verify) → the episode controller; serve then builds the API
+// on them. It admits no work: the caller runs recovery before serving.
 func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) (*kernel, error) {
 	payloads, err := broker.OpenPayloads(filepath.Join(cfg.StateDir, PayloadsDirName))
 	if err != nil {
@@ -76,59 +79,87 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if err != nil {
 		return nil, err
 	}
-	// The Observer exists before the broker: the broker takes the wrapped
-	// adapters and, with automatic verification, Observer.Verify.
-	obs := &episode.Observer{}
-	adapters, err := buildAdapters(cfg, payloads)
-	if err != nil {
-		return nil, err
-	}
-	for i, a := range adapters {
-		adapters[i] = obs.Wrap(a)
-	}
-	// Trajectory and its table come from the controller: an episode it
-	// does not drive reads as containment, so nothing commits for it.
-	bc := broker.Config{Store: st, Payloads: payloads, Adapters: adapters, DecisionKeys: map[string]ed25519.PublicKey(keys),
-		Trajectory: obs.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: obs.CheckLease, Logger: log.Named("broker"),
-		// speculation_ms is the window between prepare and the commit
-		// horizon: an effect not committed within it expires, so a worker
-		// cannot bank an old evaluation for later.
-		EffectTTL: time.Duration(cfg.SpeculationMSValue()) * time.Millisecond, Quota: brokerQuota(cfg.Broker)}
-	if cfg.AutomaticVerification {
-		bc.Verifier = obs.Verify
-	}
-	bc.Hooks = hooks.Broker
-	b, err := broker.New(bc)
-	if err != nil {
-		return nil, err
-	}
-	k := &kernel{broker: b, domains: backendFor(cfg, log)}
+	k := &kernel{domains: backendFor(cfg, log)}
 
 	d := cfg.Domain
+	episodes := true
 	switch {
 	case d.Backend == config.BackendUnsafeLocal && (d.WorkspacesRoot == "" || d.SocketsRoot == ""):
 		log.Warn("episode controller not composed: unsafe_local needs domain.workspaces_root and domain.sockets_root; episode start answers not available")
-		return k, nil
+		episodes = false
 	case d.Backend == config.BackendLinux && (d.WorkspacesRoot == "" || d.SocketsRoot == "" || d.CgroupParent == ""):
 		log.Warn("episode controller not composed: domain.workspaces_root, domain.sockets_root and domain.cgroup_parent must mirror the launcher's configuration; episode start answers not available")
-		return k, nil
+		episodes = false
 	}
 	uid, gid := os.Getuid(), os.Getgid()
 	if hooks.Owner != nil {
 		uid, gid = hooks.Owner[0], hooks.Owner[1]
 	}
-	// The closed set of profiles a spec may name, each compiled once.
-	prog, err := CompileProfile(episode.ProfileWorker)
-	if err != nil {
-		return nil, fmt.Errorf("worker seccomp profile: %w", err)
+	// Without an episode controller the governor watches no episode, so
+	// every episode reads as containment and nothing commits; it has no
+	// regulator, sensor or verification runner to feed.
+	gc := governor.Config{Store: st, SensorQueue: cfg.SensorQueue, Logger: log.Named("governor")}
+	var prog, agentProg []byte
+	if episodes {
+		// The closed set of profiles a spec may name, each compiled once.
+		if prog, err = CompileProfile(episode.ProfileWorker); err != nil {
+			return nil, fmt.Errorf("worker seccomp profile: %w", err)
+		}
+		if agentProg, err = CompileProfile(episode.ProfileAgent); err != nil {
+			return nil, fmt.Errorf("agent seccomp profile: %w", err)
+		}
+		rc, err := regulatorConfig(cfg.Regulator)
+		if err != nil {
+			return nil, err
+		}
+		if k.regulator, err = regulator.NewLive(*rc, log.Named("regulator")); err != nil {
+			return nil, fmt.Errorf("episode: regulator: %w", err)
+		}
+		gc.Regulator = k.regulator
+		if cfg.Sensor.Kind == config.SensorOpenAICompatible {
+			if gc.Sensor, err = modelSensor(cfg.Sensor); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.AutomaticVerification {
+			gc.Verification = &verify.Runner{Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, OwnerUID: uid, OwnerGID: gid,
+				Seccomp: prog, Targets: verifyTargets(cfg), Unverified: cfg.UnverifiedKinds, Logger: log.Named("verify")}
+		}
 	}
-	agentProg, err := CompileProfile(episode.ProfileAgent)
+	gov, err := governor.New(gc)
 	if err != nil {
-		return nil, fmt.Errorf("agent seccomp profile: %w", err)
+		return nil, err
 	}
-	ec := episode.Config{Store: st, Broker: b, Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, SocketsRoot: d.SocketsRoot,
-		CgroupParent: d.CgroupParent, OwnerUID: uid, OwnerGID: gid, Seccomp: prog, Observer: obs, SensorQueue: cfg.SensorQueue,
-		Profiles: map[string][]byte{episode.ProfileAgent: agentProg}, Providers: cfg.Inference.Providers,
+
+	adapters, err := buildAdapters(cfg, payloads)
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range adapters {
+		adapters[i] = gov.Wrap(a)
+	}
+	// Trajectory and its table come from the governor: an episode it does
+	// not watch reads as containment, so nothing commits for it.
+	bc := broker.Config{Store: st, Payloads: payloads, Adapters: adapters, DecisionKeys: map[string]ed25519.PublicKey(keys),
+		Trajectory: gov.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: gov.CheckLease, Logger: log.Named("broker"),
+		// speculation_ms is the window between prepare and the commit
+		// horizon: an effect not committed within it expires, so a worker
+		// cannot bank an old evaluation for later.
+		EffectTTL: time.Duration(cfg.SpeculationMSValue()) * time.Millisecond, Quota: brokerQuota(cfg.Broker)}
+	if cfg.AutomaticVerification {
+		bc.Verifier = gov.Verify
+	}
+	bc.Hooks = hooks.Broker
+	if k.broker, err = broker.New(bc); err != nil {
+		return nil, err
+	}
+	if !episodes {
+		return k, nil
+	}
+
+	ec := episode.Config{Store: st, Broker: k.broker, Domains: k.domains, Governor: gov, Regulator: k.regulator,
+		WorkspacesRoot: d.WorkspacesRoot, SocketsRoot: d.SocketsRoot, CgroupParent: d.CgroupParent, OwnerUID: uid, OwnerGID: gid,
+		Seccomp: prog, Profiles: map[string][]byte{episode.ProfileAgent: agentProg}, Providers: cfg.Inference.Providers,
 		WallTime:    time.Duration(cfg.Episode.WallTimeMS) * time.Millisecond,
 		MaxWallTime: time.Duration(cfg.Episode.MaxWallTimeMS) * time.Millisecond,
 		PolicyKeys:  policyKeys, EffectConcurrency: cfg.EffectConcurrency, Logger: log.Named("episode")}
@@ -141,25 +172,8 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if ec.Egress, err = egressConfig(cfg, st); err != nil {
 		return nil, err
 	}
-	rc, err := regulatorConfig(cfg.Regulator)
-	if err != nil {
-		return nil, err
-	}
-	if k.regulator, err = regulator.NewLive(*rc, log.Named("regulator")); err != nil {
-		return nil, fmt.Errorf("episode: regulator: %w", err)
-	}
-	ec.Regulator = k.regulator
 	if len(policyKeys) == 0 {
 		log.Warn("policy_keys is empty: no signed policy can verify, so every episode start is refused")
-	}
-	if cfg.Sensor.Kind == config.SensorOpenAICompatible {
-		if ec.Sensor, err = modelSensor(cfg.Sensor); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.AutomaticVerification {
-		ec.Verification = &verify.Runner{Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, OwnerUID: uid, OwnerGID: gid,
-			Seccomp: prog, Targets: verifyTargets(cfg), Unverified: cfg.UnverifiedKinds, Logger: log.Named("verify")}
 	}
 	if k.episodes, err = episode.New(ec); err != nil {
 		return nil, err
