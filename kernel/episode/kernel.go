@@ -200,7 +200,7 @@ func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
 		_, _ = st.EndEpisode(context.WithoutCancel(ctx), store.EndEpisode{EpisodeID: e.id, Epoch: e.epoch, State: store.EpisodeAborted,
 			Reason: "start failed"})
 		e.mu.Lock()
-		e.state, e.why = Aborted, "start failed"
+		_ = e.moveLocked(Aborted, "start failed") // starting → aborted
 		e.mu.Unlock()
 		return nil, err
 	}

@@ -110,8 +110,13 @@ func (k *Kernel) resume(ctx context.Context, rec store.Episode, out *Recovery) (
 	specErr := json.Unmarshal(rec.Spec, &spec)
 	e := k.newEpisode(rec.ID, spec)
 	// A recovered episode starts where its authority died with the
-	// previous kernel: suspended, with its domain not yet proven gone.
-	e.state, e.epoch, e.started = Suspended, rec.Epoch, rec.CreatedAt
+	// previous kernel: suspended, with its domain not yet proven gone
+	// (the table's pending → suspended move).
+	e.epoch, e.started = rec.Epoch, rec.CreatedAt
+	if err := e.move(Suspended); err != nil {
+		k.forget(rec.ID)
+		return nil, "", err
+	}
 	lineage, err := st.Lineage(ctx, rec.ID)
 	if err != nil {
 		k.forget(rec.ID)
@@ -167,9 +172,12 @@ func (k *Kernel) resume(ctx context.Context, rec store.Episode, out *Recovery) (
 			return nil, "", err
 		}
 		e.mu.Lock()
-		e.state, e.why = Contained, why
+		err := e.moveLocked(Contained, why) // suspended → contained
 		e.mu.Unlock()
 		k.forget(rec.ID)
+		if err != nil {
+			return nil, "", err
+		}
 		e.log.Warn("contained at kernel start", "why", why)
 		return nil, why, nil
 	}

@@ -189,13 +189,24 @@ func (e *Episode) currentLease() authority.Capability {
 	return e.leaseCap
 }
 
+// move changes the episode's state through the transition table.
 func (e *Episode) move(to State) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.moveLocked(to, "")
+}
+
+// moveLocked is move with e.mu held, and why (when not empty) recorded
+// with the new state. It is the only place e.state is written: every
+// change is one the table in state.go allows.
+func (e *Episode) moveLocked(to State, why string) error {
 	if err := transition(e.state, to); err != nil {
 		return err
 	}
 	e.state = to
+	if why != "" {
+		e.why = why
+	}
 	return nil
 }
 
@@ -695,8 +706,11 @@ func (e *Episode) containFinal(ctx context.Context, old *domain.Running, why str
 		return err
 	}
 	e.mu.Lock()
-	e.state, e.why = Contained, why
+	err := e.moveLocked(Contained, why)
 	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	e.log.Warn("contained", "why", why)
 	return errContained
 }
@@ -715,11 +729,12 @@ func (e *Episode) settle() {
 		e.cleanupStart()
 		return
 	}
-	if !e.ending && !e.state.Final() && transition(e.state, Suspended) == nil {
-		e.state = Suspended
+	if !e.ending && !e.state.Final() && Allowed(e.state, Suspended) {
+		why := ""
 		if e.exit != nil {
-			e.why = e.exit.Error()
+			why = e.exit.Error()
 		}
+		_ = e.moveLocked(Suspended, why) // allowed: checked above
 	}
 	e.mu.Unlock()
 }
@@ -748,10 +763,10 @@ func (e *Episode) End(ctx context.Context, to State, reason string) error {
 		return err
 	}
 	e.mu.Lock()
-	e.state, e.why = to, reason
+	err := e.moveLocked(to, reason)
 	e.mu.Unlock()
 	e.cleanupStart()
-	return nil
+	return err
 }
 
 // cleanupStart releases host objects of an episode that no longer runs.
