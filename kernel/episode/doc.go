@@ -36,15 +36,18 @@
 //   - An unisolated backend is labelled: its domain_created event carries
 //     "unsafe_local": true and Status.UnsafeLocal is set. Its worker shares
 //     the kernel's cgroup, which is all the broker socket can bind.
-//   - Lifecycle states change only through the one table in state.go.
+//   - Lifecycle states change only through the one table in state.go, and
+//     moveLocked is the only code that writes one (a test reads the
+//     source to hold it so). A new episode starts pending; one taken over
+//     at kernel start moves pending → suspended, a move the table names.
 //   - The control loops live in kernel/governor, which holds the
 //     episode's trajectory record (opened when the controller takes the
 //     episode, closed when it forgets it) and reports containment to
 //     containAt; a containment goes through the repair path. With automatic
 //     verification (the governor's Verification, the broker's Verifier set
-//     to Governor.Verify), a class 3+ git_commit is verified by kernel/verify
+//     to Governor.Evaluate), a class 3+ git_commit is verified by kernel/verify
 //     in a clean one-shot domain before it may be ready; without a runner,
-//     Verify fails and nothing commits.
+//     Evaluate fails and nothing commits.
 //   - The live regulator's level (Config.Regulator, kernel/regulator)
 //     caps every lease minted (start, repair, resume) and, through the
 //     governor, the class the commit check lets through.

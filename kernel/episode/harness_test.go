@@ -131,7 +131,7 @@ type rig struct {
 	opts     rigOptions
 	st       *store.Postgres
 	b        *broker.Broker
-	k        *episode.Kernel
+	k        *episode.Controller
 	gov      *governor.Governor
 	dom      *crashable
 	repo     string // the authoritative bare repository
@@ -333,7 +333,7 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{r.gov.Wrap(gitc)},
 		Trajectory: r.gov.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: r.gov.CheckLease, Hooks: r.opts.hooks}
 	if gc.Verification != nil {
-		bc.Verifier = r.gov.Verify
+		bc.Verifier = r.gov.Evaluate
 	}
 	if r.b, err = broker.New(bc); err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ import (
 // concurrent use; the domain child of its supervisor is the only goroutine
 // that changes its generation.
 type Episode struct {
-	k    *Kernel
+	k    *Controller
 	id   uuid.UUID
 	spec Spec
 	// scope is the admitted policy's allow list, the sensors' view of
@@ -404,7 +404,7 @@ func (e *Episode) checkpointOf(ctx context.Context, id string, gen int) (string,
 }
 
 // baseLauncherID names the pristine domain baseCheckpoint makes.
-func (k *Kernel) baseLauncherID(ep uuid.UUID) string { return k.launcherID(ep, 1) + "-base" }
+func (k *Controller) baseLauncherID(ep uuid.UUID) string { return k.launcherID(ep, 1) + "-base" }
 
 // baseCheckpoint takes and records generation 1's stable starting point: a
 // domain of the episode's workspace whose only process is a no-op shell
@@ -637,7 +637,7 @@ func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string
 	if _, err := st.DestroyGeneration(ctx, dom, gen); err != nil {
 		return old, err
 	}
-	digest, err := e.verify(ckpt)
+	digest, err := e.checkpointDigest(ckpt)
 	if err != nil {
 		return old, e.containFinal(ctx, nil, err.Error())
 	}
@@ -670,10 +670,10 @@ func noCheckpoints(f domain.Features) string {
 	return "no checkpoint exists on the " + f.Backend + " backend, which cannot checkpoint: the episode cannot be repaired"
 }
 
-// verify checks a checkpoint record against what the launcher returned
-// when this controller took it (the launcher re-hashes the archive on
+// checkpointDigest is a checkpoint record's digest, once the record is
+// checked against what the launcher returned when this controller took it (the launcher re-hashes the archive on
 // restore, and create checks it restored exactly this digest).
-func (e *Episode) verify(c store.Checkpoint) (string, error) {
+func (e *Episode) checkpointDigest(c store.Checkpoint) (string, error) {
 	hex, ok := strings.CutPrefix(c.Digest, "sha256:")
 	if !ok || !protocol.ValidDigest(hex) || c.EpisodeID != e.id || !c.Stable {
 		return "", errors.New("checkpoint record is malformed")

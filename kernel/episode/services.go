@@ -48,10 +48,10 @@ type EgressConfig struct {
 func relaySocketID(ep uuid.UUID) string  { return ep.String() + "-inference" }
 func egressSocketID(ep uuid.UUID) string { return ep.String() + "-egress" }
 
-func (k *Kernel) sockPath(id string) string { return filepath.Join(k.cfg.SocketsRoot, id+".sock") }
+func (k *Controller) sockPath(id string) string { return filepath.Join(k.cfg.SocketsRoot, id+".sock") }
 
 // seccompFor is the compiled program of a spec's profile.
-func (k *Kernel) seccompFor(name string) ([]byte, bool) {
+func (k *Controller) seccompFor(name string) ([]byte, bool) {
 	switch name {
 	case "", ProfileWorker:
 		return k.cfg.Seccomp, true
@@ -64,7 +64,7 @@ func (k *Kernel) seccompFor(name string) ([]byte, bool) {
 
 // checkServices refuses a spec naming what this kernel cannot give: an
 // unknown seccomp profile, rootfs name or inference provider.
-func (k *Kernel) checkServices(spec Spec) error {
+func (k *Controller) checkServices(spec Spec) error {
 	invalid := func(format string, args ...any) error {
 		return protocol.Errorf(protocol.CodeInvalidField, format, args...)
 	}

@@ -71,7 +71,7 @@ func (d *noCheckpoints) Checkpoint(ctx context.Context, id string) (*protocol.Ch
 // own as the caller.
 type unsafeRig struct {
 	st   *store.Postgres
-	k    *episode.Kernel
+	k    *episode.Controller
 	dom  *noCheckpoints
 	repo string
 	base string

@@ -2,7 +2,7 @@
 // (ARCHITECTURE §6). It owns one trajectory Record per episode it watches —
 // the bounded sensor queue, the homeostat, the history the sensors read and
 // the last slow-loop contraction — and is what the broker consults: its
-// Trajectory, CheckLease and Verify are the broker's Trajectory, LeaseCheck
+// Trajectory, CheckLease and Evaluate are the broker's Trajectory, LeaseCheck
 // and Verifier, and the adapters it Wraps tell it of every commit.
 //
 // Invariants:
@@ -16,7 +16,7 @@
 //     watch child (Record.Watch) into the homeostat, which contains without
 //     smoothing; containment is reported through Contain. A frame of an
 //     older epoch describes a destroyed generation and is ignored.
-//   - Slow: at evaluate (Verify), after verification has run (whatever its
+//   - Slow: at evaluate (Evaluate), after verification has run (whatever its
 //     verdict), the sensor bank (Rules always, Config.Sensor when set)
 //     reads the effect's patch, paths and the episode's real history — each
 //     edit with its size, each verification's result, violations, the

@@ -25,7 +25,7 @@ import (
 // bounded sensor queue as critical frames, and the episode's watch child
 // (Record.Watch) folds every frame into its homeostat; containment is
 // reported to the episode's Contain callback, which asks for a repair. The
-// slow loop runs at evaluate, inside Governor.Verify: the sensor bank reads
+// slow loop runs at evaluate, inside Governor.Evaluate: the sensor bank reads
 // the effect's evidence and authority.Decide weighs it with the
 // deterministic signals; the verdict is recorded as a semantic decision
 // bound to the effect's revision and epoch, which the commit check requires
@@ -48,9 +48,9 @@ type Config struct {
 	// the sensor bank's health (nil: autonomy is act).
 	Regulator Regulator
 	// Verification, when set, is automatic_verification: the broker's
-	// Verifier (Governor.Verify) replays each class 3+ git_commit in a
+	// Verifier (Governor.Evaluate) replays each class 3+ git_commit in a
 	// clean one-shot domain through it. The broker must be built with
-	// Verifier: Governor.Verify exactly when this is set.
+	// Verifier: Governor.Evaluate exactly when this is set.
 	Verification *verify.Runner
 	// Sensor, when set, is the model-backed sensor bank consulted at
 	// evaluate next to the deterministic Rules (which always run). Its
@@ -66,7 +66,7 @@ type Config struct {
 
 // Governor runs the fast and slow loops of every episode it watches. It
 // holds one trajectory Record per episode; the broker reads them through
-// Trajectory, CheckLease and Verify, and hears of commits through Wrap.
+// Trajectory, CheckLease and Evaluate, and hears of commits through Wrap.
 type Governor struct {
 	cfg   Config
 	log   hclog.Logger

@@ -75,12 +75,12 @@ func (e *Record) holdSlow(v authority.Verdict) {
 	e.hmu.Unlock()
 }
 
-// Verify is broker.Config.Verifier for automatic_verification, and the
-// slow loop: it hands the effect to the verification runner and, when that
+// Evaluate is broker.Config.Verifier for automatic_verification, and the
+// slow loop (its own name: verification is only its first step): it hands the effect to the verification runner and, when that
 // allows, runs the sensor bank and records the semantic decision (see
 // slow.go). Without a runner it fails, and a failed verification is never
 // an allow: the broker's commit check requires an allow decision.
-func (g *Governor) Verify(ctx context.Context, e store.Effect, payload []byte) (string, json.RawMessage, error) {
+func (g *Governor) Evaluate(ctx context.Context, e store.Effect, payload []byte) (string, json.RawMessage, error) {
 	if g.cfg.Verification == nil {
 		return "", nil, errors.New("episode: automatic verification is not configured")
 	}

@@ -47,8 +47,8 @@ type Hooks struct {
 	Broker *broker.Hooks
 }
 
-// kernel is what compose built.
-type kernel struct {
+// composition is what compose built: the kernel's parts, in construction order.
+type composition struct {
 	// regulator is the kernel's one live regulator (nil: no episode
 	// controller, which is the only thing it caps).
 	regulator *regulator.Live
@@ -56,7 +56,7 @@ type kernel struct {
 	domains   domain.ExecutionDomain
 	// episodes is nil when the configuration cannot run episodes (see
 	// compose); episode start then answers "not available".
-	episodes *episode.Kernel
+	episodes *episode.Controller
 }
 
 // compose builds the kernel in one direction, each part from the ones
@@ -64,9 +64,9 @@ type kernel struct {
 // regulator → the governor (the fast and slow loops) → the broker
 // (payloads under state_dir, the adapters from targets, wrapped by the
 // governor, decision_keys, automatic verification through
-// Governor.Verify) → the episode controller; serve then builds the API
+// Governor.Evaluate) → the episode controller; serve then builds the API
 // on them. It admits no work: the caller runs recovery before serving.
-func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) (*kernel, error) {
+func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) (*composition, error) {
 	payloads, err := broker.OpenPayloads(filepath.Join(cfg.StateDir, PayloadsDirName))
 	if err != nil {
 		return nil, fmt.Errorf("payload store: %w", err)
@@ -79,7 +79,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if err != nil {
 		return nil, err
 	}
-	k := &kernel{domains: backendFor(cfg, log)}
+	k := &composition{domains: backendFor(cfg, log)}
 
 	d := cfg.Domain
 	episodes := true
@@ -147,7 +147,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		// cannot bank an old evaluation for later.
 		EffectTTL: time.Duration(cfg.SpeculationMSValue()) * time.Millisecond, Quota: brokerQuota(cfg.Broker)}
 	if cfg.AutomaticVerification {
-		bc.Verifier = gov.Verify
+		bc.Verifier = gov.Evaluate
 	}
 	bc.Hooks = hooks.Broker
 	if k.broker, err = broker.New(bc); err != nil {
@@ -234,7 +234,7 @@ func modelSensor(c config.Sensor) (*sensor.Client, error) {
 // recoverAtStart is kernel start: settle every unsettled effect, then fence,
 // destroy and resume or contain each active episode. Nothing new is
 // admitted before it returns.
-func (k *kernel) recoverAtStart(ctx context.Context, log hclog.Logger) error {
+func (k *composition) recoverAtStart(ctx context.Context, log hclog.Logger) error {
 	start := time.Now()
 	if k.episodes == nil {
 		settled, err := k.broker.Reconcile(ctx, uuid.Nil)
@@ -389,7 +389,7 @@ func verifyTargets(cfg *config.Config) map[string]verify.Target {
 
 // unusedKeys lists the configuration keys this kernel accepts but does not
 // act on yet, each with why. Startup logs them: none is silently ignored.
-func unusedKeys(cfg *config.Config, k *kernel) []string {
+func unusedKeys(cfg *config.Config, k *composition) []string {
 	var out []string
 	if !cfg.AutomaticVerification || k.episodes == nil {
 		for _, id := range sortedKeys(cfg.Targets.GitCommit) {

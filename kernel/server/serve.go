@@ -84,7 +84,7 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 	}
 	ac := api.Config{Store: st, Approver: k.broker, Preflight: k.domains.Preflight, Access: access, Logger: log}
 	if k.episodes != nil {
-		ac.Controller = api.EpisodeKernel{Kernel: k.episodes, MaxRepairs: cfg.MaxRepairsValue()}
+		ac.Controller = api.EpisodeController{Episodes: k.episodes, MaxRepairs: cfg.MaxRepairsValue()}
 		ac.Kernel = func() api.KernelView {
 			r := k.regulator.State()
 			return api.KernelView{Autonomy: r.Level.String(), MaxClass: int(r.Level.MaxClass()), Faults: r.Faults.String(), AutonomySince: r.Since}

@@ -90,8 +90,8 @@ type Config struct {
 	Logger                hclog.Logger
 }
 
-// Kernel drives episodes.
-type Kernel struct {
+// Controller drives episodes: their lifecycle, supervision and repair.
+type Controller struct {
 	cfg Config
 	log hclog.Logger
 
@@ -107,7 +107,7 @@ type Kernel struct {
 
 // New returns a controller. The broker must have reconciled (Recover does
 // it) before episodes start.
-func New(cfg Config) (*Kernel, error) {
+func New(cfg Config) (*Controller, error) {
 	if cfg.Store == nil || cfg.Broker == nil || cfg.Domains == nil || cfg.Governor == nil {
 		return nil, errors.New("episode: Store, Broker, Domains and Governor are required")
 	}
@@ -127,7 +127,7 @@ func New(cfg Config) (*Kernel, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	k := &Kernel{cfg: cfg, log: cfg.Logger, feat: feat, gov: cfg.Governor, episodes: map[uuid.UUID]*Episode{}}
+	k := &Controller{cfg: cfg, log: cfg.Logger, feat: feat, gov: cfg.Governor, episodes: map[uuid.UUID]*Episode{}}
 	if !feat.Isolated {
 		k.log.Warn("UNSAFE_LOCAL: episode workers run with NO isolation; every domain is labelled unsafe_local in the ledger",
 			"backend", feat.Backend)
@@ -141,17 +141,17 @@ func New(cfg Config) (*Kernel, error) {
 
 // ceiling is the class ceiling for every lease minted now: the configured
 // ceiling under the regulator's level.
-func (k *Kernel) ceiling() authority.Class {
+func (k *Controller) ceiling() authority.Class {
 	return min(k.cfg.Ceiling(), k.cfg.Regulator.Ceiling())
 }
 
-func (k *Kernel) launcherID(ep uuid.UUID, gen int) string { return fmt.Sprintf("%s-g%d", ep, gen) }
+func (k *Controller) launcherID(ep uuid.UUID, gen int) string { return fmt.Sprintf("%s-g%d", ep, gen) }
 
-func (k *Kernel) socketPath(ep uuid.UUID) string {
+func (k *Controller) socketPath(ep uuid.UUID) string {
 	return filepath.Join(k.cfg.SocketsRoot, ep.String()+".sock")
 }
 
-func (k *Kernel) mint(spec Spec) (*policy.Policy, authority.Capability, error) {
+func (k *Controller) mint(spec Spec) (*policy.Policy, authority.Capability, error) {
 	pol, envelope, _, err := spec.validate(k.cfg.PolicyKeys)
 	if err != nil {
 		return nil, authority.Capability{}, err
@@ -173,7 +173,7 @@ func (k *Kernel) mint(spec Spec) (*policy.Policy, authority.Capability, error) {
 // prepares its workspace at the base OID, binds its broker socket and runs
 // its worker in a new domain, restored from the pristine base checkpoint
 // when the backend can checkpoint. It returns once the domain runs.
-func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
+func (k *Controller) Start(ctx context.Context, spec Spec) (*Episode, error) {
 	// Refused specs (an unsigned or wrongly signed policy among them)
 	// return here, before the store or the launcher is touched.
 	pol, cap, err := k.mint(spec)
@@ -229,14 +229,14 @@ func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
 }
 
 // Episode returns a live episode this controller drives.
-func (k *Kernel) Episode(id uuid.UUID) (*Episode, bool) {
+func (k *Controller) Episode(id uuid.UUID) (*Episode, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	e, ok := k.episodes[id]
 	return e, ok
 }
 
-func (k *Kernel) newEpisode(id uuid.UUID, spec Spec) *Episode {
+func (k *Controller) newEpisode(id uuid.UUID, spec Spec) *Episode {
 	e := &Episode{k: k, id: id, spec: spec, state: Pending,
 		contain: make(chan containment, 1), exits: make(chan WorkerExit, 16), digests: map[uuid.UUID]string{},
 		log: k.log.With("episode", id)}
@@ -257,7 +257,7 @@ func (k *Kernel) newEpisode(id uuid.UUID, spec Spec) *Episode {
 }
 
 // wallTime is the wall time an episode of spec gets (0: unbounded).
-func (k *Kernel) wallTime(spec Spec) time.Duration {
+func (k *Controller) wallTime(spec Spec) time.Duration {
 	w := spec.WallTime
 	if w == 0 {
 		w = k.cfg.WallTime
@@ -268,7 +268,7 @@ func (k *Kernel) wallTime(spec Spec) time.Duration {
 	return w
 }
 
-func (k *Kernel) forget(id uuid.UUID) {
+func (k *Controller) forget(id uuid.UUID) {
 	k.mu.Lock()
 	delete(k.episodes, id)
 	k.mu.Unlock()
