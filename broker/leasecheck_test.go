@@ -11,7 +11,7 @@ import (
 )
 
 // The broker's tests compose the lease check as the kernel does
-// (episode.LeaseCheckWith, which the broker cannot import): the authority
+// (governor.LeaseCheckWith, which the broker cannot import): the authority
 // algebra over the lease document, under a verdict the test sets.
 
 // testVerdict is the standing verdict a test's lease check applies.

@@ -22,7 +22,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
-	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 )
@@ -86,7 +86,7 @@ func TestEffectBrokerFromInsideADomain(t *testing.T) {
 		Payloads: payloads,
 		Targets: map[string]broker.HTTPTarget{"web": {BaseURL: web.URL, Methods: []string{"GET"}, Paths: []string{"data"},
 			AllowedNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}},
-	}}, LeaseCheck: episode.LeaseCheckWith(func(uuid.UUID) authority.Verdict { return authority.Decide(nil) })})
+	}}, LeaseCheck: governor.LeaseCheckWith(func(uuid.UUID) authority.Verdict { return authority.Decide(nil) })})
 	if err != nil {
 		t.Fatal(err)
 	}

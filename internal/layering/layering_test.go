@@ -48,9 +48,36 @@ func under(path, dir string) bool {
 
 func std(path string) bool { return !strings.Contains(strings.SplitN(path, "/", 2)[0], ".") }
 
+// construction is the kernel's construction order (issue 12 §5): store →
+// regulator → governor → broker → episode controller → API, composed by
+// serve. Each part is built from the ones before it, so none imports a
+// part built after it (the broker, outside kernel/, imports no kernel
+// package at all; see below). A part that needed a later one would have
+// to be bound late, as the broker and the controller once were.
+var construction = []string{"kernel/regulator", "kernel/governor", "kernel/episode", "kernel/api", "kernel/server"}
+
+// rank is from's place in construction (-1: not in it).
+func rank(path string) int {
+	for i, dir := range construction {
+		if under(path, dir) {
+			return i
+		}
+	}
+	return -1
+}
+
 // rules: for packages under a directory, which imports are allowed.
 func allowed(from, imp string) bool {
+	if rf, ri := rank(from), rank(imp); rf >= 0 && ri > rf {
+		return false
+	}
 	switch {
+	case under(from, "kernel/regulator"):
+		// The regulator reads the broker and the store through the
+		// interfaces its health loop names, and nothing of the kernel
+		// but authority's classes.
+		return !ours(imp) || under(imp, "kernel/regulator") || under(imp, "kernel/authority") || under(imp, "store") ||
+			under(imp, "protocol")
 	case under(from, "protocol"):
 		return !ours(imp)
 	case under(from, "launcher"):
@@ -133,8 +160,16 @@ func TestRuleCatchesViolations(t *testing.T) {
 	// The rule itself must be able to fail.
 	if allowed(module+"/launcher", module+"/seccomp") || allowed(module+"/protocol", module+"/store") ||
 		allowed(module+"/launcher", "github.com/jackc/pgx/v5") || allowed(module+"/store", module+"/kernel/domain") ||
-		allowed(module+"/entry", module+"/protocol") {
+		allowed(module+"/entry", module+"/protocol") ||
+		allowed(module+"/kernel/governor", module+"/kernel/episode") || allowed(module+"/kernel/regulator", module+"/kernel/governor") ||
+		allowed(module+"/kernel/regulator", module+"/broker") || allowed(module+"/kernel/episode", module+"/kernel/server") ||
+		allowed(module+"/kernel/api", module+"/kernel/server") || allowed(module+"/broker", module+"/kernel/governor") {
 		t.Fatal("the dependency rules admit a forbidden import")
+	}
+	// And admit the direction construction follows.
+	if !allowed(module+"/kernel/episode", module+"/kernel/governor") || !allowed(module+"/kernel/governor", module+"/kernel/regulator") ||
+		!allowed(module+"/kernel/server", module+"/kernel/episode") || !allowed(module+"/kernel/governor", module+"/broker") {
+		t.Fatal("the dependency rules refuse the construction order")
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
-	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 )
@@ -47,7 +47,7 @@ func newApprovalEnv(t *testing.T) *approvalEnv {
 		b, err := broker.New(broker.Config{Store: st, Payloads: payloads, DecisionKeys: map[string]ed25519.PublicKey{"operator": pubKey},
 			Adapters: []broker.Adapter{&broker.Artifact{Targets: map[string]broker.ArtifactTarget{
 				"releases": {Dir: a.pub}, "reports": {Dir: a.pub, Class: 2}}}},
-			LeaseCheck: episode.LeaseCheckWith(func(uuid.UUID) authority.Verdict { return authority.Decide(nil) })})
+			LeaseCheck: governor.LeaseCheckWith(func(uuid.UUID) authority.Verdict { return authority.Decide(nil) })})
 		if err != nil {
 			t.Fatal(err)
 		}

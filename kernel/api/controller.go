@@ -11,9 +11,9 @@ import (
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
-// EpisodeKernel adapts the episode controller to Controller.
-type EpisodeKernel struct {
-	Kernel *episode.Kernel
+// EpisodeController adapts the episode controller to Controller.
+type EpisodeController struct {
+	Episodes *episode.Controller
 	// MaxRepairs is the kernel's max_repairs: a spec that names none gets
 	// it, and a spec may not ask for more (an operator's spec never widens
 	// what the kernel's configuration allows).
@@ -23,12 +23,12 @@ type EpisodeKernel struct {
 // Start decodes spec strictly (duplicate or unknown keys refused) and
 // starts it. The episode outlives the request: the controller detaches
 // its supervisor from the request's context.
-func (c EpisodeKernel) Start(ctx context.Context, b []byte) (uuid.UUID, error) {
+func (c EpisodeController) Start(ctx context.Context, b []byte) (uuid.UUID, error) {
 	spec, err := decodeSpec(b, c.MaxRepairs)
 	if err != nil {
 		return uuid.Nil, err
 	}
-	ep, err := c.Kernel.Start(ctx, spec)
+	ep, err := c.Episodes.Start(ctx, spec)
 	if err != nil {
 		return uuid.Nil, err
 	}
@@ -61,8 +61,8 @@ func decodeSpec(b []byte, maxRepairs int) (episode.Spec, error) {
 }
 
 // Live reports the controller's view.
-func (c EpisodeKernel) Live(id uuid.UUID) (LiveView, bool) {
-	ep, ok := c.Kernel.Episode(id)
+func (c EpisodeController) Live(id uuid.UUID) (LiveView, bool) {
+	ep, ok := c.Episodes.Episode(id)
 	if !ok {
 		return LiveView{}, false
 	}
@@ -72,18 +72,18 @@ func (c EpisodeKernel) Live(id uuid.UUID) (LiveView, bool) {
 }
 
 // Abort ends a driven episode as aborted: its domain is destroyed first.
-func (c EpisodeKernel) Abort(ctx context.Context, id uuid.UUID, reason string) (bool, error) {
+func (c EpisodeController) Abort(ctx context.Context, id uuid.UUID, reason string) (bool, error) {
 	return c.end(ctx, id, episode.Aborted, reason)
 }
 
 // Complete ends a driven episode as completed: its domain is destroyed
 // first; effects not yet committed are aborted with it.
-func (c EpisodeKernel) Complete(ctx context.Context, id uuid.UUID, reason string) (bool, error) {
+func (c EpisodeController) Complete(ctx context.Context, id uuid.UUID, reason string) (bool, error) {
 	return c.end(ctx, id, episode.Completed, reason)
 }
 
-func (c EpisodeKernel) end(ctx context.Context, id uuid.UUID, to episode.State, reason string) (bool, error) {
-	ep, ok := c.Kernel.Episode(id)
+func (c EpisodeController) end(ctx context.Context, id uuid.UUID, to episode.State, reason string) (bool, error) {
+	ep, ok := c.Episodes.Episode(id)
 	if !ok {
 		return false, nil
 	}

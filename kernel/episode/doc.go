@@ -36,47 +36,21 @@
 //   - An unisolated backend is labelled: its domain_created event carries
 //     "unsafe_local": true and Status.UnsafeLocal is set. Its worker shares
 //     the kernel's cgroup, which is all the broker socket can bind.
-//   - Lifecycle states change only through the one table in state.go.
-//   - With automatic verification (Config.Verification, the broker's
-//     Verifier set to Observer.Verify), a class 3+ git_commit is verified
-//     by kernel/verify in a clean one-shot domain before it may be ready;
-//     without a runner, Observer.Verify fails and nothing commits.
-//   - The watching loops (watch.go). Fast: the monitor's violations are
-//     critical frames on the episode's bounded sensor queue (never
-//     dropped; a queue full of critical frames repairs at once), folded by
-//     the watch child into the homeostat, which contains without
-//     smoothing; containment goes through the repair path. Slow: at
-//     evaluate, after verification has run (whatever its verdict), the
-//     sensor bank (Rules always, Config.Sensor when set) reads the
-//     effect's patch, paths and the episode's real history — each edit
-//     with its size, each verification's result, violations, the lease's
-//     and the bank's refusals, commits, and the repairs, which outlive the
-//     generation they ended while everything else starts afresh;
-//     authority.Decide weighs it with the lease's capability check of
-//     every path, the homeostat's regime and the regulator's level, and the
-//     verdict is recorded as a semantic decision with every reading's
-//     identity, bound to the effect's revision and epoch. The commit check
-//     requires every bound decision to allow, so a semantic deny stops the
-//     commit. Semantic input only narrows: the effect may commit only if
-//     authority.Effective(lease, verdict) — never wider than the lease —
-//     allows its class and every path; a patch path the controller cannot
-//     read is a denial. A patch that writes a path the lease forbids (a
-//     forbid glob) is a kernel denial too: once the evaluation's decisions
-//     are recorded it is a critical frame, and the episode is contained at
-//     once whatever the evidence said.
-//   - A degraded reading is never safe: it narrows below class 3 in
-//     Decide and is a regulator fault; it is not trajectory evidence, so an
-//     outage lowers autonomy without containing episodes.
-//   - The regulator's level caps every lease minted (start, repair,
-//     resume) and, through Observer.Trajectory ("regime" or
-//     "regime@level", with RegimeMaxClass as the broker's table), the class
-//     the commit check lets through. Its observations come from the sensor
-//     bank at evaluate and from outside (ReportHealth: serve's health
-//     loop — the store probe and the broker's saturation count); each
-//     source's faults stand until that source reports again, and the
-//     regulator sees their union. An episode this controller does not
-//     drive reports containment; a broker left with the default table
-//     refuses every qualified regime.
+//   - Lifecycle states change only through the one table in state.go, and
+//     moveLocked is the only code that writes one (a test reads the
+//     source to hold it so). A new episode starts pending; one taken over
+//     at kernel start moves pending → suspended, a move the table names.
+//   - The control loops live in kernel/governor, which holds the
+//     episode's trajectory record (opened when the controller takes the
+//     episode, closed when it forgets it) and reports containment to
+//     containAt; a containment goes through the repair path. With automatic
+//     verification (the governor's Verification, the broker's Verifier set
+//     to Governor.Evaluate), a class 3+ git_commit is verified by kernel/verify
+//     in a clean one-shot domain before it may be ready; without a runner,
+//     Evaluate fails and nothing commits.
+//   - The live regulator's level (Config.Regulator, kernel/regulator)
+//     caps every lease minted (start, repair, resume) and, through the
+//     governor, the class the commit check lets through.
 //   - Harvest (harvest.go). Only a spec that names harvest ends by itself
 //     when its worker exits (any other stays running until an operator
 //     ends it). The worker's domain loses the broker, is checkpointed

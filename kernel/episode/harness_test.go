@@ -26,7 +26,9 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
@@ -129,7 +131,8 @@ type rig struct {
 	opts     rigOptions
 	st       *store.Postgres
 	b        *broker.Broker
-	k        *episode.Kernel
+	k        *episode.Controller
+	gov      *governor.Governor
 	dom      *crashable
 	repo     string // the authoritative bare repository
 	base     string // its base OID
@@ -143,16 +146,26 @@ type rig struct {
 type rigOptions struct {
 	verifyArgv []string
 	config     []func(*episode.Config)
-	hooks      *broker.Hooks     // the broker's fault-injection points, every boot
-	files      map[string]string // more files in the fixture's base commit
-	paths      []string          // the git_commit target's allowed paths (default calc.sh)
-	reference  bool              // the reference repository (gates/scenario/fixture/repo) instead of fixture
+	governor   []func(*governor.Config) // applied before the governor (and the broker) exist
+	regulator  *regulator.Live          // the kernel's live regulator, handed to governor and controller
+	hooks      *broker.Hooks            // the broker's fault-injection points, every boot
+	files      map[string]string        // more files in the fixture's base commit
+	paths      []string                 // the git_commit target's allowed paths (default calc.sh)
+	reference  bool                     // the reference repository (gates/scenario/fixture/repo) instead of fixture
 }
 
 type rigOpt func(*rigOptions)
 
 func withConfig(f func(*episode.Config)) rigOpt {
 	return func(o *rigOptions) { o.config = append(o.config, f) }
+}
+
+func withGovernor(f func(*governor.Config)) rigOpt {
+	return func(o *rigOptions) { o.governor = append(o.governor, f) }
+}
+
+func withRegulator(l *regulator.Live) rigOpt {
+	return func(o *rigOptions) { o.regulator = l }
 }
 
 func withBrokerHooks(h *broker.Hooks) rigOpt {
@@ -297,21 +310,30 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs := &episode.Observer{}
 	paths := r.opts.paths
 	if paths == nil {
 		paths = []string{"calc.sh"}
 	}
 	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
 		AllowedPaths: paths, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
-	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{obs.Wrap(gitc)},
-		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), LeaseCheck: obs.CheckLease, Hooks: r.opts.hooks}
-	var runner *verify.Runner
+	// One direction, as serve composes: regulator → governor → broker →
+	// controller.
+	gc := governor.Config{Store: st, Regulator: r.opts.regulator}
 	if r.opts.verifyArgv != nil {
-		bc.Verifier = obs.Verify
-		runner = &verify.Runner{Domains: r.dom, WorkspacesRoot: shared.bed.Workspaces, OwnerUID: shared.bed.OwnerUID,
+		gc.Verification = &verify.Runner{Domains: r.dom, WorkspacesRoot: shared.bed.Workspaces, OwnerUID: shared.bed.OwnerUID,
 			OwnerGID: shared.bed.OwnerGID, Seccomp: prog.Bytes(), Targets: map[string]verify.Target{"repo": {Repo: r.repo,
 				Argv: r.opts.verifyArgv, Timeout: 30 * time.Second}}, Logger: hclog.New(&hclog.LoggerOptions{Name: "verify", Output: os.Stderr})}
+	}
+	for _, o := range r.opts.governor {
+		o(&gc)
+	}
+	if r.gov, err = governor.New(gc); err != nil {
+		t.Fatal(err)
+	}
+	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{r.gov.Wrap(gitc)},
+		Trajectory: r.gov.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: r.gov.CheckLease, Hooks: r.opts.hooks}
+	if gc.Verification != nil {
+		bc.Verifier = r.gov.Evaluate
 	}
 	if r.b, err = broker.New(bc); err != nil {
 		t.Fatal(err)
@@ -322,7 +344,7 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 	}
 	cfg := episode.Config{Store: st, Broker: r.b, Domains: r.dom, WorkspacesRoot: shared.bed.Workspaces,
 		SocketsRoot: shared.bed.Sockets, CgroupParent: "/" + rel, OwnerUID: shared.bed.OwnerUID, OwnerGID: shared.bed.OwnerGID,
-		Seccomp: prog.Bytes(), Observer: obs, Verification: runner, AuthorityInterval: 200 * time.Millisecond,
+		Seccomp: prog.Bytes(), Governor: r.gov, Regulator: r.opts.regulator, AuthorityInterval: 200 * time.Millisecond,
 		PolicyKeys: policy.Keys{policyKeyID: policyKey().Public().(ed25519.PublicKey)}}
 	for _, o := range r.opts.config {
 		o(&cfg)

@@ -38,7 +38,7 @@ type Recovery struct {
 // contain it when it cannot resume. A restart is a repair: it advances the
 // epoch, is recorded in the lineage and counts toward max_repairs, so a
 // crash loop ends contained.
-func (k *Kernel) Recover(ctx context.Context) (Recovery, error) {
+func (k *Controller) Recover(ctx context.Context) (Recovery, error) {
 	rec := Recovery{Contained: map[uuid.UUID]string{}, Skipped: map[uuid.UUID]string{}}
 	// Effects past the commit horizon first: an adapter may have acted on
 	// them, and only their target's evidence settles them. A failure here
@@ -81,7 +81,7 @@ func (k *Kernel) Recover(ctx context.Context) (Recovery, error) {
 	return rec, errors.Join(errs...)
 }
 
-func (k *Kernel) destroyVerifications(ctx context.Context, rec *Recovery) error {
+func (k *Controller) destroyVerifications(ctx context.Context, rec *Recovery) error {
 	ents, err := os.ReadDir(k.cfg.WorkspacesRoot)
 	if err != nil {
 		return err
@@ -104,14 +104,19 @@ func (k *Kernel) destroyVerifications(ctx context.Context, rec *Recovery) error 
 
 // resume fences one episode, proves its generations gone and restores it;
 // it returns the running episode, or nil and why it was contained.
-func (k *Kernel) resume(ctx context.Context, rec store.Episode, out *Recovery) (*Episode, string, error) {
+func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recovery) (*Episode, string, error) {
 	st := k.cfg.Store
 	var spec Spec
 	specErr := json.Unmarshal(rec.Spec, &spec)
 	e := k.newEpisode(rec.ID, spec)
 	// A recovered episode starts where its authority died with the
-	// previous kernel: suspended, with its domain not yet proven gone.
-	e.state, e.epoch, e.started = Suspended, rec.Epoch, rec.CreatedAt
+	// previous kernel: suspended, with its domain not yet proven gone
+	// (the table's pending → suspended move).
+	e.epoch, e.started = rec.Epoch, rec.CreatedAt
+	if err := e.move(Suspended); err != nil {
+		k.forget(rec.ID)
+		return nil, "", err
+	}
 	lineage, err := st.Lineage(ctx, rec.ID)
 	if err != nil {
 		k.forget(rec.ID)
@@ -167,9 +172,12 @@ func (k *Kernel) resume(ctx context.Context, rec store.Episode, out *Recovery) (
 			return nil, "", err
 		}
 		e.mu.Lock()
-		e.state, e.why = Contained, why
+		err := e.moveLocked(Contained, why) // suspended → contained
 		e.mu.Unlock()
 		k.forget(rec.ID)
+		if err != nil {
+			return nil, "", err
+		}
 		e.log.Warn("contained at kernel start", "why", why)
 		return nil, why, nil
 	}
@@ -189,7 +197,7 @@ func (k *Kernel) resume(ctx context.Context, rec store.Episode, out *Recovery) (
 	if fi, err := os.Stat(filepath.Join(k.cfg.WorkspacesRoot, rec.ID.String())); err != nil || !fi.IsDir() {
 		return contain("kernel restart: the episode's workspace is gone")
 	}
-	digest, err := e.verify(ckpt)
+	digest, err := e.checkpointDigest(ckpt)
 	if err != nil {
 		return contain("kernel restart: " + err.Error())
 	}
@@ -225,7 +233,7 @@ func (k *Kernel) resume(ctx context.Context, rec store.Episode, out *Recovery) (
 
 // lastLease reads the episode's most recently granted lease from its
 // ledger: a resumed episode's lease is never wider than it.
-func (k *Kernel) lastLease(ctx context.Context, id uuid.UUID) (authority.Capability, error) {
+func (k *Controller) lastLease(ctx context.Context, id uuid.UUID) (authority.Capability, error) {
 	evs, err := k.cfg.Store.Events(ctx, id)
 	if err != nil {
 		return authority.Capability{}, err

@@ -17,11 +17,10 @@ import (
 func TestReportHealthCapsLeases(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r := newRig(t, ctx, "episode_report_health", withConfig(func(c *episode.Config) {
-		c.Regulator = &regulator.Config{Start: regulator.Act, Max: regulator.Act, RecoverAfter: 1}
-	}))
-	r.k.ReportHealth(regulator.DatabaseLoss, regulator.DatabaseLoss)
-	if l := r.k.Regulator().Level; l != regulator.Observe {
+	reg := liveRegulator(t, regulator.Config{Start: regulator.Act, Max: regulator.Act, RecoverAfter: 1})
+	r := newRig(t, ctx, "episode_report_health", withRegulator(reg))
+	reg.Report(regulator.DatabaseLoss, regulator.DatabaseLoss)
+	if l := reg.State().Level; l != regulator.Observe {
 		t.Fatalf("after database loss: %v", l)
 	}
 	e, err := r.k.Start(ctx, r.spec(nil))
@@ -34,15 +33,15 @@ func TestReportHealthCapsLeases(t *testing.T) {
 	if err := e.End(ctx, episode.Aborted, "test done"); err != nil {
 		t.Fatal(err)
 	}
-	r.k.ReportHealth(regulator.SemanticOutage|regulator.UnpinnedModel, regulator.SemanticOutage)
+	reg.Report(regulator.SemanticOutage|regulator.UnpinnedModel, regulator.SemanticOutage)
 	for range 4 {
-		r.k.ReportHealth(regulator.DatabaseLoss, 0)
+		reg.Report(regulator.DatabaseLoss, 0)
 	}
-	if st := r.k.Regulator(); st.Level != regulator.Advise || st.Faults != regulator.SemanticOutage {
+	if st := reg.State(); st.Level != regulator.Advise || st.Faults != regulator.SemanticOutage {
 		t.Fatalf("store healthy, sensor not: %v (%v)", st.Level, st.Faults)
 	}
-	r.k.ReportHealth(regulator.SemanticOutage|regulator.UnpinnedModel, 0)
-	if l := r.k.Regulator().Level; l != regulator.Act {
+	reg.Report(regulator.SemanticOutage|regulator.UnpinnedModel, 0)
+	if l := reg.State().Level; l != regulator.Act {
 		t.Fatalf("all healthy: %v", l)
 	}
 }

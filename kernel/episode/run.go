@@ -18,6 +18,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
@@ -31,7 +32,7 @@ import (
 // concurrent use; the domain child of its supervisor is the only goroutine
 // that changes its generation.
 type Episode struct {
-	k    *Kernel
+	k    *Controller
 	id   uuid.UUID
 	spec Spec
 	// scope is the admitted policy's allow list, the sensors' view of
@@ -74,19 +75,12 @@ type Episode struct {
 	// the broker consults it on every accept.
 	cgroup atomic.Pointer[string]
 
-	commits chan uuid.UUID
 	contain chan containment
 	exits   chan WorkerExit
 
-	// frames is the bounded sensor queue the watch child drains into home.
-	frames *sensor.Queue[frame]
-	// hmu guards home and history (never held with mu).
-	hmu     sync.Mutex
-	home    *homeostat.Homeostat
-	history []sensor.Event
-	// slow is the last slow-loop verdict's contraction (Throttle, say),
-	// which holds at the commit horizon until the next evaluation.
-	slow authority.Signal
+	// traj is the episode's trajectory record in the governor, which runs
+	// its fast and slow loops and reports containment to containAt.
+	traj *governor.Record
 }
 
 // WorkerExit is a worker's end in one generation.
@@ -182,13 +176,37 @@ func (e *Episode) containAt(epoch int64, reason string) {
 	}
 }
 
+// currentEpoch and currentLease are what the governor reads of the episode.
+func (e *Episode) currentEpoch() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.epoch
+}
+
+func (e *Episode) currentLease() authority.Capability {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leaseCap
+}
+
+// move changes the episode's state through the transition table.
 func (e *Episode) move(to State) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.moveLocked(to, "")
+}
+
+// moveLocked is move with e.mu held, and why (when not empty) recorded
+// with the new state. It is the only place e.state is written: every
+// change is one the table in state.go allows.
+func (e *Episode) moveLocked(to State, why string) error {
 	if err := transition(e.state, to); err != nil {
 		return err
 	}
 	e.state = to
+	if why != "" {
+		e.why = why
+	}
 	return nil
 }
 
@@ -238,7 +256,7 @@ func (e *Episode) run(ctx context.Context, checkpoint string) error {
 		defer close(e.done)
 		children := []supervisor.Child{
 			{Name: "authority", Run: e.authority},
-			{Name: "watch", Run: e.watch},
+			{Name: "watch", Run: e.traj.Watch},
 			{Name: "broker", Run: func(ctx context.Context, ready func()) error {
 				ready()
 				return srv.Serve(ctx, ln)
@@ -386,7 +404,7 @@ func (e *Episode) checkpointOf(ctx context.Context, id string, gen int) (string,
 }
 
 // baseLauncherID names the pristine domain baseCheckpoint makes.
-func (k *Kernel) baseLauncherID(ep uuid.UUID) string { return k.launcherID(ep, 1) + "-base" }
+func (k *Controller) baseLauncherID(ep uuid.UUID) string { return k.launcherID(ep, 1) + "-base" }
 
 // baseCheckpoint takes and records generation 1's stable starting point: a
 // domain of the episode's workspace whose only process is a no-op shell
@@ -496,12 +514,11 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 				// the homeostat contains on it without smoothing; the
 				// containment comes back through e.contain.
 				reason := "violation: " + ev.Violation.Syscall
-				e.remember(sensor.Event{Kind: sensor.EventViolation, Detail: ev.Violation.Syscall})
+				e.traj.Remember(sensor.Event{Kind: sensor.EventViolation, Detail: ev.Violation.Syscall})
 				e.mu.Lock()
 				epoch := e.epoch
 				e.mu.Unlock()
-				f := frame{epoch: epoch, sample: homeostat.Sample{Denial: homeostat.SeccompViolation}, reason: reason}
-				if e.observe(f, true) != nil {
+				if e.traj.Observe(epoch, homeostat.Sample{Denial: homeostat.SeccompViolation}, reason, true) != nil {
 					// A queue full of critical frames is itself containment.
 					if r, err = e.repair(ctx, r, reason+" (sensor queue full)"); err != nil {
 						return err
@@ -537,7 +554,7 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 				return err
 			}
 			events = r.Events()
-		case id := <-e.commits:
+		case id := <-e.traj.Commits():
 			if !e.k.feat.Checkpoints {
 				continue
 			}
@@ -545,7 +562,7 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 			if err != nil || eff.EpisodeID != e.id {
 				continue
 			}
-			e.remember(sensor.Event{Kind: sensor.EventEffectCommitted, Detail: eff.Kind})
+			e.traj.Remember(sensor.Event{Kind: sensor.EventEffectCommitted, Detail: eff.Kind})
 			if err := e.checkpoint(ctx); err != nil {
 				// A missed checkpoint costs repair granularity, not
 				// safety: the previous stable one still stands.
@@ -612,7 +629,7 @@ func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string
 	e.mu.Unlock()
 	// The old trajectory ended with the old epoch; its queued frames are
 	// ignored from now on.
-	e.resetTrajectory(reason)
+	e.traj.Reset(reason)
 	if err := e.destroy(ctx, e.k.launcherID(e.id, gen)); err != nil {
 		return old, err
 	}
@@ -620,7 +637,7 @@ func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string
 	if _, err := st.DestroyGeneration(ctx, dom, gen); err != nil {
 		return old, err
 	}
-	digest, err := e.verify(ckpt)
+	digest, err := e.checkpointDigest(ckpt)
 	if err != nil {
 		return old, e.containFinal(ctx, nil, err.Error())
 	}
@@ -653,10 +670,10 @@ func noCheckpoints(f domain.Features) string {
 	return "no checkpoint exists on the " + f.Backend + " backend, which cannot checkpoint: the episode cannot be repaired"
 }
 
-// verify checks a checkpoint record against what the launcher returned
-// when this controller took it (the launcher re-hashes the archive on
+// checkpointDigest is a checkpoint record's digest, once the record is
+// checked against what the launcher returned when this controller took it (the launcher re-hashes the archive on
 // restore, and create checks it restored exactly this digest).
-func (e *Episode) verify(c store.Checkpoint) (string, error) {
+func (e *Episode) checkpointDigest(c store.Checkpoint) (string, error) {
 	hex, ok := strings.CutPrefix(c.Digest, "sha256:")
 	if !ok || !protocol.ValidDigest(hex) || c.EpisodeID != e.id || !c.Stable {
 		return "", errors.New("checkpoint record is malformed")
@@ -689,8 +706,11 @@ func (e *Episode) containFinal(ctx context.Context, old *domain.Running, why str
 		return err
 	}
 	e.mu.Lock()
-	e.state, e.why = Contained, why
+	err := e.moveLocked(Contained, why)
 	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	e.log.Warn("contained", "why", why)
 	return errContained
 }
@@ -709,11 +729,12 @@ func (e *Episode) settle() {
 		e.cleanupStart()
 		return
 	}
-	if !e.ending && !e.state.Final() && transition(e.state, Suspended) == nil {
-		e.state = Suspended
+	if !e.ending && !e.state.Final() && Allowed(e.state, Suspended) {
+		why := ""
 		if e.exit != nil {
-			e.why = e.exit.Error()
+			why = e.exit.Error()
 		}
+		_ = e.moveLocked(Suspended, why) // allowed: checked above
 	}
 	e.mu.Unlock()
 }
@@ -742,10 +763,10 @@ func (e *Episode) End(ctx context.Context, to State, reason string) error {
 		return err
 	}
 	e.mu.Lock()
-	e.state, e.why = to, reason
+	err := e.moveLocked(to, reason)
 	e.mu.Unlock()
 	e.cleanupStart()
-	return nil
+	return err
 }
 
 // cleanupStart releases host objects of an episode that no longer runs.

@@ -17,6 +17,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -173,10 +174,20 @@ func (r *recorder) semanticDecisions(t *testing.T, ctx context.Context, st store
 	return out
 }
 
-func regulatorConfig() *regulator.Config {
+func regulatorConfig() regulator.Config {
 	// Two healthy readings per step up: sustained health, without waiting
 	// on a clock.
-	return &regulator.Config{Start: regulator.Act, Max: regulator.Act, RecoverAfter: 2, RecoverFor: 0}
+	return regulator.Config{Start: regulator.Act, Max: regulator.Act, RecoverAfter: 2, RecoverFor: 0}
+}
+
+// liveRegulator is a live regulator of cfg.
+func liveRegulator(t *testing.T, cfg regulator.Config) *regulator.Live {
+	t.Helper()
+	l, err := regulator.NewLive(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // TestSemanticOutageDegradation is issue 6 §7 semantic_outage_degradation:
@@ -315,11 +326,12 @@ func semanticRig(t *testing.T, ctx context.Context, name string, model *modelSer
 	t.Helper()
 	client := modelClient(t, model)
 	rec := &recorder{}
-	r := newRig(t, ctx, name, withVerification(verifyArgv...), withConfig(func(c *episode.Config) {
-		c.Sensor, c.Regulator = client, regulatorConfig()
-		rec.Store = c.Store
-		c.Store = rec
-	}))
+	r := newRig(t, ctx, name, withVerification(verifyArgv...), withRegulator(liveRegulator(t, regulatorConfig())),
+		withGovernor(func(c *governor.Config) {
+			c.Sensor = client
+			rec.Store = c.Store
+			c.Store = rec
+		}))
 	return r, rec
 }
 

@@ -48,10 +48,10 @@ type EgressConfig struct {
 func relaySocketID(ep uuid.UUID) string  { return ep.String() + "-inference" }
 func egressSocketID(ep uuid.UUID) string { return ep.String() + "-egress" }
 
-func (k *Kernel) sockPath(id string) string { return filepath.Join(k.cfg.SocketsRoot, id+".sock") }
+func (k *Controller) sockPath(id string) string { return filepath.Join(k.cfg.SocketsRoot, id+".sock") }
 
 // seccompFor is the compiled program of a spec's profile.
-func (k *Kernel) seccompFor(name string) ([]byte, bool) {
+func (k *Controller) seccompFor(name string) ([]byte, bool) {
 	switch name {
 	case "", ProfileWorker:
 		return k.cfg.Seccomp, true
@@ -64,7 +64,7 @@ func (k *Kernel) seccompFor(name string) ([]byte, bool) {
 
 // checkServices refuses a spec naming what this kernel cannot give: an
 // unknown seccomp profile, rootfs name or inference provider.
-func (k *Kernel) checkServices(spec Spec) error {
+func (k *Controller) checkServices(spec Spec) error {
 	invalid := func(format string, args ...any) error {
 		return protocol.Errorf(protocol.CodeInvalidField, format, args...)
 	}
@@ -192,11 +192,11 @@ func (e *Episode) refused(r egress.Refusal) {
 // signal puts a non-critical frame of the current epoch on the sensor
 // queue and remembers it for the sensors. It never blocks.
 func (e *Episode) signal(s homeostat.Sample, reason string) {
-	e.remember(sensor.Event{Kind: sensor.EventCapabilityDenied, Detail: reason})
+	e.traj.Remember(sensor.Event{Kind: sensor.EventCapabilityDenied, Detail: reason})
 	e.mu.Lock()
 	epoch := e.epoch
 	e.mu.Unlock()
-	_ = e.observe(frame{epoch: epoch, sample: s, reason: reason}, false)
+	_ = e.traj.Observe(epoch, s, reason, false)
 }
 
 // closeServices closes the service listeners (their sockets unlink) and

@@ -185,9 +185,7 @@ func TestRelayExhaustionNarrowsTheEpisode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var obs *episode.Observer
 	r := newRig(t, ctx, "exhaustion", withConfig(func(c *episode.Config) {
-		obs = c.Observer
 		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg.Bytes()}
 		c.Providers = map[string]config.Provider{"fixture": {WireAPI: config.WireChat, Upstream: model.URL,
 			Models: []string{"fixture-1"}, Prices: map[string]config.Price{"fixture-1": {}}, MaxOutputTokens: 1000}}
@@ -208,7 +206,7 @@ func TestRelayExhaustionNarrowsTheEpisode(t *testing.T) {
 	}
 	regime := ""
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if _, regime = obs.Trajectory(ctx, e.ID()); regime != "stable" {
+		if _, regime = r.gov.Trajectory(ctx, e.ID()); regime != "stable" {
 			break
 		}
 	}

@@ -32,7 +32,11 @@ func States() []State {
 func next(from State) []State {
 	switch from {
 	case Pending:
-		return []State{Starting, Aborted}
+		// A new episode starts; one the controller takes over at kernel
+		// start (Recover) enters suspended: its authority died with the
+		// previous kernel and its domain is not yet proven gone, so it
+		// never runs before it is resumed as a repair.
+		return []State{Starting, Suspended, Aborted}
 	case Starting:
 		return []State{Running, Aborted, Contained}
 	case Running:

@@ -2,6 +2,11 @@ package episode
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -53,5 +58,87 @@ func TestIllegalEpisodeTransitions(t *testing.T) {
 		if Allowed(from, Pending) || (from != Pending && Allowed(from, Starting)) {
 			t.Errorf("%s may restart the episode", from)
 		}
+	}
+}
+
+// TestEveryStateChangeThroughTheTable walks the table through the one
+// writer, moveLocked: from every state to every state, the move happens
+// exactly when the table allows it, and a refused move leaves the state
+// and its reason as they were.
+func TestEveryStateChangeThroughTheTable(t *testing.T) {
+	for _, from := range States() {
+		for _, to := range States() {
+			e := &Episode{state: from, why: "before"}
+			err := e.moveLocked(to, "after")
+			switch {
+			case Allowed(from, to) && (err != nil || e.state != to || e.why != "after"):
+				t.Errorf("%s → %s: %v, now %s (%q)", from, to, err, e.state, e.why)
+			case !Allowed(from, to) && (err == nil || e.state != from || e.why != "before"):
+				t.Errorf("%s → %s refused? %v, now %s (%q)", from, to, err, e.state, e.why)
+			}
+		}
+	}
+	// Kernel start takes over a recorded episode as suspended (Recover):
+	// a move the table names, not a write around it.
+	if !Allowed(Pending, Suspended) {
+		t.Fatal("recovery's pending → suspended is not in the table")
+	}
+}
+
+// TestStateWrittenOnlyByMoveLocked reads the package's source: the only
+// assignment to an episode's state field is in moveLocked, and the only
+// state an Episode is built with is Pending. A direct write elsewhere (as
+// four places once did, one of them a move the table forbade) fails here.
+func TestStateWrittenOnlyByMoveLocked(t *testing.T) {
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.AssignStmt:
+					for _, lhs := range n.Lhs {
+						if sel, ok := lhs.(*ast.SelectorExpr); ok && sel.Sel.Name == "state" {
+							checked++
+							if fn.Name.Name != "moveLocked" {
+								t.Errorf("%s: %s writes the state outside the table", fset.Position(n.Pos()), fn.Name.Name)
+							}
+						}
+					}
+				case *ast.CompositeLit:
+					if id, ok := n.Type.(*ast.Ident); !ok || id.Name != "Episode" {
+						return true
+					}
+					for _, el := range n.Elts {
+						if kv, ok := el.(*ast.KeyValueExpr); ok {
+							if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "state" {
+								if v, ok := kv.Value.(*ast.Ident); !ok || v.Name != "Pending" {
+									t.Errorf("%s: an episode built in a state other than pending", fset.Position(kv.Pos()))
+								}
+							}
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
+	if checked != 1 {
+		t.Fatalf("found %d assignments to state, want the one in moveLocked", checked)
 	}
 }

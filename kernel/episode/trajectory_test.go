@@ -9,6 +9,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/store"
 )
@@ -78,7 +79,7 @@ func TestRuleSensorsRiseFromRealEpisodes(t *testing.T) {
 			rec := &recorder{}
 			r := newRig(t, ctx, "episode_rules_"+c.probe, withVerification(verifyArgv...),
 				withFiles(map[string]string{"big.txt": big}), withTargetPaths("**"),
-				withConfig(func(cfg *episode.Config) { rec.Store = cfg.Store; cfg.Store = rec }))
+				withGovernor(func(cfg *governor.Config) { rec.Store = cfg.Store; cfg.Store = rec }))
 			spec := r.spec(map[string]string{"PROBE": c.probe + ":" + strconv.Itoa(c.attempts)})
 			spec.Argv = []string{"/bin/bash", "-c", trajectoryWorker}
 			if c.probe == "scope" {

@@ -19,6 +19,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -70,7 +71,7 @@ func (d *noCheckpoints) Checkpoint(ctx context.Context, id string) (*protocol.Ch
 // own as the caller.
 type unsafeRig struct {
 	st   *store.Postgres
-	k    *episode.Kernel
+	k    *episode.Controller
 	dom  *noCheckpoints
 	repo string
 	base string
@@ -103,11 +104,14 @@ func newUnsafeRig(t *testing.T, ctx context.Context, name string) *unsafeRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs := &episode.Observer{}
+	gov, err := governor.New(governor.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
 	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
 		AllowedPaths: []string{"calc.sh"}, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
-	b, err := broker.New(broker.Config{Store: st, Payloads: payloads, Adapters: []broker.Adapter{obs.Wrap(gitc)},
-		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), LeaseCheck: obs.CheckLease})
+	b, err := broker.New(broker.Config{Store: st, Payloads: payloads, Adapters: []broker.Adapter{gov.Wrap(gitc)},
+		Trajectory: gov.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: gov.CheckLease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +133,7 @@ func newUnsafeRig(t *testing.T, ctx context.Context, name string) *unsafeRig {
 	// No CgroupParent and no seccomp program: an unisolated backend uses
 	// neither.
 	if r.k, err = episode.New(episode.Config{Store: st, Broker: b, Domains: r.dom, WorkspacesRoot: workspaces, SocketsRoot: sockets,
-		OwnerUID: os.Getuid(), OwnerGID: os.Getgid(), Observer: obs, AuthorityInterval: 200 * time.Millisecond, Logger: log,
+		OwnerUID: os.Getuid(), OwnerGID: os.Getgid(), Governor: gov, AuthorityInterval: 200 * time.Millisecond, Logger: log,
 		PolicyKeys: policy.Keys{policyKeyID: policyKey().Public().(ed25519.PublicKey)}}); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,15 @@
 //     past is refused without effect.
 //   - The regulator starts at its configured start level (observe by
 //     default): health is unknown until it has been observed.
+//   - One home: the kernel has one Live regulator, built before the
+//     governor and the episode controller and handed to both (serve
+//     composes it). Live locks the Regulator, keeps the union of the
+//     faults each source last reported (Report: a source's report speaks
+//     only for its own faults, so one source's health never hides
+//     another's degradation), and is what every lease mint and commit
+//     check reads (State). Its sources are the sensor bank at evaluate
+//     (the governor) and the HealthLoop (store reachability and broker
+//     saturation, one report per interval, so recovery counts intervals).
 //
-// A Regulator is not safe for concurrent use; one control loop owns it.
+// A bare Regulator is not safe for concurrent use; Live is.
 package regulator

@@ -19,6 +19,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/egress"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/relay"
@@ -46,20 +47,26 @@ type Hooks struct {
 	Broker *broker.Hooks
 }
 
-// kernel is what compose built.
-type kernel struct {
-	broker  *broker.Broker
-	domains domain.ExecutionDomain
+// composition is what compose built: the kernel's parts, in construction order.
+type composition struct {
+	// regulator is the kernel's one live regulator (nil: no episode
+	// controller, which is the only thing it caps).
+	regulator *regulator.Live
+	broker    *broker.Broker
+	domains   domain.ExecutionDomain
 	// episodes is nil when the configuration cannot run episodes (see
 	// compose); episode start then answers "not available".
-	episodes *episode.Kernel
+	episodes *episode.Controller
 }
 
-// compose builds, in order, the broker (payloads under state_dir, the
-// adapters from targets, decision_keys, automatic verification through the
-// episode Observer), the domain backend and the episode controller. It
-// admits no work: the caller runs recovery before serving.
-func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) (*kernel, error) {
+// compose builds the kernel in one direction, each part from the ones
+// before it and nothing bound later: the store (given) → the live
+// regulator → the governor (the fast and slow loops) → the broker
+// (payloads under state_dir, the adapters from targets, wrapped by the
+// governor, decision_keys, automatic verification through
+// Governor.Evaluate) → the episode controller; serve then builds the API
+// on them. It admits no work: the caller runs recovery before serving.
+func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) (*composition, error) {
 	payloads, err := broker.OpenPayloads(filepath.Join(cfg.StateDir, PayloadsDirName))
 	if err != nil {
 		return nil, fmt.Errorf("payload store: %w", err)
@@ -72,59 +79,87 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if err != nil {
 		return nil, err
 	}
-	// The Observer exists before the broker: the broker takes the wrapped
-	// adapters and, with automatic verification, Observer.Verify.
-	obs := &episode.Observer{}
-	adapters, err := buildAdapters(cfg, payloads)
-	if err != nil {
-		return nil, err
-	}
-	for i, a := range adapters {
-		adapters[i] = obs.Wrap(a)
-	}
-	// Trajectory and its table come from the controller: an episode it
-	// does not drive reads as containment, so nothing commits for it.
-	bc := broker.Config{Store: st, Payloads: payloads, Adapters: adapters, DecisionKeys: map[string]ed25519.PublicKey(keys),
-		Trajectory: obs.Trajectory, RegimeMaxClass: episode.RegimeMaxClass(), LeaseCheck: obs.CheckLease, Logger: log.Named("broker"),
-		// speculation_ms is the window between prepare and the commit
-		// horizon: an effect not committed within it expires, so a worker
-		// cannot bank an old evaluation for later.
-		EffectTTL: time.Duration(cfg.SpeculationMSValue()) * time.Millisecond, Quota: brokerQuota(cfg.Broker)}
-	if cfg.AutomaticVerification {
-		bc.Verifier = obs.Verify
-	}
-	bc.Hooks = hooks.Broker
-	b, err := broker.New(bc)
-	if err != nil {
-		return nil, err
-	}
-	k := &kernel{broker: b, domains: backendFor(cfg, log)}
+	k := &composition{domains: backendFor(cfg, log)}
 
 	d := cfg.Domain
+	episodes := true
 	switch {
 	case d.Backend == config.BackendUnsafeLocal && (d.WorkspacesRoot == "" || d.SocketsRoot == ""):
 		log.Warn("episode controller not composed: unsafe_local needs domain.workspaces_root and domain.sockets_root; episode start answers not available")
-		return k, nil
+		episodes = false
 	case d.Backend == config.BackendLinux && (d.WorkspacesRoot == "" || d.SocketsRoot == "" || d.CgroupParent == ""):
 		log.Warn("episode controller not composed: domain.workspaces_root, domain.sockets_root and domain.cgroup_parent must mirror the launcher's configuration; episode start answers not available")
-		return k, nil
+		episodes = false
 	}
 	uid, gid := os.Getuid(), os.Getgid()
 	if hooks.Owner != nil {
 		uid, gid = hooks.Owner[0], hooks.Owner[1]
 	}
-	// The closed set of profiles a spec may name, each compiled once.
-	prog, err := CompileProfile(episode.ProfileWorker)
-	if err != nil {
-		return nil, fmt.Errorf("worker seccomp profile: %w", err)
+	// Without an episode controller the governor watches no episode, so
+	// every episode reads as containment and nothing commits; it has no
+	// regulator, sensor or verification runner to feed.
+	gc := governor.Config{Store: st, SensorQueue: cfg.SensorQueue, Logger: log.Named("governor")}
+	var prog, agentProg []byte
+	if episodes {
+		// The closed set of profiles a spec may name, each compiled once.
+		if prog, err = CompileProfile(episode.ProfileWorker); err != nil {
+			return nil, fmt.Errorf("worker seccomp profile: %w", err)
+		}
+		if agentProg, err = CompileProfile(episode.ProfileAgent); err != nil {
+			return nil, fmt.Errorf("agent seccomp profile: %w", err)
+		}
+		rc, err := regulatorConfig(cfg.Regulator)
+		if err != nil {
+			return nil, err
+		}
+		if k.regulator, err = regulator.NewLive(*rc, log.Named("regulator")); err != nil {
+			return nil, fmt.Errorf("episode: regulator: %w", err)
+		}
+		gc.Regulator = k.regulator
+		if cfg.Sensor.Kind == config.SensorOpenAICompatible {
+			if gc.Sensor, err = modelSensor(cfg.Sensor); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.AutomaticVerification {
+			gc.Verification = &verify.Runner{Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, OwnerUID: uid, OwnerGID: gid,
+				Seccomp: prog, Targets: verifyTargets(cfg), Unverified: cfg.UnverifiedKinds, Logger: log.Named("verify")}
+		}
 	}
-	agentProg, err := CompileProfile(episode.ProfileAgent)
+	gov, err := governor.New(gc)
 	if err != nil {
-		return nil, fmt.Errorf("agent seccomp profile: %w", err)
+		return nil, err
 	}
-	ec := episode.Config{Store: st, Broker: b, Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, SocketsRoot: d.SocketsRoot,
-		CgroupParent: d.CgroupParent, OwnerUID: uid, OwnerGID: gid, Seccomp: prog, Observer: obs, SensorQueue: cfg.SensorQueue,
-		Profiles: map[string][]byte{episode.ProfileAgent: agentProg}, Providers: cfg.Inference.Providers,
+
+	adapters, err := buildAdapters(cfg, payloads)
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range adapters {
+		adapters[i] = gov.Wrap(a)
+	}
+	// Trajectory and its table come from the governor: an episode it does
+	// not watch reads as containment, so nothing commits for it.
+	bc := broker.Config{Store: st, Payloads: payloads, Adapters: adapters, DecisionKeys: map[string]ed25519.PublicKey(keys),
+		Trajectory: gov.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: gov.CheckLease, Logger: log.Named("broker"),
+		// speculation_ms is the window between prepare and the commit
+		// horizon: an effect not committed within it expires, so a worker
+		// cannot bank an old evaluation for later.
+		EffectTTL: time.Duration(cfg.SpeculationMSValue()) * time.Millisecond, Quota: brokerQuota(cfg.Broker)}
+	if cfg.AutomaticVerification {
+		bc.Verifier = gov.Evaluate
+	}
+	bc.Hooks = hooks.Broker
+	if k.broker, err = broker.New(bc); err != nil {
+		return nil, err
+	}
+	if !episodes {
+		return k, nil
+	}
+
+	ec := episode.Config{Store: st, Broker: k.broker, Domains: k.domains, Governor: gov, Regulator: k.regulator,
+		WorkspacesRoot: d.WorkspacesRoot, SocketsRoot: d.SocketsRoot, CgroupParent: d.CgroupParent, OwnerUID: uid, OwnerGID: gid,
+		Seccomp: prog, Profiles: map[string][]byte{episode.ProfileAgent: agentProg}, Providers: cfg.Inference.Providers,
 		WallTime:    time.Duration(cfg.Episode.WallTimeMS) * time.Millisecond,
 		MaxWallTime: time.Duration(cfg.Episode.MaxWallTimeMS) * time.Millisecond,
 		PolicyKeys:  policyKeys, EffectConcurrency: cfg.EffectConcurrency, Logger: log.Named("episode")}
@@ -137,20 +172,8 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if ec.Egress, err = egressConfig(cfg, st); err != nil {
 		return nil, err
 	}
-	if ec.Regulator, err = regulatorConfig(cfg.Regulator); err != nil {
-		return nil, err
-	}
 	if len(policyKeys) == 0 {
 		log.Warn("policy_keys is empty: no signed policy can verify, so every episode start is refused")
-	}
-	if cfg.Sensor.Kind == config.SensorOpenAICompatible {
-		if ec.Sensor, err = modelSensor(cfg.Sensor); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.AutomaticVerification {
-		ec.Verification = &verify.Runner{Domains: k.domains, WorkspacesRoot: d.WorkspacesRoot, OwnerUID: uid, OwnerGID: gid,
-			Seccomp: prog, Targets: verifyTargets(cfg), Unverified: cfg.UnverifiedKinds, Logger: log.Named("verify")}
 	}
 	if k.episodes, err = episode.New(ec); err != nil {
 		return nil, err
@@ -188,80 +211,6 @@ func regulatorConfig(r config.Regulator) (*regulator.Config, error) {
 	return rc, nil
 }
 
-// storeProbe is what the health loop asks of the store: the operator
-// API's database check, one row.
-type storeProbe interface {
-	ListEpisodes(ctx context.Context, limit int) ([]store.Episode, error)
-}
-
-// saturationCount is what the health loop asks of the broker: its count
-// of worker connections refused as saturated (broker.Saturations).
-type saturationCount interface {
-	Saturations() uint64
-}
-
-// healthSink is where the health loop reports (episode.Kernel.ReportHealth).
-type healthSink interface {
-	ReportHealth(within, faults regulator.Fault)
-}
-
-// health is serve's feed of the regulator for the faults no episode sees:
-// database loss and broker saturation. Both go in one report per interval,
-// so the regulator counts intervals, not sources, toward recovery.
-type health struct {
-	store  storeProbe
-	broker saturationCount
-	sink   healthSink
-	every  time.Duration
-	// seen is the broker's count at the previous interval.
-	seen uint64
-}
-
-func newHealth(st storeProbe, b saturationCount, sink healthSink, every time.Duration) *health {
-	return &health{store: st, broker: b, sink: sink, every: every, seen: b.Saturations()}
-}
-
-// watch observes every interval until ctx ends.
-func (h *health) watch(ctx context.Context) {
-	t := time.NewTicker(h.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		h.observe(ctx)
-	}
-}
-
-// observe is one interval. A failed store query (or one slower than the
-// interval) is database loss, which caps autonomy at observe at once. Any
-// connection the broker refused as saturated since the previous interval
-// is broker saturation, which caps it at advise at once: workers are being
-// turned away, so the kernel is not keeping up with what it authorised. A
-// clean interval clears only these two faults (the sensor bank's stand),
-// and the regulator steps back up only after recover_after consecutive
-// clean intervals spanning recover_for_ms — one saturated interval
-// restarts that streak, so recovery needs a sustained clean stretch.
-func (h *health) observe(ctx context.Context) {
-	qctx, cancel := context.WithTimeout(ctx, h.every)
-	_, err := h.store.ListEpisodes(qctx, 1)
-	cancel()
-	if ctx.Err() != nil {
-		return
-	}
-	var f regulator.Fault
-	if err != nil {
-		f |= regulator.DatabaseLoss
-	}
-	if n := h.broker.Saturations(); n != h.seen {
-		f |= regulator.BrokerSaturation
-		h.seen = n
-	}
-	h.sink.ReportHealth(regulator.DatabaseLoss|regulator.BrokerSaturation, f)
-}
-
 // modelSensor is the openai_compatible sensor bank. The key is read from
 // the named environment variable once, here, and never logged.
 func modelSensor(c config.Sensor) (*sensor.Client, error) {
@@ -285,7 +234,7 @@ func modelSensor(c config.Sensor) (*sensor.Client, error) {
 // recoverAtStart is kernel start: settle every unsettled effect, then fence,
 // destroy and resume or contain each active episode. Nothing new is
 // admitted before it returns.
-func (k *kernel) recoverAtStart(ctx context.Context, log hclog.Logger) error {
+func (k *composition) recoverAtStart(ctx context.Context, log hclog.Logger) error {
 	start := time.Now()
 	if k.episodes == nil {
 		settled, err := k.broker.Reconcile(ctx, uuid.Nil)
@@ -440,7 +389,7 @@ func verifyTargets(cfg *config.Config) map[string]verify.Target {
 
 // unusedKeys lists the configuration keys this kernel accepts but does not
 // act on yet, each with why. Startup logs them: none is silently ignored.
-func unusedKeys(cfg *config.Config, k *kernel) []string {
+func unusedKeys(cfg *config.Config, k *composition) []string {
 	var out []string
 	if !cfg.AutomaticVerification || k.episodes == nil {
 		for _, id := range sortedKeys(cfg.Targets.GitCommit) {

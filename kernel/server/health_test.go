@@ -12,8 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/autonomic-kernel/autonomic/broker"
-	"github.com/autonomic-kernel/autonomic/kernel/domain"
-	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -22,7 +20,7 @@ import (
 
 // TestBrokerSaturationLowersTheLevel saturates a real per-episode broker
 // server (one slot, held) and drives serve's health loop one interval at a
-// time into a real episode controller's regulator: an interval with a
+// time into the kernel's live regulator: an interval with a
 // saturation refusal drops autonomy from act to advise at once; clean
 // intervals bring it back only after recover_after of them in a row, and a
 // refusal in between restarts that count. Intervals are driven by the
@@ -52,9 +50,7 @@ func TestBrokerSaturationLowersTheLevel(t *testing.T) {
 	}
 	const recoverAfter = 3
 	dir := t.TempDir()
-	k, err := episode.New(episode.Config{Store: st, Broker: b, Domains: &domain.Linux{}, WorkspacesRoot: filepath.Join(dir, "ws"),
-		SocketsRoot: filepath.Join(dir, "sock"), CgroupParent: "/autonomic-health-test",
-		Regulator: &regulator.Config{Start: regulator.Act, Max: regulator.Act, RecoverAfter: recoverAfter}})
+	k, err := regulator.NewLive(regulator.Config{Start: regulator.Act, Max: regulator.Act, RecoverAfter: recoverAfter}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +80,8 @@ func TestBrokerSaturationLowersTheLevel(t *testing.T) {
 	go func() { done <- srv.Serve(sctx, ln) }()
 	defer func() { stop(); <-done }()
 
-	h := newHealth(st, b, k, time.Second)
-	level := func() regulator.Level { return k.Regulator().Level }
+	h := regulator.NewHealthLoop(st, b, k, time.Second)
+	level := func() regulator.Level { return k.State().Level }
 	// refused dials once and reads the answer: effect_broker_saturated
 	// while the slot is held.
 	refused := func() protocol.Code {
@@ -116,7 +112,7 @@ func TestBrokerSaturationLowersTheLevel(t *testing.T) {
 		return c
 	}
 
-	h.observe(ctx)
+	h.Observe(ctx)
 	if l := level(); l != regulator.Act {
 		t.Fatalf("healthy start: %v", l)
 	}
@@ -134,15 +130,15 @@ func TestBrokerSaturationLowersTheLevel(t *testing.T) {
 	if a := testing.AllocsPerRun(100, func() { _ = b.Saturations() }); a != 0 {
 		t.Fatalf("reading the count allocates %v times", a)
 	}
-	h.observe(ctx)
-	if st := k.Regulator(); st.Level != regulator.Advise || st.Faults != regulator.BrokerSaturation {
+	h.Observe(ctx)
+	if st := k.State(); st.Level != regulator.Advise || st.Faults != regulator.BrokerSaturation {
 		t.Fatalf("after a saturated interval: %v (%v), want advise (broker_saturation)", st.Level, st.Faults)
 	}
 
 	// Still held, but nobody refused in this interval: clean. Two clean
 	// intervals, then a refusal, restart the streak.
 	for range recoverAfter - 1 {
-		h.observe(ctx)
+		h.Observe(ctx)
 	}
 	if l := level(); l != regulator.Advise {
 		t.Fatalf("after %d clean intervals: %v", recoverAfter-1, l)
@@ -150,15 +146,15 @@ func TestBrokerSaturationLowersTheLevel(t *testing.T) {
 	if c := refused(); c != protocol.CodeEffectBrokerSaturated {
 		t.Fatal(c)
 	}
-	h.observe(ctx)
+	h.Observe(ctx)
 	held.Close()
 	for i := range recoverAfter {
 		if l := level(); l != regulator.Advise {
 			t.Fatalf("recovered after %d clean intervals, want %d", i, recoverAfter)
 		}
-		h.observe(ctx)
+		h.Observe(ctx)
 	}
-	if st := k.Regulator(); st.Level != regulator.Act || st.Faults != 0 {
+	if st := k.State(); st.Level != regulator.Act || st.Faults != 0 {
 		t.Fatalf("after %d clean intervals: %v (%v), want act", recoverAfter, st.Level, st.Faults)
 	}
 }

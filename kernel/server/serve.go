@@ -17,6 +17,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/autonomic-kernel/autonomic/store/pgcluster"
 )
@@ -63,9 +64,9 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 	go k.broker.RunRetention(ctx, time.Hour)
 	if k.episodes != nil {
 		r := cfg.Regulator
-		log.Info("system regulator", "level", k.episodes.Regulator().Level.String(), "max_level", r.MaxLevel,
+		log.Info("system regulator", "level", k.regulator.State().Level.String(), "max_level", r.MaxLevel,
 			"recover_after", r.RecoverAfter, "recover_for_ms", r.RecoverForMSValue(), "health_interval_ms", r.HealthIntervalMS)
-		go newHealth(st, k.broker, k.episodes, time.Duration(r.HealthIntervalMS)*time.Millisecond).watch(ctx)
+		go regulator.NewHealthLoop(st, k.broker, k.regulator, time.Duration(r.HealthIntervalMS)*time.Millisecond).Watch(ctx)
 	}
 
 	gid := -1
@@ -83,9 +84,9 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 	}
 	ac := api.Config{Store: st, Approver: k.broker, Preflight: k.domains.Preflight, Access: access, Logger: log}
 	if k.episodes != nil {
-		ac.Controller = api.EpisodeKernel{Kernel: k.episodes, MaxRepairs: cfg.MaxRepairsValue()}
+		ac.Controller = api.EpisodeController{Episodes: k.episodes, MaxRepairs: cfg.MaxRepairsValue()}
 		ac.Kernel = func() api.KernelView {
-			r := k.episodes.Regulator()
+			r := k.regulator.State()
 			return api.KernelView{Autonomy: r.Level.String(), MaxClass: int(r.Level.MaxClass()), Faults: r.Faults.String(), AutonomySince: r.Since}
 		}
 	}

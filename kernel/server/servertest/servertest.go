@@ -17,8 +17,8 @@ import (
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
 
-// Kernel is one test kernel's configuration and where its database is.
-type Kernel struct {
+// Setup is one test kernel's configuration and where its database is.
+type Setup struct {
 	Cluster *pgcluster.Cluster
 	DB      string
 	Config  *config.Config
@@ -28,7 +28,7 @@ type Kernel struct {
 // New starts a cluster, creates database db on it and loads a configuration
 // naming it. keys replace the defaults' top-level keys, except "store",
 // whose keys are added to the URLs (an instance_id, say).
-func New(t testing.TB, db string, keys map[string]any) *Kernel {
+func New(t testing.TB, db string, keys map[string]any) *Setup {
 	t.Helper()
 	cluster := storetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -42,12 +42,12 @@ func New(t testing.TB, db string, keys map[string]any) *Kernel {
 // Peer is another kernel's configuration on k's database, as New makes
 // one: a state_dir of its own, keys replacing top-level keys. Two kernels
 // on one database need distinct store instance ids.
-func (k *Kernel) Peer(t testing.TB, keys map[string]any) *Kernel {
+func (k *Setup) Peer(t testing.TB, keys map[string]any) *Setup {
 	t.Helper()
 	return configure(t, k.Cluster, k.DB, keys)
 }
 
-func configure(t testing.TB, cluster *pgcluster.Cluster, db string, keys map[string]any) *Kernel {
+func configure(t testing.TB, cluster *pgcluster.Cluster, db string, keys map[string]any) *Setup {
 	t.Helper()
 	st := map[string]any{"url": cluster.KernelConnString(db), "admin_url": cluster.AdminConnString(db)}
 	doc := map[string]any{
@@ -77,5 +77,5 @@ func configure(t testing.TB, cluster *pgcluster.Cluster, db string, keys map[str
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Kernel{Cluster: cluster, DB: db, Config: cfg, Path: path}
+	return &Setup{Cluster: cluster, DB: db, Config: cfg, Path: path}
 }

@@ -1,13 +1,16 @@
-package episode
+package governor
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 
 	"github.com/google/uuid"
 
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
+	"github.com/autonomic-kernel/autonomic/store"
 )
 
 // CheckLease is broker.Config.LeaseCheck: the whole lease, as the
@@ -15,15 +18,15 @@ import (
 // each path it touches, with the durable spend the store read under the
 // commit's locks. The verdict is the homeostat's regime, the regulator's
 // level and the last slow-loop contraction, so a Throttle halves
-// effects_per_minute here, where it is counted. An episode this
-// controller does not drive is in containment: nothing commits for it.
-func (o *Observer) CheckLease(ctx context.Context, q broker.LeaseQuery) error {
-	return LeaseCheckWith(o.verdict)(ctx, q)
+// effects_per_minute here, where it is counted. An episode
+// the governor does not watch is in containment: nothing commits for it.
+func (g *Governor) CheckLease(ctx context.Context, q broker.LeaseQuery) error {
+	return LeaseCheckWith(g.verdict)(ctx, q)
 }
 
 // LeaseCheckWith is the lease check under the verdicts verdict gives per
-// episode (CheckLease uses the controller's; a broker composed without a
-// controller, in a test or a gate, names its own).
+// episode (CheckLease uses the governor's; a broker composed without a
+// governor, in a test or a gate, names its own).
 func LeaseCheckWith(verdict func(episodeID uuid.UUID) authority.Verdict) broker.LeaseCheck {
 	return func(_ context.Context, q broker.LeaseQuery) error {
 		touches := make([]authority.Touch, len(q.Touches))
@@ -36,22 +39,17 @@ func LeaseCheckWith(verdict func(episodeID uuid.UUID) authority.Verdict) broker.
 	}
 }
 
-func (o *Observer) verdict(id uuid.UUID) authority.Verdict {
-	contained := authority.Decide([]authority.Signal{homeostat.Containment.Signal()})
-	k := o.k.Load()
-	if k == nil {
-		return contained
-	}
-	e, ok := k.Episode(id)
+func (g *Governor) verdict(id uuid.UUID) authority.Verdict {
+	r, ok := g.record(id)
 	if !ok {
-		return contained
+		return authority.Decide([]authority.Signal{homeostat.Containment.Signal()})
 	}
-	return e.commitVerdict()
+	return r.commitVerdict()
 }
 
 // commitVerdict is the fast loop's standing verdict for the episode.
-func (e *Episode) commitVerdict() authority.Verdict {
-	level := e.k.regulatorState().Level
+func (e *Record) commitVerdict() authority.Verdict {
+	level := e.g.regulatorState().Level
 	e.hmu.Lock()
 	signals := []authority.Signal{e.home.State().Regime.Signal(), level.Signal()}
 	if e.slow.Source != authority.SourceInvalid { // none before the first evaluation
@@ -66,7 +64,7 @@ func (e *Episode) commitVerdict() authority.Verdict {
 // evaluation says otherwise (a Revoke there is about that effect's own
 // paths, and refused it). It is held as a semantic signal, which can only
 // ever contract.
-func (e *Episode) holdSlow(v authority.Verdict) {
+func (e *Record) holdSlow(v authority.Verdict) {
 	s := authority.Signal{Source: authority.SourceSemantic, Code: "slow_loop"}
 	switch v.Action {
 	case authority.Throttle, authority.Narrow, authority.Interrupt:
@@ -77,6 +75,14 @@ func (e *Episode) holdSlow(v authority.Verdict) {
 	e.hmu.Unlock()
 }
 
-// Unwrap gives the broker the adapter itself (its optional interfaces,
-// such as broker.Toucher).
-func (a *observed) Unwrap() broker.Adapter { return a.Adapter }
+// Evaluate is broker.Config.Verifier for automatic_verification, and the
+// slow loop (its own name: verification is only its first step): it hands the effect to the verification runner and, when that
+// allows, runs the sensor bank and records the semantic decision (see
+// slow.go). Without a runner it fails, and a failed verification is never
+// an allow: the broker's commit check requires an allow decision.
+func (g *Governor) Evaluate(ctx context.Context, e store.Effect, payload []byte) (string, json.RawMessage, error) {
+	if g.cfg.Verification == nil {
+		return "", nil, errors.New("episode: automatic verification is not configured")
+	}
+	return g.evaluate(ctx, e, payload)
+}

@@ -1,4 +1,4 @@
-package episode
+package governor
 
 import (
 	"slices"

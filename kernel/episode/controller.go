@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,12 +16,10 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
-	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
+	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/relay"
-	"github.com/autonomic-kernel/autonomic/kernel/sensor"
-	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/kernel/workspace"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -64,31 +61,18 @@ type Config struct {
 	PolicyKeys policy.Keys
 	// Ceiling is the regulator's current class ceiling (nil: no cap).
 	Ceiling func() authority.Class
-	// Observer, when set, is the commit observer wrapped around the
-	// broker's adapters; the controller checkpoints after each commit.
-	Observer *Observer
-	// Verification, when set, is automatic_verification: the broker's
-	// Verifier (Observer.Verify) replays each class 3+ git_commit in a
-	// clean one-shot domain through it. The broker must be built with
-	// Verifier: Observer.Verify exactly when this is set.
-	Verification *verify.Runner
-	// Sensor, when set, is the model-backed sensor bank consulted at
-	// evaluate next to the deterministic Rules (which always run). Its
-	// degradation is reported to the regulator.
-	Sensor sensor.SemanticSensor
-	// Regulator, when set, is the system regulator's configuration: its
-	// level caps every lease minted (new and repair) and, through
-	// Observer.Trajectory, the class the commit check lets through.
-	Regulator *regulator.Config
-	// Homeostat configures each episode's homeostat (nil: the default).
-	Homeostat *homeostat.Config
+	// Governor runs the episodes' fast and slow loops; the broker must
+	// have been built on it (its Trajectory, CheckLease, Verify and
+	// wrapped adapters), so it is built first and handed to both.
+	Governor *governor.Governor
+	// Regulator, when set, is the kernel's live system regulator: its
+	// level caps every lease minted (new and repair) and, through the
+	// governor, the class the commit check lets through (nil: act).
+	Regulator *regulator.Live
 	// EffectConcurrency is effect_concurrency: requests each episode's
 	// broker server serves at once; beyond it a worker is answered
 	// effect_broker_saturated (default: the broker server's, 8).
 	EffectConcurrency int
-	// SensorQueue is sensor_queue, each episode's bounded frame queue
-	// (default 256).
-	SensorQueue int
 	// AuthorityInterval is how often an episode's authority child renews
 	// ownership and re-reads the episode (default 500 ms).
 	AuthorityInterval time.Duration
@@ -106,21 +90,16 @@ type Config struct {
 	Logger                hclog.Logger
 }
 
-// Kernel drives episodes.
-type Kernel struct {
+// Controller drives episodes: their lifecycle, supervision and repair.
+type Controller struct {
 	cfg Config
 	log hclog.Logger
 
 	// feat is what Domains promises, read once: without checkpoints
 	// nothing is checkpointed and nothing is repaired.
-	feat  domain.Features
-	rules *sensor.Rules
-	home  homeostat.Config
-	regMu sync.Mutex
-	reg   *regulator.Regulator // nil: no regulator, autonomy is act
-	// faults is the union of the faults last reported per source
-	// (ReportHealth); guarded by regMu.
-	faults regulator.Fault
+	feat domain.Features
+	// gov runs the fast and slow loops: one trajectory record per episode.
+	gov *governor.Governor
 
 	mu       sync.Mutex
 	episodes map[uuid.UUID]*Episode
@@ -128,9 +107,9 @@ type Kernel struct {
 
 // New returns a controller. The broker must have reconciled (Recover does
 // it) before episodes start.
-func New(cfg Config) (*Kernel, error) {
-	if cfg.Store == nil || cfg.Broker == nil || cfg.Domains == nil {
-		return nil, errors.New("episode: Store, Broker and Domains are required")
+func New(cfg Config) (*Controller, error) {
+	if cfg.Store == nil || cfg.Broker == nil || cfg.Domains == nil || cfg.Governor == nil {
+		return nil, errors.New("episode: Store, Broker, Domains and Governor are required")
 	}
 	feat := cfg.Domains.Features()
 	if !filepath.IsAbs(cfg.WorkspacesRoot) || !filepath.IsAbs(cfg.SocketsRoot) || (feat.Isolated && cfg.CgroupParent == "") {
@@ -148,24 +127,7 @@ func New(cfg Config) (*Kernel, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	if cfg.SensorQueue == 0 {
-		cfg.SensorQueue = 256
-	}
-	if _, err := sensor.NewQueue[frame](cfg.SensorQueue); err != nil {
-		return nil, fmt.Errorf("episode: %w", err)
-	}
-	home := homeostat.DefaultConfig()
-	if cfg.Homeostat != nil {
-		home = *cfg.Homeostat
-	}
-	if err := home.Validate(); err != nil {
-		return nil, fmt.Errorf("episode: homeostat: %w", err)
-	}
-	rules, err := sensor.NewRules()
-	if err != nil {
-		return nil, err
-	}
-	k := &Kernel{cfg: cfg, log: cfg.Logger, feat: feat, rules: rules, home: home, episodes: map[uuid.UUID]*Episode{}}
+	k := &Controller{cfg: cfg, log: cfg.Logger, feat: feat, gov: cfg.Governor, episodes: map[uuid.UUID]*Episode{}}
 	if !feat.Isolated {
 		k.log.Warn("UNSAFE_LOCAL: episode workers run with NO isolation; every domain is labelled unsafe_local in the ledger",
 			"backend", feat.Backend)
@@ -174,75 +136,22 @@ func New(cfg Config) (*Kernel, error) {
 		k.log.Warn("the domain backend cannot checkpoint: episodes run without checkpoints, and a violation or failure contains them instead of repairing",
 			"backend", feat.Backend)
 	}
-	if cfg.Regulator != nil {
-		if k.reg, err = regulator.New(*cfg.Regulator); err != nil {
-			return nil, fmt.Errorf("episode: regulator: %w", err)
-		}
-	}
-	if cfg.Observer != nil {
-		cfg.Observer.k.Store(k)
-	}
 	return k, nil
 }
 
-// Observer wraps broker adapters so the controller hears of every effect
-// they commit. It must be built before the broker (which takes the wrapped
-// adapters) and handed to New.
-type Observer struct{ k atomic.Pointer[Kernel] }
-
-// Verify is broker.Config.Verifier for automatic_verification, and the
-// slow loop: it hands the effect to the controller's verification runner
-// and, when that allows, runs the sensor bank and records the semantic
-// decision (see watch.go). Before a controller with a runner exists it
-// fails, and a failed verification is never an allow: the broker's commit
-// check requires an allow decision.
-func (o *Observer) Verify(ctx context.Context, e store.Effect, payload []byte) (string, json.RawMessage, error) {
-	k := o.k.Load()
-	if k == nil || k.cfg.Verification == nil {
-		return "", nil, errors.New("episode: automatic verification is not configured")
-	}
-	return k.evaluate(ctx, e, payload)
+// ceiling is the class ceiling for every lease minted now: the configured
+// ceiling under the regulator's level.
+func (k *Controller) ceiling() authority.Class {
+	return min(k.cfg.Ceiling(), k.cfg.Regulator.Ceiling())
 }
 
-// Wrap returns a wraps a, reporting its commits to the controller.
-func (o *Observer) Wrap(a broker.Adapter) broker.Adapter { return &observed{Adapter: a, o: o} }
+func (k *Controller) launcherID(ep uuid.UUID, gen int) string { return fmt.Sprintf("%s-g%d", ep, gen) }
 
-type observed struct {
-	broker.Adapter
-	o *Observer
-}
-
-func (a *observed) Commit(ctx context.Context, r broker.Request) broker.Result {
-	res := a.Adapter.Commit(ctx, r)
-	if res.Outcome == broker.Committed {
-		if k := a.o.k.Load(); k != nil {
-			k.committed(r.EffectID)
-		}
-	}
-	return res
-}
-
-// committed offers an effect id to every live episode; each checks, off
-// the commit path, whether it is its own. The offer never blocks a commit.
-func (k *Kernel) committed(id uuid.UUID) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, e := range k.episodes {
-		select {
-		case e.commits <- id:
-		default:
-			e.log.Warn("commit notification dropped; next checkpoint will cover it", "effect", id)
-		}
-	}
-}
-
-func (k *Kernel) launcherID(ep uuid.UUID, gen int) string { return fmt.Sprintf("%s-g%d", ep, gen) }
-
-func (k *Kernel) socketPath(ep uuid.UUID) string {
+func (k *Controller) socketPath(ep uuid.UUID) string {
 	return filepath.Join(k.cfg.SocketsRoot, ep.String()+".sock")
 }
 
-func (k *Kernel) mint(spec Spec) (*policy.Policy, authority.Capability, error) {
+func (k *Controller) mint(spec Spec) (*policy.Policy, authority.Capability, error) {
 	pol, envelope, _, err := spec.validate(k.cfg.PolicyKeys)
 	if err != nil {
 		return nil, authority.Capability{}, err
@@ -264,7 +173,7 @@ func (k *Kernel) mint(spec Spec) (*policy.Policy, authority.Capability, error) {
 // prepares its workspace at the base OID, binds its broker socket and runs
 // its worker in a new domain, restored from the pristine base checkpoint
 // when the backend can checkpoint. It returns once the domain runs.
-func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
+func (k *Controller) Start(ctx context.Context, spec Spec) (*Episode, error) {
 	// Refused specs (an unsigned or wrongly signed policy among them)
 	// return here, before the store or the launcher is touched.
 	pol, cap, err := k.mint(spec)
@@ -291,7 +200,7 @@ func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
 		_, _ = st.EndEpisode(context.WithoutCancel(ctx), store.EndEpisode{EpisodeID: e.id, Epoch: e.epoch, State: store.EpisodeAborted,
 			Reason: "start failed"})
 		e.mu.Lock()
-		e.state, e.why = Aborted, "start failed"
+		_ = e.moveLocked(Aborted, "start failed") // starting → aborted
 		e.mu.Unlock()
 		return nil, err
 	}
@@ -320,27 +229,27 @@ func (k *Kernel) Start(ctx context.Context, spec Spec) (*Episode, error) {
 }
 
 // Episode returns a live episode this controller drives.
-func (k *Kernel) Episode(id uuid.UUID) (*Episode, bool) {
+func (k *Controller) Episode(id uuid.UUID) (*Episode, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	e, ok := k.episodes[id]
 	return e, ok
 }
 
-func (k *Kernel) newEpisode(id uuid.UUID, spec Spec) *Episode {
-	e := &Episode{k: k, id: id, spec: spec, state: Pending, commits: make(chan uuid.UUID, 64),
+func (k *Controller) newEpisode(id uuid.UUID, spec Spec) *Episode {
+	e := &Episode{k: k, id: id, spec: spec, state: Pending,
 		contain: make(chan containment, 1), exits: make(chan WorkerExit, 16), digests: map[uuid.UUID]string{},
 		log: k.log.With("episode", id)}
+	watched := governor.Episode{ID: id, Intent: spec.OriginIntent, Epoch: e.currentEpoch, Lease: e.currentLease,
+		Contain: e.containAt, Logger: e.log}
 	// The semantic sensors read the policy's scope; a spec whose policy no
 	// longer verifies has none (and Recover contains it).
 	if pol, _, _, err := spec.validate(k.cfg.PolicyKeys); err == nil {
-		e.scope = pol.Document.Capability.Allow
+		watched.Scope = pol.Document.Capability.Allow
 		e.pol = pol
-		e.maxRisk = pol.Document.Semantic.MaxRisk
+		watched.MaxRisk = pol.Document.Semantic.MaxRisk
 	}
-	// Both were validated by New.
-	e.frames, _ = sensor.NewQueue[frame](k.cfg.SensorQueue)
-	e.home, _ = homeostat.New(k.home)
+	e.traj = k.gov.Open(watched)
 	k.mu.Lock()
 	k.episodes[id] = e
 	k.mu.Unlock()
@@ -348,7 +257,7 @@ func (k *Kernel) newEpisode(id uuid.UUID, spec Spec) *Episode {
 }
 
 // wallTime is the wall time an episode of spec gets (0: unbounded).
-func (k *Kernel) wallTime(spec Spec) time.Duration {
+func (k *Controller) wallTime(spec Spec) time.Duration {
 	w := spec.WallTime
 	if w == 0 {
 		w = k.cfg.WallTime
@@ -359,8 +268,9 @@ func (k *Kernel) wallTime(spec Spec) time.Duration {
 	return w
 }
 
-func (k *Kernel) forget(id uuid.UUID) {
+func (k *Controller) forget(id uuid.UUID) {
 	k.mu.Lock()
 	delete(k.episodes, id)
 	k.mu.Unlock()
+	k.gov.Close(id)
 }

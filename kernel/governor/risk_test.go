@@ -1,4 +1,4 @@
-package episode
+package governor
 
 import (
 	"context"
@@ -14,15 +14,15 @@ import (
 	"github.com/autonomic-kernel/autonomic/store"
 )
 
-// bareEpisode is an episode with a homeostat and no regulator: enough for
-// the slow loop's verdict and the commit horizon's reading of it.
-func bareEpisode(t *testing.T, maxRisk float64) *Episode {
+// bareRecord is a trajectory record with a homeostat and no regulator:
+// enough for the slow loop's verdict and the commit horizon's reading of it.
+func bareRecord(t *testing.T, maxRisk float64) *Record {
 	t.Helper()
 	home, err := homeostat.New(homeostat.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Episode{k: &Kernel{}, home: home, maxRisk: maxRisk}
+	return &Record{g: &Governor{}, home: home, ep: Episode{MaxRisk: maxRisk}}
 }
 
 func reading(level sensor.Level) sensor.Reading {
@@ -70,8 +70,8 @@ func TestMaxRiskDecides(t *testing.T) {
 		{"high never proceeds", 1, sensor.High, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := bareEpisode(t, tc.maxRisk)
-			v := authority.Decide(append(bankSignals([]sensor.Reading{reading(tc.level)}, e.maxRisk), grant))
+			e := bareRecord(t, tc.maxRisk)
+			v := authority.Decide(append(bankSignals([]sensor.Reading{reading(tc.level)}, e.ep.MaxRisk), grant))
 			if got := v.Action < authority.Revoke && v.Ceiling >= authority.ClassAuthoritative; got != tc.proceeds {
 				t.Fatalf("evaluation verdict %+v: proceeds=%v, want %v", v, got, tc.proceeds)
 			}
@@ -103,14 +103,14 @@ func TestMaxRiskDecides(t *testing.T) {
 // is held for the commit horizon, where it halves the lease's
 // effects_per_minute against the durable count.
 func TestThrottleTakesEffect(t *testing.T) {
-	e := bareEpisode(t, 0.65)
+	e := bareRecord(t, 0.65)
 	check := LeaseCheckWith(func(uuid.UUID) authority.Verdict { return e.commitVerdict() })
 	q := broker.LeaseQuery{Lease: commitLease(t, 4), Kind: "http_read", TargetID: "docs", Class: 2, Bytes: 1,
 		Spent: store.Spend{LastMinute: 2}}
 	if err := check(context.Background(), q); err != nil {
 		t.Fatalf("2 of 4 per minute, unthrottled: %v", err)
 	}
-	v := authority.Decide(bankSignals([]sensor.Reading{reading(sensor.Medium)}, e.maxRisk))
+	v := authority.Decide(bankSignals([]sensor.Reading{reading(sensor.Medium)}, e.ep.MaxRisk))
 	if v.Action != authority.Throttle {
 		t.Fatalf("medium reading: %v", v.Action)
 	}
@@ -118,7 +118,7 @@ func TestThrottleTakesEffect(t *testing.T) {
 	if err := check(context.Background(), q); protocol.AsWire(err).Code != protocol.CodeRateLimited {
 		t.Fatalf("2 of 4 per minute, throttled to 2: %v, want rate_limited", err)
 	}
-	e.holdSlow(authority.Decide(bankSignals([]sensor.Reading{reading(sensor.Low)}, e.maxRisk)))
+	e.holdSlow(authority.Decide(bankSignals([]sensor.Reading{reading(sensor.Low)}, e.ep.MaxRisk)))
 	if err := check(context.Background(), q); err != nil {
 		t.Fatalf("the next evaluation lifted the throttle, yet: %v", err)
 	}
