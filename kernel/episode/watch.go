@@ -224,7 +224,7 @@ func (k *Kernel) evaluate(ctx context.Context, eff store.Effect, payload []byte)
 	// Once this evaluation's decisions are recorded, a patch that writes
 	// a path the lease forbids contains the episode, whatever they say.
 	defer e.containForbiddenWrites(eff, payload)
-	verdict, body, err := k.cfg.Verification.Verify(ctx, eff, payload)
+	verdict, body, err := k.cfg.Verification.VerifyWith(ctx, eff, payload, e.verifyEgress())
 	if err != nil {
 		return verdict, body, err
 	}

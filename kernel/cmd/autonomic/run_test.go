@@ -14,7 +14,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/jackc/pgx/v5"
+
 	agent "github.com/autonomic-kernel/autonomic/agents"
+	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/gates/scenario"
 	"github.com/autonomic-kernel/autonomic/internal/fixturemodel"
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
@@ -62,6 +65,7 @@ func agentsRootfs(t *testing.T, ctx context.Context, bed *testbed.Bed) (string, 
 // "calc", with a fixture provider per wire API and the agents rootfs.
 type runKernel struct {
 	cfgPath, repo, base, key string
+	dbURL                    string                          // the kernel's database, to read its ledger
 	models                   map[string]*fixturemodel.Server // by wire API
 	logs                     *lockedBuffer
 }
@@ -99,7 +103,8 @@ func startRunKernel(t *testing.T, ctx context.Context) *runKernel {
 	if err := cluster.CreateDatabase(ctx, "kernel"); err != nil {
 		t.Fatal(err)
 	}
-	rk := &runKernel{repo: filepath.Join(tmp, "calc.git"), models: map[string]*fixturemodel.Server{}, logs: &lockedBuffer{}}
+	rk := &runKernel{repo: filepath.Join(tmp, "calc.git"), models: map[string]*fixturemodel.Server{}, logs: &lockedBuffer{},
+		dbURL: cluster.AdminConnString("kernel")}
 	if rk.base, err = scenario.Seed(ctx, rk.repo); err != nil {
 		t.Fatal(err)
 	}
@@ -232,8 +237,45 @@ func TestRunLandsEachAgentsFix(t *testing.T) {
 			if n := strings.Count(out.String(), " inference_call "); n != len(reqs) {
 				t.Errorf("the timeline shows %d inference calls, the provider saw %d", n, len(reqs))
 			}
+			// The agent ran with the egress bridge and HTTPS_PROXY: its own
+			// background calls (its profile's own_hosts) never reached the
+			// proxy as refusals.
+			for _, f := range rk.fetches(t, ctx, landed[1]) {
+				t.Logf("egress: %s", f)
+				if strings.Contains(f, " refused ") {
+					t.Errorf("the agent's episode had a refused fetch: %s", f)
+				}
+			}
 		})
 	}
+}
+
+// fetches are the egress ledger rows of the episode whose harvest made
+// commit, one line each: "kind method host path outcome code status bytes".
+func (rk *runKernel) fetches(t *testing.T, ctx context.Context, commit string) []string {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, rk.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	msg := testbed.Git(t, rk.repo, "log", "-1", "--format=%B", commit)
+	i := strings.Index(msg, broker.TrailerKey+":")
+	if i < 0 {
+		t.Fatalf("commit %s has no effect trailer", commit)
+	}
+	effect := strings.TrimSpace(msg[i+len(broker.TrailerKey)+1:])
+	rows, err := conn.Query(ctx, `SELECT f.kind || ' ' || f.method || ' ' || f.host || ' ' || f.path || ' ' || f.outcome || ' ' ||
+		f.code || ' ' || f.status || ' ' || f.bytes FROM egress_fetches f JOIN effects e ON e.episode_id = f.episode_id
+		WHERE e.id = $1 ORDER BY f.id`, effect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestRunRefusesWhatTheKernelCannotTake: a key the kernel does not know is
