@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	agent "github.com/autonomic-kernel/autonomic/agents"
-	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/gates/scenario"
 	"github.com/autonomic-kernel/autonomic/internal/fixturemodel"
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
@@ -199,6 +198,19 @@ func TestRunLandsEachAgentsFix(t *testing.T) {
 			began := time.Now()
 			code := runCmd([]string{"--repo", rk.repo, "--agent", name, "--config", rk.cfgPath, "--key", rk.key, "--wait", "8m", task}, &out, &errb)
 			t.Logf("autonomic run --agent %s: exit %d in %v\n%s%s", name, code, time.Since(began).Round(time.Millisecond), out.String(), errb.String())
+			// The agent ran with the egress bridge and HTTPS_PROXY: its own
+			// background calls (its profile's own_hosts) never reached the
+			// proxy as refusals.
+			ep := regexp.MustCompile(`(?m)^episode ([0-9a-f-]{36}):`).FindStringSubmatch(out.String())
+			if ep == nil {
+				t.Fatal("the command named no episode")
+			}
+			for _, f := range rk.fetches(t, ctx, ep[1]) {
+				t.Logf("egress: %s", f)
+				if strings.Contains(f, " refused ") {
+					t.Errorf("the agent's episode had a refused fetch: %s", f)
+				}
+			}
 			ref := "refs/heads/agent/" + name
 			landed := regexp.MustCompile(`(?m)^landed: ` + regexp.QuoteMeta(ref) + ` at ([0-9a-f]{40}) \(effect [0-9a-f-]{36}\)$`).FindStringSubmatch(out.String())
 			if code != 0 || landed == nil {
@@ -237,37 +249,21 @@ func TestRunLandsEachAgentsFix(t *testing.T) {
 			if n := strings.Count(out.String(), " inference_call "); n != len(reqs) {
 				t.Errorf("the timeline shows %d inference calls, the provider saw %d", n, len(reqs))
 			}
-			// The agent ran with the egress bridge and HTTPS_PROXY: its own
-			// background calls (its profile's own_hosts) never reached the
-			// proxy as refusals.
-			for _, f := range rk.fetches(t, ctx, landed[1]) {
-				t.Logf("egress: %s", f)
-				if strings.Contains(f, " refused ") {
-					t.Errorf("the agent's episode had a refused fetch: %s", f)
-				}
-			}
 		})
 	}
 }
 
-// fetches are the egress ledger rows of the episode whose harvest made
-// commit, one line each: "kind method host path outcome code status bytes".
-func (rk *runKernel) fetches(t *testing.T, ctx context.Context, commit string) []string {
+// fetches are the episode's egress ledger rows, one line each:
+// "kind method host path outcome code status bytes".
+func (rk *runKernel) fetches(t *testing.T, ctx context.Context, episode string) []string {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, rk.dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	msg := testbed.Git(t, rk.repo, "log", "-1", "--format=%B", commit)
-	i := strings.Index(msg, broker.TrailerKey+":")
-	if i < 0 {
-		t.Fatalf("commit %s has no effect trailer", commit)
-	}
-	effect := strings.TrimSpace(msg[i+len(broker.TrailerKey)+1:])
-	rows, err := conn.Query(ctx, `SELECT f.kind || ' ' || f.method || ' ' || f.host || ' ' || f.path || ' ' || f.outcome || ' ' ||
-		f.code || ' ' || f.status || ' ' || f.bytes FROM egress_fetches f JOIN effects e ON e.episode_id = f.episode_id
-		WHERE e.id = $1 ORDER BY f.id`, effect)
+	rows, err := conn.Query(ctx, `SELECT kind || ' ' || method || ' ' || host || ' ' || path || ' ' || outcome || ' ' ||
+		code || ' ' || status || ' ' || bytes FROM egress_fetches WHERE episode_id = $1 ORDER BY id`, episode)
 	if err != nil {
 		t.Fatal(err)
 	}
