@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -72,8 +73,17 @@ type runKernel struct {
 // providerKey is the provider credential only the kernel holds.
 const providerKeyEnv, providerKey = "AUTONOMIC_TEST_PROVIDER_KEY", "sk-kernel-held-5e2a9f"
 
-func startRunKernel(t *testing.T, ctx context.Context) *runKernel {
+// runOptions vary the run kernel: testDeps serves Codex the script that
+// runs make test after its fix and lets the registries' reserved
+// addresses here through (egress.allowed_nets).
+type runOptions struct{ testDeps bool }
+
+func startRunKernel(t *testing.T, ctx context.Context, opts ...runOptions) *runKernel {
 	t.Helper()
+	var o runOptions
+	for _, x := range opts {
+		o = x
+	}
 	privileged.Require(t)
 	bed, err := testbed.New(ctx, testbed.Options{Spec: "rootfs-builder/specs/worker.json", EffectClient: true})
 	if err != nil {
@@ -114,7 +124,11 @@ func startRunKernel(t *testing.T, ctx context.Context) *runKernel {
 	t.Setenv(providerKeyEnv, providerKey)
 	providers := map[string]any{}
 	for _, wire := range []string{fixturemodel.Responses, fixturemodel.Messages, fixturemodel.Chat} {
-		m, err := fixturemodel.Start(fixturemodel.FixCalc(wire, "/workspace"))
+		script := fixturemodel.FixCalc(wire, "/workspace")
+		if o.testDeps && wire == fixturemodel.Responses {
+			script = fixturemodel.FixCalcAndTest("/workspace")
+		}
+		m, err := fixturemodel.Start(script)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,6 +173,7 @@ func startRunKernel(t *testing.T, ctx context.Context) *runKernel {
 		"inference":              map[string]any{"providers": providers},
 		"episode":                map[string]any{"checkpoints_dir": filepath.Join(bed.State, "checkpoints")},
 		"api":                    map[string]any{"socket": filepath.Join(tmp, "api.sock")},
+		"egress":                 map[string]any{"allowed_nets": siteNets(t, o.testDeps)},
 	})
 	rk.cfgPath = filepath.Join(tmp, "autonomic.json")
 	if err := os.WriteFile(rk.cfgPath, doc, 0o600); err != nil {
@@ -250,6 +265,89 @@ func TestRunLandsEachAgentsFix(t *testing.T) {
 				t.Errorf("the timeline shows %d inference calls, the provider saw %d", n, len(reqs))
 			}
 		})
+	}
+}
+
+// siteNets is what the demo puts in egress.allowed_nets (autonomic egress
+// nets): the registries' addresses here that pinning refuses by default.
+func siteNets(t *testing.T, want bool) []string {
+	if !want {
+		return []string{}
+	}
+	var out, errb bytes.Buffer
+	if code := egressCmd([]string{"nets"}, &out, &errb); code != 0 {
+		t.Fatalf("egress nets: %d %s", code, errb.String())
+	}
+	t.Logf("egress nets: %q %s", out.String(), errb.String())
+	return append([]string{}, strings.Fields(out.String())...)
+}
+
+// TestRunFetchesTheTestsDependency is the demo's main job: the reference
+// repository plus scripts/demo/deps (a Node test that needs is-number from
+// the npm registry). Codex fixes src/calc.sh and runs make test: npm
+// fetches the dependency through the episode's egress proxy; automatic
+// verification runs make test again in its own domain, through its own
+// proxy, and the tarball comes from the host's cache. The fix lands, and
+// the ledger shows both fetches and no refusal.
+func TestRunFetchesTheTestsDependency(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rk := startRunKernel(t, ctx, runOptions{testDeps: true})
+	work := filepath.Join(t.TempDir(), "w")
+	testbed.Git(t, filepath.Dir(work), "clone", "-q", rk.repo, work)
+	// As demo.sh does: scripts/demo/deps over the base (its Makefile replaces the base's).
+	deps := os.DirFS("../../../scripts/demo/deps")
+	if err := fs.WalkDir(deps, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(deps, p)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(work, p)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(work, p), b, 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testbed.Git(t, work, "add", "-A")
+	testbed.Git(t, work, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "tests need is-number")
+	base := strings.TrimSpace(testbed.Git(t, work, "rev-parse", "HEAD"))
+	testbed.Git(t, work, "push", "-q", "--force", rk.repo, "HEAD:refs/heads/agent/codex")
+
+	var out, errb bytes.Buffer
+	code := runCmd([]string{"--repo", rk.repo, "--agent", "codex", "--config", rk.cfgPath, "--key", rk.key, "--wait", "8m",
+		"Fix the failing test: src/calc.sh adds one too many. Do not change the tests."}, &out, &errb)
+	t.Logf("autonomic run: exit %d\n%s%s", code, out.String(), errb.String())
+	ep := regexp.MustCompile(`(?m)^episode ([0-9a-f-]{36}):`).FindStringSubmatch(out.String())
+	if ep == nil {
+		t.Fatal("the command named no episode")
+	}
+	const tarball = "registry.npmjs.org /is-number/-/is-number-7.0.0.tgz"
+	var got []string
+	for _, f := range rk.fetches(t, ctx, ep[1]) {
+		t.Logf("egress: %s", f)
+		if strings.Contains(f, " refused ") {
+			t.Errorf("refused: %s", f)
+		}
+		if strings.Contains(f, tarball+" fetched  200 ") || strings.Contains(f, tarball+" cached  200 ") {
+			got = append(got, strings.Fields(f)[4])
+		}
+	}
+	if len(got) != 2 || got[1] != "cached" {
+		t.Errorf("the tarball's fetches were %v, want the worker's then the verification's from the cache", got)
+	}
+	landed := regexp.MustCompile(`(?m)^landed: refs/heads/agent/codex at ([0-9a-f]{40})`).FindStringSubmatch(out.String())
+	if code != 0 || landed == nil {
+		t.Fatalf("the run did not land")
+	}
+	if parent := strings.TrimSpace(testbed.Git(t, rk.repo, "rev-parse", landed[1]+"^")); parent != base {
+		t.Errorf("landed on %s, want the deps commit %s", parent, base)
+	}
+	if files := strings.Fields(testbed.Git(t, rk.repo, "diff", "--name-only", base, landed[1])); len(files) != 1 || files[0] != fixturemodel.CalcFile {
+		t.Errorf("the commit changes %v, want only %s (make test left nothing in the tree)", files, fixturemodel.CalcFile)
 	}
 }
 
