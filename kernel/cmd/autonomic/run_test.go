@@ -339,6 +339,12 @@ func TestRunFetchesTheTestsDependency(t *testing.T) {
 	if len(got) != 2 || got[1] != "cached" {
 		t.Errorf("the tarball's fetches were %v, want the worker's then the verification's from the cache", got)
 	}
+	// What the demo prints: the ledger through the API.
+	var led, lerr bytes.Buffer
+	if code := eventsCmd([]string{"egress", ep[1], "--config", rk.cfgPath}, &led, &lerr); code != 0 ||
+		!strings.Contains(led.String(), "cached  GET  registry.npmjs.org/is-number/-/is-number-7.0.0.tgz  200  3730 bytes  sha256 ") {
+		t.Errorf("autonomic events egress: exit %d\n%s%s", code, led.String(), lerr.String())
+	}
 	landed := regexp.MustCompile(`(?m)^landed: refs/heads/agent/codex at ([0-9a-f]{40})`).FindStringSubmatch(out.String())
 	if code != 0 || landed == nil {
 		t.Fatalf("the run did not land")
