@@ -75,14 +75,15 @@ type Config struct {
 
 // Proxy is one episode's egress proxy.
 type Proxy struct {
-	cfg   Config
-	allow map[string]bool
-	srv   *http.Server
-	wg    sync.WaitGroup
-	bank  *bank
-	slots chan struct{}
-	rows  chan store.EgressFetch // ledger rows queued for the writer (record)
-	wrote chan struct{}          // closed when the writer has written every row
+	cfg    Config
+	allow  map[string]bool
+	srv    *http.Server
+	wg     sync.WaitGroup
+	bank   *bank
+	slots  chan struct{}
+	rows   chan store.EgressFetch // ledger rows queued for the writer (record)
+	wrote  chan struct{}          // closed when the writer has written every row
+	queued sync.WaitGroup         // rows queued and not yet written
 
 	mu         sync.Mutex
 	closed     bool
@@ -267,6 +268,7 @@ func (p *Proxy) record(ctx context.Context, f store.EgressFetch, start time.Time
 		_ = p.cfg.Ledger.RecordEgress(ctx, f)
 		return
 	}
+	p.queued.Add(1)
 	p.rows <- f
 }
 
@@ -293,6 +295,9 @@ func (p *Proxy) writeRows() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_ = p.cfg.Ledger.RecordEgress(ctx, batch...)
 		cancel()
+		for range batch {
+			p.queued.Done()
+		}
 	}
 }
 
