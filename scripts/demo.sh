@@ -209,8 +209,9 @@ if [ -n "$agents" ]; then
 	episode=$(sed -n 's/^episode \([0-9a-f-]\{36\}\):.*/\1/p' "$run_log" | head -n 1)
 	rm -f "$run_log"
 	say "Its dependency fetches, from the ledger (the worker's, then the verification's)"
-	as_kernel autonomic events egress "$episode" --config "$cfg"
-	as_kernel autonomic events egress "$episode" --config "$cfg" | grep -q 'registry.npmjs.org/is-number/-/is-number-7.0.0.tgz  200 ' ||
+	fetches=$(as_kernel autonomic events egress "$episode" --config "$cfg")
+	echo "$fetches"
+	grep -q 'registry.npmjs.org/is-number/-/is-number-7.0.0.tgz  200 ' <<<"$fetches" ||
 		{ echo "the ledger has no fetch of the test's dependency"; exit 1; }
 fi
 
