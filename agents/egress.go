@@ -70,3 +70,16 @@ type renderOptions struct{ egress bool }
 // agent's environment gains EgressEnv. Without it the rendered argv has
 // neither (an episode without egress has no socket to bridge to).
 func WithEgress() RenderOption { return func(o *renderOptions) { o.egress = true } }
+
+// WrapEgress runs argv (a trusted command such as a target's verify_argv)
+// behind the egress bridge: autonomic-entry bridges EgressBridgeAddr to
+// EgressSocket and sets EgressEnv, then runs argv. It adds nothing else
+// (no inference bridge, no home files).
+func WrapEgress(argv []string) []string {
+	out := []string{EntryPath}
+	for _, kv := range EgressEnv() {
+		out = append(out, "--env", kv)
+	}
+	out = append(out, "--bridge", EgressBridgeAddr+"="+EgressSocket, "--")
+	return append(out, argv...)
+}

@@ -66,6 +66,15 @@ type Profile struct {
 	HomeFiles []HomeFile `json:"home_files"`
 	// Seccomp is the launcher seccomp profile the domain uses ("agent").
 	Seccomp string `json:"seccomp"`
+	// OwnHosts are the hosts the agent CLI itself calls besides its model
+	// (telemetry, update and account endpoints). With egress they go into
+	// NO_PROXY: such a call then fails inside the domain as it does
+	// without egress (there is no network), instead of reaching the proxy
+	// as a refusal — a refusal is a signal, and the CLI's own background
+	// calls would climb the homeostat without anything being wrong. It
+	// grants nothing: what a process sends to the proxy is admitted or
+	// refused, and counted, whatever NO_PROXY says.
+	OwnHosts []string `json:"own_hosts,omitempty"`
 	// WallTimeSeconds bounds the episode: agents retry a missing model
 	// forever, so every run needs an end.
 	WallTimeSeconds int `json:"wall_time_seconds"`
@@ -83,9 +92,11 @@ func (p *Profile) WallTime() time.Duration {
 }
 
 var (
-	nameRE        = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
-	modelRE       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
-	envNameRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	nameRE    = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+	modelRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	// hostRE is a DNS name of two or more labels (own_hosts).
+	hostRE        = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
 	placeholderRE = regexp.MustCompile(`\{[a-z_]+\}`)
 	homeSegRE     = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 )
@@ -206,6 +217,14 @@ func (p *Profile) Validate() error {
 	if !nameRE.MatchString(p.Seccomp) {
 		return invalid("seccomp", "%q is not a profile name", p.Seccomp)
 	}
+	if len(p.OwnHosts) > 64 {
+		return invalid("own_hosts", "more than 64 hosts")
+	}
+	for i, h := range p.OwnHosts {
+		if !hostRE.MatchString(h) || len(h) > 253 {
+			return invalid(fmt.Sprintf("own_hosts[%d]", i), "%q is not a lower-case DNS name", h)
+		}
+	}
 	if p.WallTimeSeconds < 1 || p.WallTimeSeconds > maxWallTime {
 		return invalid("wall_time_seconds", "%d is not in 1..%d", p.WallTimeSeconds, maxWallTime)
 	}
@@ -264,6 +283,9 @@ func (p *Profile) Render(task, model string, opts ...RenderOption) ([]string, er
 	argv = append(argv, "--bridge", BridgeAddr+"="+InferenceSocket)
 	if o.egress {
 		for _, kv := range EgressEnv() {
+			if k, v, _ := strings.Cut(kv, "="); (k == "NO_PROXY" || k == "no_proxy") && len(p.OwnHosts) > 0 {
+				kv = k + "=" + v + "," + strings.Join(p.OwnHosts, ",")
+			}
 			argv = append(argv, "--env", kv)
 		}
 		argv = append(argv, "--bridge", EgressBridgeAddr+"="+EgressSocket)

@@ -196,6 +196,11 @@ func TestDecodeStrict(t *testing.T) {
 		{"env own goproxy", with("env", []any{"GOPROXY=direct"}), ErrInvalid, "egress proxy"},
 		{"env own npm proxy", with("env", []any{"npm_config_https_proxy=http://10.0.0.1:3128"}), ErrInvalid, "egress proxy"},
 		{"env no =", with("env", []any{"A"}), ErrInvalid, "NAME=VALUE"},
+		{"own host list injection", with("own_hosts", []any{"chatgpt.com,registry.npmjs.org"}), ErrInvalid, "own_hosts[0]"},
+		{"own host wildcard", with("own_hosts", []any{"*"}), ErrInvalid, "own_hosts[0]"},
+		{"own host address", with("own_hosts", []any{"10.0.0.1"}), ErrInvalid, "own_hosts[0]"},
+		{"own host upper case", with("own_hosts", []any{"ChatGPT.com"}), ErrInvalid, "own_hosts[0]"},
+		{"own host wrong type", with("own_hosts", "chatgpt.com"), ErrInvalid, "own_hosts"},
 		{"home escape", with("home_files", []any{map[string]any{"path": "../etc/x", "content": "{base_url}"}}), ErrInvalid, "home_files[0].path"},
 		{"home absolute", with("home_files", []any{map[string]any{"path": "/etc/x", "content": "{base_url}"}}), ErrInvalid, "home_files[0].path"},
 		{"home equals", with("home_files", []any{map[string]any{"path": "a=b", "content": "{base_url}"}}), ErrInvalid, "home_files[0].path"},
@@ -258,7 +263,7 @@ func FuzzDecode(f *testing.F) {
 // TestRenderWithEgress: only WithEgress bridges the egress socket and adds
 // the proxy variables; every variable of EgressEnv reaches the agent, the
 // model's base URL stays off the proxy (NO_PROXY covers the inference
-// bridge's host), and the registries are named in plain HTTP so the proxy
+// bridge's host), so do the profile's own_hosts, and the registries are named in plain HTTP so the proxy
 // sees and may cache what is fetched.
 func TestRenderWithEgress(t *testing.T) {
 	for _, n := range Names() {
@@ -277,6 +282,10 @@ func TestRenderWithEgress(t *testing.T) {
 		}
 		for _, kv := range EgressEnv() {
 			k, v, _ := strings.Cut(kv, "=")
+			if (k == "NO_PROXY" || k == "no_proxy") && len(p.OwnHosts) > 0 {
+				// The agent's own hosts stay off the proxy (own_hosts).
+				v += "," + strings.Join(p.OwnHosts, ",")
+			}
 			if with.env[k] != v {
 				t.Errorf("%s: %s=%q, want %q", n, k, with.env[k], v)
 			}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -45,17 +46,39 @@ const (
 // under the episode's cap. Nothing was reserved.
 var ErrEgressCap = errors.New("store: the episode's egress byte cap is reached")
 
-// RecordEgress appends one fetch to the egress ledger.
-func (p *Postgres) RecordEgress(ctx context.Context, f EgressFetch) error {
-	if f.Bytes < 0 || f.BytesUp < 0 || f.Duration < 0 || f.Status < 0 || f.Status > 999 {
-		return invalid("egress fetch counters must not be negative")
+// RecordEgress appends fetches to the egress ledger, in one transaction
+// (one commit however many: the proxy writes its rows in batches).
+func (p *Postgres) RecordEgress(ctx context.Context, fs ...EgressFetch) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	if len(fs) > maxEgressBatch {
+		return invalid("more than %d egress fetches in one batch", maxEgressBatch)
+	}
+	var q strings.Builder
+	q.WriteString(`INSERT INTO egress_fetches
+			(episode_id, kind, method, host, path, outcome, code, reason, status, bytes, bytes_up, sha256, duration_ms) VALUES `)
+	args := make([]any, 0, 13*len(fs))
+	for i, f := range fs {
+		if f.Bytes < 0 || f.BytesUp < 0 || f.Duration < 0 || f.Status < 0 || f.Status > 999 {
+			return invalid("egress fetch counters must not be negative")
+		}
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(")
+		for j := range 13 {
+			if j > 0 {
+				q.WriteString(", ")
+			}
+			fmt.Fprintf(&q, "$%d", len(args)+j+1)
+		}
+		q.WriteString(")")
+		args = append(args, f.EpisodeID, f.Kind, clipEgress(f.Method, 16), clipEgress(f.Host, 255), clipEgress(f.Path, 4096), f.Outcome,
+			clipEgress(f.Code, 64), clipEgress(f.Reason, 512), f.Status, f.Bytes, f.BytesUp, f.SHA256, f.Duration.Milliseconds())
 	}
 	return p.query(ctx, "record_egress", func(tx querier) error {
-		rows, err := tx.Query(ctx, `INSERT INTO egress_fetches
-			(episode_id, kind, method, host, path, outcome, code, reason, status, bytes, bytes_up, sha256, duration_ms)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-			f.EpisodeID, f.Kind, clipEgress(f.Method, 16), clipEgress(f.Host, 255), clipEgress(f.Path, 4096), f.Outcome,
-			clipEgress(f.Code, 64), clipEgress(f.Reason, 512), f.Status, f.Bytes, f.BytesUp, f.SHA256, f.Duration.Milliseconds())
+		rows, err := tx.Query(ctx, q.String(), args...)
 		if err != nil {
 			return err
 		}
@@ -63,6 +86,10 @@ func (p *Postgres) RecordEgress(ctx context.Context, f EgressFetch) error {
 		return rows.Err()
 	})
 }
+
+// maxEgressBatch bounds the rows of one RecordEgress (13 parameters each,
+// far under PostgreSQL's 65535).
+const maxEgressBatch = 256
 
 // clipEgress bounds a recorded string: the ledger keeps what was asked, cut,
 // rather than refusing to record a refusal.

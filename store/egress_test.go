@@ -73,13 +73,22 @@ func TestEgressLedgerRecordsFetches(t *testing.T) {
 		{EpisodeID: ep.ID, Kind: EgressHTTP, Method: "POST", Host: "evil\x00.example", Path: "/\xff" + strings.Repeat("a", 5000),
 			Outcome: EgressRefused, Code: "forbidden", Reason: "method", Status: 403},
 	}
-	for _, f := range in {
-		if err := e.store.RecordEgress(ctx, f); err != nil {
-			t.Fatal(err)
-		}
+	// One row, then a batch (the proxy's writer): the same ledger.
+	if err := e.store.RecordEgress(ctx, in[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.RecordEgress(ctx, in[1:]...); err != nil {
+		t.Fatal(err)
 	}
 	if err := e.store.RecordEgress(ctx, EgressFetch{EpisodeID: ep.ID, Kind: EgressHTTP, Outcome: EgressFetched, Bytes: -1}); err == nil {
 		t.Fatal("negative bytes recorded")
+	}
+	// A batch with one bad row records none of it.
+	if err := e.store.RecordEgress(ctx, in[0], EgressFetch{EpisodeID: ep.ID, Kind: "smtp", Outcome: EgressFetched}); err == nil {
+		t.Fatal("a batch with an unknown kind recorded")
+	}
+	if err := e.store.RecordEgress(ctx, make([]EgressFetch, maxEgressBatch+1)...); err == nil {
+		t.Fatal("an oversized batch was accepted")
 	}
 	if err := e.store.RecordEgress(ctx, EgressFetch{EpisodeID: ep.ID, Kind: "smtp", Outcome: EgressFetched}); err == nil {
 		t.Fatal("unknown kind recorded")

@@ -124,6 +124,18 @@ func FixCalc(wire, workdir string) Script {
 	return s
 }
 
+// FixCalcAndTest is FixCalc for Responses (Codex) that then runs the
+// repository's tests with exec_command ("make test"), as an agent checks
+// its fix — in a repository whose tests need a dependency, the fetch goes
+// through the episode's egress proxy.
+func FixCalcAndTest(workdir string) Script {
+	s := FixCalc(Responses, workdir)
+	u := Usage{Input: usageIn, Output: usageOut}
+	test := Turn{Tools: []ToolCall{{Name: "exec_command", Input: map[string]any{"cmd": "make test"}}}, Usage: u}
+	s.Turns = append(s.Turns[:1:1], test, s.Turns[1])
+	return s
+}
+
 // FixCalcExec is FixCalc for Responses with exec_command and a sed instead
 // of apply_patch (for a model slug Codex does not offer apply_patch to).
 func FixCalcExec() Script {

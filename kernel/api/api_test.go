@@ -172,6 +172,25 @@ func TestOperatorViewsOverTheSocket(t *testing.T) {
 	if err != nil || !v.OK || v.Entries != len(all) {
 		t.Fatalf("verify: %+v %v", v, err)
 	}
+	// The egress fetch ledger, as recorded, oldest first.
+	if fs, err := e.client.Egress(ctx, ep.ID.String()); err != nil || len(fs) != 0 {
+		t.Fatalf("egress before any fetch: %+v %v", fs, err)
+	}
+	sum := strings.Repeat("cd", 32)
+	if err := e.store.RecordEgress(ctx,
+		store.EgressFetch{EpisodeID: ep.ID, Kind: store.EgressHTTP, Method: "GET", Host: "registry.npmjs.org",
+			Path: "/is-number/-/is-number-7.0.0.tgz", Outcome: store.EgressCached, Status: 200, Bytes: 3730, SHA256: sum},
+		store.EgressFetch{EpisodeID: ep.ID, Kind: store.EgressTunnel, Method: "CONNECT", Host: "github.com:443",
+			Outcome: store.EgressRefused, Code: "forbidden", Reason: "not on the policy's egress allowlist", Status: 403}); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := e.client.Egress(ctx, ep.ID.String())
+	if err != nil || len(fs) != 2 || fs[0].Outcome != "cached" || fs[0].Bytes != 3730 || fs[0].SHA256 != sum ||
+		fs[0].Path != "/is-number/-/is-number-7.0.0.tgz" || fs[1].Outcome != "refused" || fs[1].Code != "forbidden" {
+		t.Fatalf("egress: %+v %v", fs, err)
+	}
+	_, err = e.client.Egress(ctx, "0190f6b2-0000-7000-8000-000000000000")
+	wantCode(t, err, protocol.CodeNotFound)
 	pf, err := e.client.Preflight(ctx)
 	if err != nil || pf.Verdict != "ok" || len(pf.Checks) != 1 || pf.Checks[0].Name != "database" || !pf.Checks[0].OK {
 		t.Fatalf("preflight: %+v %v", pf, err)

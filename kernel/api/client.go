@@ -137,6 +137,12 @@ func (c *Client) Events(ctx context.Context, episodeID string, after int64, limi
 	return out, c.do(ctx, http.MethodGet, "/v1/episodes/"+url.PathEscape(episodeID)+"/events", q, nil, &out)
 }
 
+// Egress is the episode's egress fetch ledger.
+func (c *Client) Egress(ctx context.Context, episodeID string) ([]EgressView, error) {
+	var out []EgressView
+	return out, c.do(ctx, http.MethodGet, "/v1/episodes/"+url.PathEscape(episodeID)+"/egress", nil, nil, &out)
+}
+
 // Verify verifies an episode's ledger.
 func (c *Client) Verify(ctx context.Context, episodeID string) (VerifyView, error) {
 	var out VerifyView

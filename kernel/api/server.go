@@ -108,6 +108,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/episodes/{id}/effects", s.listEffects)
 	s.route("GET /v1/episodes/{id}/events", s.events)
 	s.route("GET /v1/episodes/{id}/verify", s.verify)
+	s.route("GET /v1/episodes/{id}/egress", s.egress)
 	s.route("GET /v1/effects/{id}", s.effect)
 	s.route("POST /v1/effects/{id}/approval", s.approve)
 	s.route("GET /v1/preflight", s.preflight)
@@ -500,6 +501,40 @@ func (s *Server) events(ctx context.Context, r *http.Request) (any, error) {
 		out = out[int64(len(out))-limit:]
 	} else if int64(len(out)) > limit {
 		out = out[:limit]
+	}
+	return out, nil
+}
+
+// egressLedger is the fetch ledger, when the store keeps one
+// (*store.Postgres does).
+type egressLedger interface {
+	EgressFetches(ctx context.Context, episodeID uuid.UUID) ([]store.EgressFetch, error)
+}
+
+// egress is the episode's egress fetch ledger: every fetch its proxies
+// admitted or refused (the worker's and its verifications'), without
+// content.
+func (s *Server) egress(ctx context.Context, r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.cfg.Store.Episode(ctx, id); err != nil {
+		return nil, err
+	}
+	out := []EgressView{}
+	l, ok := s.cfg.Store.(egressLedger)
+	if !ok {
+		return out, nil
+	}
+	fs, err := l.EgressFetches(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range fs {
+		out = append(out, EgressView{Kind: f.Kind, Method: f.Method, Host: f.Host, Path: f.Path, Outcome: f.Outcome, Code: f.Code,
+			Reason: f.Reason, Status: f.Status, Bytes: f.Bytes, BytesUp: f.BytesUp, SHA256: f.SHA256,
+			DurationMS: f.Duration.Milliseconds(), At: f.At})
 	}
 	return out, nil
 }

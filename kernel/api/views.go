@@ -153,3 +153,22 @@ func effectView(e store.Effect) EffectView {
 func eventView(e ledger.Entry) EventView {
 	return EventView{Seq: e.Seq, Epoch: e.Epoch, Kind: e.Kind, Body: e.Body, At: e.At, Prev: hexHash(e.Prev), Hash: hexHash(e.Hash)}
 }
+
+// EgressView is one row of an episode's egress fetch ledger
+// (store.EgressFetch): outcome fetched (from upstream), cached (served
+// from the host's cache), refused or failed.
+type EgressView struct {
+	Kind       string    `json:"kind"`
+	Method     string    `json:"method"`
+	Host       string    `json:"host"`
+	Path       string    `json:"path,omitempty"`
+	Outcome    string    `json:"outcome"`
+	Code       string    `json:"code,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	Status     int       `json:"status"`
+	Bytes      int64     `json:"bytes"`
+	BytesUp    int64     `json:"bytes_up,omitempty"`
+	SHA256     string    `json:"sha256,omitempty"`
+	DurationMS int64     `json:"duration_ms"`
+	At         time.Time `json:"at"`
+}

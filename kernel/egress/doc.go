@@ -23,8 +23,10 @@
 //   - Every request, admitted or refused, is one row in the fetch ledger
 //     (store.EgressFetch) without content: host, path, status, bytes and
 //     body SHA-256 for plain HTTP; host, bytes both ways and duration for
-//     a tunnel, written behind the response (a bounded number at once;
-//     Close waits for every one). Bytes into the domain are reserved
+//     a tunnel, written behind the response by one writer, in batches of
+//     what queued meanwhile (one commit each; at most maxPendingRows
+//     queued, then the handler waits; Close returns only once every row
+//     is written, so the ledger is whole before the episode settles). Bytes into the domain are reserved
 //     against the episode's durable cap before they are delivered (one
 //     conditional upsert), so the cap holds across concurrent fetches and
 //     kernel restarts; a cap reached stops the fetch and refuses the next

@@ -88,7 +88,10 @@ func start(t testing.TB, s *store.Postgres, cfg Config) *running {
 func serve(t testing.TB, s *store.Postgres, cfg Config, l net.Listener) *running {
 	t.Helper()
 	r := &running{episode: newEpisode(t, s)}
-	cfg.EpisodeID, cfg.Ledger = r.episode, s
+	cfg.EpisodeID = r.episode
+	if cfg.Ledger == nil {
+		cfg.Ledger = s
+	}
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = 1 << 30
 	}
@@ -111,6 +114,7 @@ func (r *running) ledger(t testing.TB, s *store.Postgres) []store.EgressFetch {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		r.p.wg.Wait()
+		r.p.queued.Wait()
 		out, err := s.EgressFetches(context.Background(), r.episode)
 		if err != nil {
 			t.Fatal(err)

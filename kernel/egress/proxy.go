@@ -29,7 +29,9 @@ import (
 type Ledger interface {
 	ReserveEgress(ctx context.Context, episodeID uuid.UUID, n, limit int64) (int64, error)
 	ReleaseEgress(ctx context.Context, episodeID uuid.UUID, n int64) error
-	RecordEgress(ctx context.Context, f store.EgressFetch) error
+	// RecordEgress appends rows in one transaction (the proxy batches
+	// the rows that queued while the previous batch was written).
+	RecordEgress(ctx context.Context, fs ...store.EgressFetch) error
 }
 
 // Refusal is a refused attempt, reported to Config.OnRefused (the
@@ -73,17 +75,21 @@ type Config struct {
 
 // Proxy is one episode's egress proxy.
 type Proxy struct {
-	cfg   Config
-	allow map[string]bool
-	srv   *http.Server
-	wg    sync.WaitGroup
-	bank  *bank
-	slots chan struct{}
-	rows  chan struct{} // ledger rows being written (record)
+	cfg    Config
+	allow  map[string]bool
+	srv    *http.Server
+	wg     sync.WaitGroup
+	bank   *bank
+	slots  chan struct{}
+	rows   chan store.EgressFetch // ledger rows queued for the writer (record)
+	wrote  chan struct{}          // closed when the writer has written every row
+	queued sync.WaitGroup         // rows queued and not yet written
 
-	mu      sync.Mutex
-	closed  bool
-	tunnels map[net.Conn]bool // hijacked: http.Server.Close does not see them
+	mu         sync.Mutex
+	closed     bool
+	rowsMu     sync.RWMutex // held to queue a row (read) and to close the queue (write)
+	rowsClosed bool
+	tunnels    map[net.Conn]bool // hijacked: http.Server.Close does not see them
 }
 
 // Allowlist is an episode's effective allow list: the policy's egress
@@ -121,7 +127,8 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.MaxConcurrent = 64
 	}
 	p := &Proxy{cfg: cfg, allow: map[string]bool{}, slots: make(chan struct{}, cfg.MaxConcurrent),
-		rows: make(chan struct{}, maxPendingRows)}
+		rows: make(chan store.EgressFetch, maxPendingRows), wrote: make(chan struct{})}
+	go p.writeRows()
 	p.bank = &bank{ledger: cfg.Ledger, p: p}
 	for _, h := range cfg.Allow {
 		if !policy.ValidHost(h) {
@@ -159,6 +166,15 @@ func (p *Proxy) Close() error {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
+	// Every handler has returned, so no row is queued after this; the
+	// writer drains the queue and stops.
+	p.rowsMu.Lock()
+	if !p.rowsClosed {
+		p.rowsClosed = true
+		close(p.rows)
+	}
+	p.rowsMu.Unlock()
+	<-p.wrote
 	p.bank.close()
 	return err
 }
@@ -236,20 +252,53 @@ func (p *Proxy) record(ctx context.Context, f store.EgressFetch, start time.Time
 	f.EpisodeID = p.cfg.EpisodeID
 	f.Duration = time.Since(start)
 	// The ledger outlives the request: a tool that hung up was still
-	// served (or refused).
-	// Written after the handler returns, so a tool's next request on a
-	// kept-alive connection does not wait for the database; at most
+	// served (or refused). The row is queued and written behind the
+	// response by one writer, in batches (one commit for every row that
+	// queued while the last batch was written), so a tool's next request
+	// on a kept-alive connection does not wait for the database; at most
 	// maxPendingRows wait at once (then the handler waits: back-pressure,
-	// never a refusal), and Close waits for every one.
-	p.rows <- struct{}{}
-	p.wg.Add(1) // within the handler's own Add: never after Close's Wait began
-	go func() {
-		defer p.wg.Done()
-		defer func() { <-p.rows }()
+	// never a refusal), and Close returns only once every row is written.
+	p.rowsMu.RLock()
+	defer p.rowsMu.RUnlock()
+	if p.rowsClosed {
+		// A handler outliving Close (it cannot, by the WaitGroup; kept
+		// so a row is never lost): written here and now.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_ = p.cfg.Ledger.RecordEgress(ctx, f)
-	}()
+		return
+	}
+	p.queued.Add(1)
+	p.rows <- f
+}
+
+// writeRows is the ledger writer: it takes every queued row, writes them
+// in one RecordEgress, and stops when Close has closed the queue and it is
+// empty.
+func (p *Proxy) writeRows() {
+	defer close(p.wrote)
+	batch := make([]store.EgressFetch, 0, maxPendingRows)
+	for f := range p.rows {
+		batch = append(batch[:0], f)
+	drain:
+		for len(batch) < maxPendingRows {
+			select {
+			case g, ok := <-p.rows:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, g)
+			default:
+				break drain
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = p.cfg.Ledger.RecordEgress(ctx, batch...)
+		cancel()
+		for range batch {
+			p.queued.Done()
+		}
+	}
 }
 
 // maxPendingRows bounds the ledger rows being written behind the fetches.

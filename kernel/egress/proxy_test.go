@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -502,5 +503,47 @@ func TestCloseCutsTunnels(t *testing.T) {
 	}
 	if l := r.ledger(t, s); len(l) != 1 || l[0].Kind != store.EgressTunnel {
 		t.Fatalf("ledger: %+v", l)
+	}
+}
+
+// slowLedger commits each batch of rows late, as a loaded database does.
+type slowLedger struct {
+	*store.Postgres
+	batches atomic.Int64
+}
+
+func (l *slowLedger) RecordEgress(ctx context.Context, fs ...store.EgressFetch) error {
+	time.Sleep(300 * time.Millisecond)
+	l.batches.Add(1)
+	return l.Postgres.RecordEgress(ctx, fs...)
+}
+
+// TestCloseWaitsForEveryRow: rows are written behind the responses, in
+// batches, but Close returns only once every one is in the ledger — the
+// ledger is whole before the episode settles — and fetches arriving while
+// a batch commits share the next commit.
+func TestCloseWaitsForEveryRow(t *testing.T) {
+	s := openStore(t)
+	up := newUpstream(t, registry([]byte("zip")))
+	cfg := up.config("example.com")
+	slow := &slowLedger{Postgres: s}
+	cfg.Ledger = slow
+	r := start(t, s, cfg)
+	c := client(r.url)
+	const n = 12
+	for range n {
+		if code, _, _ := get(t, c, "http://example.com/m/@v/list"); code != 200 {
+			t.Fatalf("fetch: %d", code)
+		}
+	}
+	if err := r.p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.EgressFetches(context.Background(), r.episode)
+	if err != nil || len(rows) != n {
+		t.Fatalf("after Close the ledger has %d rows (%v), want %d", len(rows), err, n)
+	}
+	if b := slow.batches.Load(); b >= n {
+		t.Errorf("%d commits for %d rows: not batched", b, n)
 	}
 }

@@ -241,7 +241,7 @@ func (k *Controller) newEpisode(id uuid.UUID, spec Spec) *Episode {
 		contain: make(chan containment, 1), exits: make(chan WorkerExit, 16), digests: map[uuid.UUID]string{},
 		log: k.log.With("episode", id)}
 	watched := governor.Episode{ID: id, Intent: spec.OriginIntent, Epoch: e.currentEpoch, Lease: e.currentLease,
-		Contain: e.containAt, Logger: e.log}
+		Contain: e.containAt, VerifyEgress: e.verifyEgress, Logger: e.log}
 	// The semantic sensors read the policy's scope; a spec whose policy no
 	// longer verifies has none (and Recover contains it).
 	if pol, _, _, err := spec.validate(k.cfg.PolicyKeys); err == nil {

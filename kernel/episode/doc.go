@@ -87,7 +87,10 @@
 //     with it); their sockets go when the supervisor stops. A budget
 //     exhausted is pressure, each refused fetch drift, on the fast loop:
 //     the homeostat narrows, and a worker that keeps hammering refused
-//     hosts is contained.
+//     hosts is contained. Verifying an effect of an agent-profile episode
+//     with egress, the verification domain gets a proxy of its own on
+//     verify-<uuid>-egress.sock (verifyEgress): the same allow list, cap,
+//     ledger, cache and refusal signal, stopped before the verdict.
 //   - Kernel start (Recover) reconciles unsettled effects before anything
 //     else, then, per active episode, advances the epoch before destroying
 //     every generation the previous kernel launched (destroy, then inspect)

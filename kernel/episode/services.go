@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	agent "github.com/autonomic-kernel/autonomic/agents"
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/egress"
@@ -17,6 +18,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/relay"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/supervisor"
+	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
@@ -141,6 +143,53 @@ func (e *Episode) services() ([]supervisor.Child, error) {
 		}})
 	}
 	return out, nil
+}
+
+// verifyEgress is what the verification of this episode's effects gets
+// (verify.Egress): a proxy of its own under the episode's policy, in the
+// episode's rootfs under its seccomp program. Only for an episode that
+// had a proxy it could reach — the agent profile, whose loopback sockets
+// the bridge needs; any other verification has no network at all.
+func (e *Episode) verifyEgress() *verify.Egress {
+	if !e.wantsEgress() || e.spec.Seccomp != ProfileAgent {
+		return nil
+	}
+	prog, ok := e.k.seccompFor(e.spec.Seccomp)
+	if !ok {
+		return nil
+	}
+	return &verify.Egress{Serve: e.serveEgress, Rootfs: e.spec.Rootfs, Seccomp: prog, Wrap: agent.WrapEgress}
+}
+
+// serveEgress serves one more proxy for this episode on socket id (a
+// verification's): the same allow list, cap, ledger, cache and refusal
+// signal as the episode's own. stop waits until every fetch is recorded
+// and removes the socket.
+func (e *Episode) serveEgress(_ context.Context, id string) (func() error, error) {
+	ec := e.k.cfg.Egress
+	c, _, err := egress.ConfigFor(ec.Operator, e.pol, e.id, ec.Ledger, ec.Cache)
+	if err != nil {
+		return nil, err
+	}
+	c.OnRefused = e.refused
+	p, err := egress.New(c)
+	if err != nil {
+		return nil, err
+	}
+	path := e.k.sockPath(id)
+	ln, err := broker.Listen(path, e.k.cfg.OwnerUID, e.k.cfg.OwnerGID)
+	if err != nil {
+		return nil, fmt.Errorf("episode: egress socket: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = p.Serve(ln); close(done) }()
+	return func() error {
+		err := p.Close()
+		<-done
+		ln.Close()
+		_ = os.Remove(path)
+		return err
+	}, nil
 }
 
 // serveUntil runs serve until ctx ends (then close, and the child was

@@ -2,17 +2,23 @@ package episode_test
 
 import (
 	"context"
+	"encoding/json"
+	"net"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/internal/fixturemodel"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/egress"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/relay"
+	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/seccomp"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -228,4 +234,106 @@ func TestRelayExhaustionNarrowsTheEpisode(t *testing.T) {
 		t.Errorf("the ledger lacks the exhaustion: %v", kinds)
 	}
 	r.end(t, ctx, e, episode.Aborted, "test over")
+}
+
+// verifyFetch is a verify_argv whose test needs a dependency: it fetches
+// the is-number 7.0.0 tarball from the npm registry through the bridge
+// (plain bash: /dev/tcp over the loopback the agent profile allows) and
+// passes only when that succeeded and the fixture's own test passes.
+const verifyFetch = `
+exec 3<>/dev/tcp/127.0.0.1/8788 || { echo "NO-BRIDGE"; exit 1; }
+printf 'GET http://registry.npmjs.org/is-number/-/is-number-7.0.0.tgz HTTP/1.1\r\nHost: registry.npmjs.org\r\nConnection: close\r\n\r\n' >&3
+read -r status <&3
+case "$status" in *" 200 "*) echo "DEPENDENCY-FETCHED" ;; *) echo "FETCH-FAILED $status"; exit 1 ;; esac
+sh test.sh
+`
+
+// TestVerificationFetchesThroughItsOwnProxy: automatic verification of an
+// effect whose episode had an egress proxy (agent profile, a policy
+// granting the npm registry) runs verify_argv with a proxy of its own —
+// the same signed allow list, recorded in the episode's fetch ledger — so
+// a test that needs a dependency passes and the fix lands. The
+// verification's socket is gone afterwards, and its decision body says it
+// had egress.
+func TestVerificationFetchesThroughItsOwnProxy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p, err := seccomp.Shipped(episode.ProfileAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentProg, err := seccomp.Compile(p, seccomp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const host = "registry.npmjs.org"
+	r := newRig(t, ctx, "verifyegress", withVerification("/bin/bash", "-c", verifyFetch), withConfig(func(c *episode.Config) {
+		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg.Bytes()}
+		c.Egress = &episode.EgressConfig{Operator: config.Egress{Allow: []string{host}, MaxBytesPerEpisode: 1 << 20,
+			AllowedNets: siteNets(t, host)}, Ledger: c.Store.(egress.Ledger)}
+	}))
+	spec := r.spec(nil)
+	signed, err := policy.Sign(policyKey(), policyKeyID, policy.Document{Schema: policy.Schema, ID: "verify-egress", Version: 1,
+		Capability: grantSpec(), Semantic: policy.Semantic{MaxRisk: 0.5}, Egress: &policy.Egress{Allow: []string{host}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Policy, spec.Seccomp = signed, episode.ProfileAgent
+	e, err := r.k.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff := landedFix(t, ctx, r.st, r.repo, r.base, e, nextExit(t, ctx, e))
+	decs, err := r.st.Decisions(ctx, eff.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body verify.Body
+	for _, d := range decs {
+		if d.Kind == store.DecisionVerification {
+			if err := json.Unmarshal(d.Body, &body); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !body.Egress || body.Reason != "verify_argv passed" {
+		t.Errorf("verification decision %+v, want a pass with egress", body)
+	}
+	fetches, err := r.st.EgressFetches(ctx, e.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bool
+	for _, f := range fetches {
+		t.Logf("fetch %s %s %s %s %d %d bytes %s", f.Kind, f.Method, f.Host, f.Path, f.Status, f.Bytes, f.Outcome)
+		got = got || (f.Host == host && f.Path == "/is-number/-/is-number-7.0.0.tgz" && f.Status == 200 && f.Bytes > 0)
+	}
+	if !got {
+		t.Errorf("the egress ledger lacks the verification's fetch: %+v", fetches)
+	}
+	matches, _ := filepath.Glob(filepath.Join(shared.bed.Sockets, "verify-*"))
+	if len(matches) != 0 {
+		t.Errorf("verification sockets outlived it: %v", matches)
+	}
+	r.end(t, ctx, e, episode.Aborted, "test over")
+}
+
+// siteNets is what an operator of this machine lists in
+// egress.allowed_nets: the addresses hosts resolve to that pinning refuses
+// by default (here the registries resolve into 203.0.113.0/24); empty
+// where they are public.
+func siteNets(t *testing.T, hosts ...string) []string {
+	var nets []string
+	for _, h := range hosts {
+		addrs, err := net.DefaultResolver.LookupNetIP(t.Context(), "ip", h)
+		if err != nil {
+			t.Fatalf("resolve %s: %v", h, err)
+		}
+		for _, a := range addrs {
+			if _, err := broker.PinAddress(t.Context(), nil, a.String(), nil); err != nil {
+				nets = append(nets, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()).String())
+			}
+		}
+	}
+	return nets
 }

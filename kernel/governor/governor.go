@@ -122,7 +122,10 @@ type Episode struct {
 	Lease func() authority.Capability
 	// Contain asks for a repair of the generation of epoch.
 	Contain func(epoch int64, reason string)
-	Logger  hclog.Logger
+	// VerifyEgress, when set, gives a verification of this episode's
+	// effects an egress proxy of its own (nil: none).
+	VerifyEgress func() *verify.Egress
+	Logger       hclog.Logger
 }
 
 // Record is one episode's trajectory: its sensor queue, homeostat,

@@ -12,6 +12,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
+	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/store"
 )
 
@@ -28,7 +29,11 @@ func (g *Governor) evaluate(ctx context.Context, eff store.Effect, payload []byt
 	// Once this evaluation's decisions are recorded, a patch that writes
 	// a path the lease forbids contains the episode, whatever they say.
 	defer e.containForbiddenWrites(eff, payload)
-	verdict, body, err := g.cfg.Verification.Verify(ctx, eff, payload)
+	var eg *verify.Egress
+	if e.ep.VerifyEgress != nil {
+		eg = e.ep.VerifyEgress()
+	}
+	verdict, body, err := g.cfg.Verification.VerifyWith(ctx, eff, payload, eg)
 	if err != nil {
 		return verdict, body, err
 	}

@@ -14,7 +14,15 @@
 //     lower layer is a new clone of the authoritative repository at the
 //     effect's base, and the only change is the effect's payload, applied
 //     by git with every repository-configurable execution path off.
-//   - It has no broker socket: verification holds no authority.
+//   - It has no broker socket: verification holds no authority. It has no
+//     network either, except when the effect's episode had an egress
+//     proxy under the agent profile (Egress, from the episode controller):
+//     then its tests fetch their dependencies through a proxy of its own
+//     under the episode's signed allow list — recorded in the episode's
+//     fetch ledger, charged to its cap, served from the host's cache —
+//     in the episode's rootfs under the episode's seccomp program, never
+//     with more than the worker itself had. The proxy stops, its fetches
+//     recorded, before the verdict is returned.
 //   - Whatever the outcome, the domain is destroyed and an inspect proves
 //     it gone, and the clone is removed, before Verify returns; a domain
 //     that cannot be proven gone is an error, never an allow.

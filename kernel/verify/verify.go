@@ -57,6 +57,26 @@ type Runner struct {
 	Logger     hclog.Logger
 }
 
+// Egress is what a verification gets when the effect's episode had an
+// egress proxy (the episode controller builds it): its tests may need the
+// dependencies its worker fetched, so they are fetched again the same way
+// — through a proxy of their own under the same signed allow list,
+// recorded in the same ledger and served from the host's cache — never
+// vendored, never skipped. The domain runs in the episode's rootfs under
+// the episode's seccomp program (the bridge needs loopback sockets): no
+// more than the worker itself had.
+type Egress struct {
+	// Serve serves a proxy on the socket id (under the sockets root the
+	// launcher binds from) until stop is called; stop waits until every
+	// fetch is recorded.
+	Serve   func(ctx context.Context, socketID string) (stop func() error, err error)
+	Rootfs  string
+	Seccomp []byte
+	// Wrap is verify_argv run through the in-domain bridge to the proxy
+	// with the tool variables set (agent.WrapEgress).
+	Wrap func(argv []string) []string
+}
+
 // Body is the decision body recorded with the verdict.
 type Body struct {
 	EffectID      uuid.UUID `json:"effect_id"`
@@ -74,16 +94,25 @@ type Body struct {
 	OutputBytes   int       `json:"output_bytes"`
 	Reason        string    `json:"reason"`
 	Milliseconds  int64     `json:"ms"`
+	// Egress: the domain had an egress proxy (its fetches are rows of the
+	// episode's fetch ledger).
+	Egress bool `json:"egress,omitempty"`
 }
 
 var oidPattern = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
 
 // Verify is broker.Config.Verifier.
 func (r *Runner) Verify(ctx context.Context, e store.Effect, payload []byte) (string, json.RawMessage, error) {
+	return r.VerifyWith(ctx, e, payload, nil)
+}
+
+// VerifyWith is Verify for an effect whose episode had an egress proxy
+// (eg non-nil): the verification domain gets one too.
+func (r *Runner) VerifyWith(ctx context.Context, e store.Effect, payload []byte, eg *Egress) (string, json.RawMessage, error) {
 	start := time.Now()
 	sum := sha256.Sum256(payload)
 	b := Body{EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, PayloadDigest: e.PayloadDigest, PatchSHA256: hex.EncodeToString(sum[:])}
-	verdict, err := r.run(ctx, e, payload, &b)
+	verdict, err := r.run(ctx, e, payload, &b, eg)
 	b.Milliseconds = time.Since(start).Milliseconds()
 	if err != nil {
 		r.log().Error("verification failed", "effect", e.ID, "revision", e.Revision, "epoch", e.Epoch, "error", err)
@@ -109,7 +138,7 @@ func deny(b *Body, reason string) (string, error) {
 	return store.VerdictDeny, nil
 }
 
-func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Body) (string, error) {
+func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Body, eg *Egress) (string, error) {
 	if v, tested := r.byRule(e.Kind, b); !tested {
 		return v, nil
 	}
@@ -177,8 +206,21 @@ func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Bod
 	if cwd == "" {
 		cwd = "/workspace"
 	}
-	dom, err := r.Domains.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: id, Argv: t.Argv, Env: t.Env, Cwd: cwd,
-		Limits: t.Limits, Seccomp: r.Seccomp, OneShot: true})
+	spec := domain.Spec{ID: id, Generation: 1, WorkspaceID: id, Argv: t.Argv, Env: t.Env, Cwd: cwd,
+		Limits: t.Limits, Seccomp: r.Seccomp, OneShot: true}
+	if eg != nil {
+		spec.EgressSocket = id + "-egress"
+		stop, err := eg.Serve(ctx, spec.EgressSocket)
+		if err != nil {
+			return "", fmt.Errorf("verify: egress: %w", err)
+		}
+		// At return, after the domain is destroyed below: every fetch
+		// it made is recorded before the verdict is.
+		defer func() { _ = stop() }()
+		b.Egress = true
+		spec.Argv, spec.Rootfs, spec.Seccomp = eg.Wrap(t.Argv), eg.Rootfs, eg.Seccomp
+	}
+	dom, err := r.Domains.Create(ctx, spec)
 	if err != nil {
 		// A half-created domain is torn down as any other.
 		if derr := r.destroy(ctx, id); derr != nil {

@@ -4,11 +4,12 @@
 //	autonomic-scenario model --listen 127.0.0.1:0 --addr-file F
 //	    serves the poisoned fixture model until SIGTERM; GET /stats
 //	    answers {"requests": N, "injected": M}.
-//	autonomic-scenario agent-model --wire responses|messages|chat --listen 127.0.0.1:0 --addr-file F
+//	autonomic-scenario agent-model --wire responses|messages|chat [--test] --listen 127.0.0.1:0 --addr-file F
 //	    serves internal/fixturemodel's "fix the reference repository"
 //	    script for a real agent CLI speaking that wire API (one run's
 //	    worth of turns) until SIGTERM; F gets its base URL, an
-//	    inference.providers upstream.
+//	    inference.providers upstream. --test (responses): the agent then
+//	    runs make test.
 //	autonomic-scenario run --config F --repo DIR --key PEM --key-id ID --model URL [--out F]
 //	    seeds the fixture repository, runs the normal and the hostile
 //	    episode through the kernel's API, prints each run's timeline and
@@ -94,11 +95,19 @@ func agentModel(ctx context.Context, args []string) error {
 	wire := fs.String("wire", fixturemodel.Responses, "the wire API: responses, messages or chat")
 	listen := fs.String("listen", "127.0.0.1:0", "loopback address")
 	addrFile := fs.String("addr-file", "", "write the base URL here once listening")
+	test := fs.Bool("test", false, "responses only: after the fix, run make test (exec_command)")
 	_ = fs.Parse(args)
 	if *listen != "127.0.0.1:0" {
 		return errors.New("agent-model listens on a fresh loopback port only")
 	}
-	m, err := fixturemodel.Start(fixturemodel.FixCalc(*wire, "/workspace"))
+	script := fixturemodel.FixCalc(*wire, "/workspace")
+	if *test {
+		if *wire != fixturemodel.Responses {
+			return errors.New("--test is for --wire responses")
+		}
+		script = fixturemodel.FixCalcAndTest("/workspace")
+	}
+	m, err := fixturemodel.Start(script)
 	if err != nil {
 		return err
 	}

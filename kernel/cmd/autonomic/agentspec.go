@@ -59,10 +59,6 @@ func agentSpec(r agentRun) ([]byte, *agent.Profile, string, error) {
 	if !slices.Contains(prov.Models, model) {
 		return nil, nil, "", fmt.Errorf("--model %s: provider %s serves only %s", model, provider, strings.Join(prov.Models, ", "))
 	}
-	argv, err := p.Render(r.Task, model)
-	if err != nil {
-		return nil, nil, "", err
-	}
 	class := authority.Class(3)
 	if r.Target.Class > 0 {
 		class = authority.Class(r.Target.Class)
@@ -77,15 +73,21 @@ func agentSpec(r agentRun) ([]byte, *agent.Profile, string, error) {
 	doc := policy.Document{Schema: policy.Schema, ID: "autonomic-run", Version: 1, Capability: cap,
 		Semantic:  policy.Semantic{MaxRisk: 0.5},
 		Inference: &policy.Inference{Models: []string{model}, MaxTokens: runMaxTokens, MaxSpendMicroUSD: runMaxSpendUSD * 1_000_000}}
-	// The episode's egress proxy is granted and served, but the agent's
-	// argv does not bridge it (no 127.0.0.1:8788, no HTTPS_PROXY) yet:
-	// measured here, Codex 0.171.0 with HTTPS_PROXY set sends its own
-	// background requests through the proxy, each refused is drift on the
-	// fast loop, and after four the episode is unstable, where the class 3
-	// harvest is denied (stale_authority). Bridging waits for profiles that
-	// turn that traffic off.
+	// The public registries, bridged into the domain with the tools'
+	// variables (agent.WithEgress). The CLI's own hosts (the profile's
+	// own_hosts) go into NO_PROXY: its background calls fail inside the
+	// domain as they do without egress, rather than reaching the proxy as
+	// refusals, which are drift on the fast loop (measured with Codex
+	// 0.171.0 before own_hosts: four refused background calls made the
+	// episode unstable and the class 3 harvest was denied).
+	var opts []agent.RenderOption
 	if hosts := egressDefault(r.Cfg); len(hosts) > 0 {
 		doc.Egress = &policy.Egress{Allow: hosts}
+		opts = append(opts, agent.WithEgress())
+	}
+	argv, err := p.Render(r.Task, model, opts...)
+	if err != nil {
+		return nil, nil, "", err
 	}
 	signed, err := policy.Sign(r.Key.priv, r.Key.keyID, doc)
 	if err != nil {

@@ -38,9 +38,11 @@ commands:
   episode list [--limit N] | status ID | start --spec FILE | abort ID --reason TEXT
                  | complete ID --reason TEXT (the driving kernel only)
   effect list EPISODE | show EFFECT
-  events tail EPISODE [-n N] [--follow] | verify EPISODE
+  events tail EPISODE [-n N] [--follow] | verify EPISODE | egress EPISODE
                                         operator commands: talk to a running kernel over its API socket
                                         (--socket PATH or --config FILE; --json everywhere)
+  egress nets [--config F]              the egress registries' addresses here that the proxy refuses by default
+                                        (reserved ranges), one CIDR a line: what egress.allowed_nets would need
   domain run --workspace ID [--profile NAME|FILE] [--json] -- ARGV...
                                         run ARGV in a one-shot domain and print its output and exit report
   domain inspect|freeze|thaw|checkpoint|destroy ID [--json]
@@ -88,6 +90,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return policyCmd(args[1:], os.Stdin, stdout, stderr)
 	case "run":
 		return runCmd(args[1:], stdout, stderr)
+	case "egress":
+		return egressCmd(args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2

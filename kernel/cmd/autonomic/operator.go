@@ -302,6 +302,28 @@ func eventsCmd(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	case "egress":
+		ctx, cancel := opCtx()
+		defer cancel()
+		fs, err := c.Egress(ctx, pos[0])
+		if err != nil {
+			return opFail(stderr, err)
+		}
+		if *o.json {
+			printJSON(stdout, fs)
+			return 0
+		}
+		for _, f := range fs {
+			fmt.Fprintf(stdout, "%s  %-7s %-4s %s%s  %d  %d bytes", f.At.Local().Format(time.DateTime), f.Outcome, f.Method, f.Host, f.Path, f.Status, f.Bytes)
+			if f.SHA256 != "" {
+				fmt.Fprintf(stdout, "  sha256 %s", short(f.SHA256))
+			}
+			if f.Code != "" {
+				fmt.Fprintf(stdout, "  %s: %s", f.Code, f.Reason)
+			}
+			fmt.Fprintln(stdout)
+		}
+		return 0
 	case "tail":
 		after := int64(-1)
 		for {

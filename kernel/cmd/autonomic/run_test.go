@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/jackc/pgx/v5"
 
 	agent "github.com/autonomic-kernel/autonomic/agents"
 	"github.com/autonomic-kernel/autonomic/gates/scenario"
@@ -62,6 +65,7 @@ func agentsRootfs(t *testing.T, ctx context.Context, bed *testbed.Bed) (string, 
 // "calc", with a fixture provider per wire API and the agents rootfs.
 type runKernel struct {
 	cfgPath, repo, base, key string
+	dbURL                    string                          // the kernel's database, to read its ledger
 	models                   map[string]*fixturemodel.Server // by wire API
 	logs                     *lockedBuffer
 }
@@ -69,8 +73,17 @@ type runKernel struct {
 // providerKey is the provider credential only the kernel holds.
 const providerKeyEnv, providerKey = "AUTONOMIC_TEST_PROVIDER_KEY", "sk-kernel-held-5e2a9f"
 
-func startRunKernel(t *testing.T, ctx context.Context) *runKernel {
+// runOptions vary the run kernel: testDeps serves Codex the script that
+// runs make test after its fix and lets the registries' reserved
+// addresses here through (egress.allowed_nets).
+type runOptions struct{ testDeps bool }
+
+func startRunKernel(t *testing.T, ctx context.Context, opts ...runOptions) *runKernel {
 	t.Helper()
+	var o runOptions
+	for _, x := range opts {
+		o = x
+	}
 	privileged.Require(t)
 	bed, err := testbed.New(ctx, testbed.Options{Spec: "rootfs-builder/specs/worker.json", EffectClient: true})
 	if err != nil {
@@ -99,7 +112,8 @@ func startRunKernel(t *testing.T, ctx context.Context) *runKernel {
 	if err := cluster.CreateDatabase(ctx, "kernel"); err != nil {
 		t.Fatal(err)
 	}
-	rk := &runKernel{repo: filepath.Join(tmp, "calc.git"), models: map[string]*fixturemodel.Server{}, logs: &lockedBuffer{}}
+	rk := &runKernel{repo: filepath.Join(tmp, "calc.git"), models: map[string]*fixturemodel.Server{}, logs: &lockedBuffer{},
+		dbURL: cluster.AdminConnString("kernel")}
 	if rk.base, err = scenario.Seed(ctx, rk.repo); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +124,11 @@ func startRunKernel(t *testing.T, ctx context.Context) *runKernel {
 	t.Setenv(providerKeyEnv, providerKey)
 	providers := map[string]any{}
 	for _, wire := range []string{fixturemodel.Responses, fixturemodel.Messages, fixturemodel.Chat} {
-		m, err := fixturemodel.Start(fixturemodel.FixCalc(wire, "/workspace"))
+		script := fixturemodel.FixCalc(wire, "/workspace")
+		if o.testDeps && wire == fixturemodel.Responses {
+			script = fixturemodel.FixCalcAndTest("/workspace")
+		}
+		m, err := fixturemodel.Start(script)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,6 +173,7 @@ func startRunKernel(t *testing.T, ctx context.Context) *runKernel {
 		"inference":              map[string]any{"providers": providers},
 		"episode":                map[string]any{"checkpoints_dir": filepath.Join(bed.State, "checkpoints")},
 		"api":                    map[string]any{"socket": filepath.Join(tmp, "api.sock")},
+		"egress":                 map[string]any{"allowed_nets": siteNets(t, o.testDeps)},
 	})
 	rk.cfgPath = filepath.Join(tmp, "autonomic.json")
 	if err := os.WriteFile(rk.cfgPath, doc, 0o600); err != nil {
@@ -194,6 +213,19 @@ func TestRunLandsEachAgentsFix(t *testing.T) {
 			began := time.Now()
 			code := runCmd([]string{"--repo", rk.repo, "--agent", name, "--config", rk.cfgPath, "--key", rk.key, "--wait", "8m", task}, &out, &errb)
 			t.Logf("autonomic run --agent %s: exit %d in %v\n%s%s", name, code, time.Since(began).Round(time.Millisecond), out.String(), errb.String())
+			// The agent ran with the egress bridge and HTTPS_PROXY: its own
+			// background calls (its profile's own_hosts) never reached the
+			// proxy as refusals.
+			ep := regexp.MustCompile(`(?m)^episode ([0-9a-f-]{36}):`).FindStringSubmatch(out.String())
+			if ep == nil {
+				t.Fatal("the command named no episode")
+			}
+			for _, f := range rk.fetches(t, ctx, ep[1]) {
+				t.Logf("egress: %s", f)
+				if strings.Contains(f, " refused ") {
+					t.Errorf("the agent's episode had a refused fetch: %s", f)
+				}
+			}
 			ref := "refs/heads/agent/" + name
 			landed := regexp.MustCompile(`(?m)^landed: ` + regexp.QuoteMeta(ref) + ` at ([0-9a-f]{40}) \(effect [0-9a-f-]{36}\)$`).FindStringSubmatch(out.String())
 			if code != 0 || landed == nil {
@@ -234,6 +266,116 @@ func TestRunLandsEachAgentsFix(t *testing.T) {
 			}
 		})
 	}
+}
+
+// siteNets is what the demo puts in egress.allowed_nets (autonomic egress
+// nets): the registries' addresses here that pinning refuses by default.
+func siteNets(t *testing.T, want bool) []string {
+	if !want {
+		return []string{}
+	}
+	var out, errb bytes.Buffer
+	if code := egressCmd([]string{"nets"}, &out, &errb); code != 0 {
+		t.Fatalf("egress nets: %d %s", code, errb.String())
+	}
+	t.Logf("egress nets: %q %s", out.String(), errb.String())
+	return append([]string{}, strings.Fields(out.String())...)
+}
+
+// TestRunFetchesTheTestsDependency is the demo's main job: the reference
+// repository plus scripts/demo/deps (a Node test that needs is-number from
+// the npm registry). Codex fixes src/calc.sh and runs make test: npm
+// fetches the dependency through the episode's egress proxy; automatic
+// verification runs make test again in its own domain, through its own
+// proxy, and the tarball comes from the host's cache. The fix lands, and
+// the ledger shows both fetches and no refusal.
+func TestRunFetchesTheTestsDependency(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rk := startRunKernel(t, ctx, runOptions{testDeps: true})
+	work := filepath.Join(t.TempDir(), "w")
+	testbed.Git(t, filepath.Dir(work), "clone", "-q", rk.repo, work)
+	// As demo.sh does: scripts/demo/deps over the base (its Makefile replaces the base's).
+	deps := os.DirFS("../../../scripts/demo/deps")
+	if err := fs.WalkDir(deps, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(deps, p)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(work, p)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(work, p), b, 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testbed.Git(t, work, "add", "-A")
+	testbed.Git(t, work, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "tests need is-number")
+	base := strings.TrimSpace(testbed.Git(t, work, "rev-parse", "HEAD"))
+	testbed.Git(t, work, "push", "-q", "--force", rk.repo, "HEAD:refs/heads/agent/codex")
+
+	var out, errb bytes.Buffer
+	code := runCmd([]string{"--repo", rk.repo, "--agent", "codex", "--config", rk.cfgPath, "--key", rk.key, "--wait", "8m",
+		"Fix the failing test: src/calc.sh adds one too many. Do not change the tests."}, &out, &errb)
+	t.Logf("autonomic run: exit %d\n%s%s", code, out.String(), errb.String())
+	ep := regexp.MustCompile(`(?m)^episode ([0-9a-f-]{36}):`).FindStringSubmatch(out.String())
+	if ep == nil {
+		t.Fatal("the command named no episode")
+	}
+	const tarball = "registry.npmjs.org /is-number/-/is-number-7.0.0.tgz"
+	var got []string
+	for _, f := range rk.fetches(t, ctx, ep[1]) {
+		t.Logf("egress: %s", f)
+		if strings.Contains(f, " refused ") {
+			t.Errorf("refused: %s", f)
+		}
+		if strings.Contains(f, tarball+" fetched  200 ") || strings.Contains(f, tarball+" cached  200 ") {
+			got = append(got, strings.Fields(f)[4])
+		}
+	}
+	if len(got) != 2 || got[1] != "cached" {
+		t.Errorf("the tarball's fetches were %v, want the worker's then the verification's from the cache", got)
+	}
+	// What the demo prints: the ledger through the API.
+	var led, lerr bytes.Buffer
+	if code := eventsCmd([]string{"egress", ep[1], "--config", rk.cfgPath}, &led, &lerr); code != 0 ||
+		!strings.Contains(led.String(), "cached  GET  registry.npmjs.org/is-number/-/is-number-7.0.0.tgz  200  3730 bytes  sha256 ") {
+		t.Errorf("autonomic events egress: exit %d\n%s%s", code, led.String(), lerr.String())
+	}
+	landed := regexp.MustCompile(`(?m)^landed: refs/heads/agent/codex at ([0-9a-f]{40})`).FindStringSubmatch(out.String())
+	if code != 0 || landed == nil {
+		t.Fatalf("the run did not land")
+	}
+	if parent := strings.TrimSpace(testbed.Git(t, rk.repo, "rev-parse", landed[1]+"^")); parent != base {
+		t.Errorf("landed on %s, want the deps commit %s", parent, base)
+	}
+	if files := strings.Fields(testbed.Git(t, rk.repo, "diff", "--name-only", base, landed[1])); len(files) != 1 || files[0] != fixturemodel.CalcFile {
+		t.Errorf("the commit changes %v, want only %s (make test left nothing in the tree)", files, fixturemodel.CalcFile)
+	}
+}
+
+// fetches are the episode's egress ledger rows, one line each:
+// "kind method host path outcome code status bytes".
+func (rk *runKernel) fetches(t *testing.T, ctx context.Context, episode string) []string {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, rk.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT kind || ' ' || method || ' ' || host || ' ' || path || ' ' || outcome || ' ' ||
+		code || ' ' || status || ' ' || bytes FROM egress_fetches WHERE episode_id = $1 ORDER BY id`, episode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestRunRefusesWhatTheKernelCannotTake: a key the kernel does not know is
