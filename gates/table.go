@@ -38,14 +38,14 @@ func Table() []Gate {
 				// The launcher's admission: its requests, its rootfs, and the
 				// one sudoers rule that reaches it (installed by make install).
 				"TestHostileRequests", "TestRootfsContentIsItsIdentity", "TestRootfsMismatchIsRefused", "TestNamedRootfs",
-				"TestSudoersRuleParses", "TestSudoersRuleAllowsOnlyTheLauncherWithoutArguments"}},
+				"TestSudoersRuleParses", "TestSudoersRuleAllowsOnlyTheLauncherWithoutArguments", "TestSudoersRuleExecsTheLauncherInPlace"}},
 		}, Scope: "this host's kernel and cgroup layout; a cgroup limit the host does not offer is proven reported, not enforced (the report's host.not_enforced), and the host matrix (hosts section) covers the other layouts"},
 		{Name: "old_process_fork_cleanup", Proves: "a forked descendant cannot survive domain destruction", Tests: []Run{
 			{"./kernel/domain", []string{"TestDestroyKillsEscapedProcesses", "TestClosingMonitorStdinKillsDomain", "TestMonitorDeathKillsDomain",
 				"TestDestroyFailsClosedUnderLowNOFILE", "TestDeepTreeIsDestroyed", "TestForeignCgroupIsNeverTouched", "TestOneShotMonitorSparesItsSuccessor"}},
 		}, Scope: "descendants escaping by fork, setsid and deep trees on this host's kernel; the launcher acts only on cgroups it created"},
 		{Name: "overlay_rollback", Proves: "the disposable upperdir is genuinely gone after destroy; a restore reproduces the checkpoint exactly", Tests: []Run{
-			{"./kernel/domain", []string{"TestUpperLayerHoldsWrites", "TestCheckpointRestoreReproducesView", "TestCorruptCheckpointIsRefused", "TestHostileCheckpoints",
+			{"./kernel/domain", []string{"TestUpperLayerHoldsWrites", "TestCheckpointRestoreReproducesView", "TestCorruptCheckpointIsRefused", "TestHostileCheckpoints", "TestCheckpointHelperHoldsNoHostPrivilege",
 				"TestCheckpointFailsClosedUnderLowNOFILE", "TestSparseRestoreIsRefused", "TestCheckpointStoreCap"}},
 		}, Scope: "the launcher's overlay and checkpoint archive on this host; restore is compared file by file with the checkpointed view"},
 		{Name: "postgresql_epoch_commit_race", Proves: "concurrent commits cannot both win across an epoch advance", Tests: []Run{
@@ -84,6 +84,10 @@ func Table() []Gate {
 				"TestCapHoldsUnderConcurrency", "TestCacheServesSecondEpisode", "TestCorruptCacheIsNotServed",
 				"TestUpstreamCertificateIsVerified", "TestServesOnUnixSocket", "TestConcurrencyIsBounded"}},
 			{"./store", []string{"TestEgressCapIsAtomic"}},
+			// A verification gets its own proxy, no wider than the worker's;
+			// the demo's main job fetches its test's dependency through both.
+			{"./kernel/episode", []string{"TestVerificationFetchesThroughItsOwnProxy"}},
+			{"./kernel/cmd/autonomic", []string{"TestRunFetchesTheTestsDependency"}},
 		}, Scope: "the socket from inside a real domain and from the host; HTTP targets are loopback servers; the signed lease's paths, bytes and rates checked at the commit horizon with verification off; the egress proxy inside real domains (this tree's launcher, the agents rootfs, the agent profile, the egress socket bridged by autonomic-entry) with the real go and npm against the real registries, which resolve here to a reserved range the test allows as an operator would (egress.allowed_nets), direct connections around it refused as violation frames, and loopback HTTPS upstreams for redirects, certificates and caps; the inference relay over a real Unix socket in front of the fixture models, with real PostgreSQL budgets"},
 		{Name: "sensor_poisoning", Proves: "hostile evidence cannot escalate authority", Tests: []Run{
 			{"./kernel/sensor", []string{"TestSensorPoisoning", "TestClientLiarIsRecorded"}},
@@ -117,6 +121,7 @@ func Table() []Gate {
 			{"./kernel/domain", []string{"TestEntryBridgesToTheRelay", "TestAgentProfileReachesOnlyLoopback", "TestRelaySocketIsBoundLikeTheBrokers"}},
 			// The main job as production runs it, with each shipped agent.
 			{"./gates", []string{"TestRealAgentsFixTheReferenceRepository"}},
+			{"./kernel/cmd/autonomic", []string{"TestRunLandsEachAgentsFix"}},
 		}, Scope: "the proof: the real Codex CLI 0.171.0 from the agents rootfs (built from npm on first use, cached) in a domain of this tree's launcher run directly as root through internal/testbed (not autonomic serve, not the installed launcher), under the agent seccomp profile; the relay is kernel/relay started by the test on the episode's socket with a real PostgreSQL budget, in front of a fixture upstream that scripts the hostile turns, not a live model or provider; Claude Code and opencode are not attacked here; the attack uses what the rootfs carries (python3, bash /dev/tcp, find, grep): no curl; mutations are run in copies of the tree by scripts/mutate_relay_proof.sh; the main job: Codex, Claude Code and opencode each fix the reference repository through autonomic run, autonomic serve as the service account and the installed launcher through sudo, reaching a fixture model (not a live provider) only through their relay, the change landing by harvest through the horizon"},
 	}
 }
