@@ -39,19 +39,6 @@ func lockEffect(m *mtx, id uuid.UUID) (Effect, error) {
 	return e, nil
 }
 
-// lockLease returns the lease the mutation locked in its first round trip,
-// or locks it now in mode.
-func lockLease(m *mtx, id uuid.UUID, mode string) (Lease, error) {
-	if m.lease != nil && m.lease.ID == id {
-		return *m.lease, nil
-	}
-	l, err := scanLease(m.tx.QueryRow(m.ctx, `SELECT `+leaseCols+` FROM leases WHERE id = $1 AND episode_id = $2 `+mode, id, m.ep.ID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Lease{}, notFound("lease")
-	}
-	return l, err
-}
-
 // saveEffect moves e to state to (checked against the table), writes the
 // columns that changed since the effect was locked and records the
 // transition in the ledger.
