@@ -41,6 +41,7 @@ type Store interface {
 	ProposeEffect(ctx context.Context, req Proposal) (Effect, error)
 	PrepareEffect(ctx context.Context, req Prepare) (Effect, error)
 	Evaluate(ctx context.Context, req Evaluation) (Effect, error)
+	EvaluateInEpisode(ctx context.Context, episodeID, effectID uuid.UUID, epoch int64, plan func(Effect) (EvaluationPlan, error)) (Effect, error)
 	ReviseEffect(ctx context.Context, req Revision) (Effect, error)
 	Transition(ctx context.Context, req Transition) (Effect, error)
 	Effect(ctx context.Context, id uuid.UUID) (Effect, error)
@@ -48,6 +49,7 @@ type Store interface {
 	RecordDecision(ctx context.Context, req NewDecision) (Decision, error)
 
 	BeginCommit(ctx context.Context, req CommitRequest, check CommitCheck) (CommitView, error)
+	EnterCommit(ctx context.Context, req CommitRequest, check CommitCheck, afterIntent func(CommitView)) (CommitView, error)
 	// Spend is an episode's durable spend now (a reading; BeginCommit
 	// reads it again under its locks, which is what decides).
 	Spend(ctx context.Context, episodeID uuid.UUID) (Spend, error)
