@@ -29,7 +29,7 @@ func reportQuantiles(b *testing.B, ds []time.Duration) {
 }
 
 // BenchmarkBroker runs, side by side: a status round trip over the socket
-// (target p50 ≤ 200 µs), a full prepare → evaluate → commit of an artifact
+// (target p50 ≤ 200 µs) and its database read alone, a full prepare → evaluate → commit of an artifact
 // (approval signature excluded from the timing), the reference it is held
 // to (two fsync'd store transactions plus the artifact adapter's own
 // commit, with its fsyncs, of an artifact of the same size; target ≤ 2×
@@ -62,6 +62,22 @@ func BenchmarkBroker(b *testing.B) {
 		// per call: on a loaded host the latency is mostly waiting for a
 		// core, and this is what a call asks of one.
 		b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(len(ds)), "cpu-µs/op")
+		reportQuantiles(b, ds)
+	})
+	// The status's one database round trip alone (the ownership read),
+	// so that the rest of status_round_trip (socket, peer check, frames,
+	// scheduling) can be told from it.
+	b.Run("status_store_read", func(b *testing.B) {
+		id := uuid.MustParse(p.ID)
+		ds := make([]time.Duration, 0, b.N)
+		ctx := ctxT(b)
+		for b.Loop() {
+			start := time.Now()
+			if _, _, err := e.store.EffectInEpisode(ctx, e.ep.ID, id); err != nil {
+				b.Fatal(err)
+			}
+			ds = append(ds, time.Since(start))
+		}
 		reportQuantiles(b, ds)
 	})
 	// walk is one artifact's prepare → evaluate → commit through the

@@ -53,7 +53,9 @@ type Config struct {
 // Hooks run at the named points of a commit.
 type Hooks struct {
 	// AfterIntent runs after commit_intent is recorded (durable only once
-	// committing is), before committing is recorded.
+	// committing is), before committing is recorded: committing's
+	// transaction has begun and holds the episode's lock
+	// (store.EnterCommit), so a hook must not wait for that lock.
 	AfterIntent func(e store.Effect)
 	// BeforeAdapter runs after committing is durable, before the adapter
 	// acts.
@@ -165,6 +167,19 @@ func (b *Broker) handle(ctx context.Context, episodeID uuid.UUID, req *protocol.
 	id, err := uuid.Parse(req.EffectID)
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInvalidField, "effect_id")
+	}
+	if req.Action == protocol.WorkerEvaluate {
+		// The ownership check and the evaluation in one transaction,
+		// unless the effect needs the slow verifier.
+		e, err := b.cfg.Store.EvaluateInEpisode(ctx, episodeID, id, req.Epoch, func(e store.Effect) (store.EvaluationPlan, error) {
+			return b.planEvaluation(e, req.Revision, req.Epoch, req.Approval)
+		})
+		if !errors.Is(err, errSlowEvaluation) {
+			if err != nil {
+				return nil, err
+			}
+			return result(e), nil
+		}
 	}
 	e, err := b.own(ctx, episodeID, id, req.Epoch)
 	if err != nil {
@@ -337,6 +352,57 @@ func (b *Broker) fence(ctx context.Context, episodeID uuid.UUID, req *protocol.W
 	return lease, nil
 }
 
+// errSlowEvaluation: the effect's evaluation runs the slow verifier, which
+// must not run under the episode's lock (Evaluate). It never reaches a
+// worker; it is a catalogue error only so that the store keeps the
+// connection it was raised on.
+var errSlowEvaluation = protocol.Errorf(protocol.CodeInternal, "evaluation needs the verifier")
+
+// planEvaluation is Evaluate decided under the effect's lock (store.
+// EvaluateInEpisode), with the same checks in the same order and the same
+// answers, for every effect that needs no slow verifier.
+func (b *Broker) planEvaluation(e store.Effect, revision int, epoch int64, approval *protocol.Approval) (store.EvaluationPlan, error) {
+	if revision != e.Revision {
+		return store.EvaluationPlan{}, protocol.Errorf(protocol.CodeStaleAuthority, "revision %d superseded by %d", revision, e.Revision)
+	}
+	if e.State == store.Stale {
+		return store.EvaluationPlan{}, protocol.Errorf(protocol.CodeStaleAuthority, "revision %d (current %d) in state %s", revision, e.Revision, e.State)
+	}
+	if e.State != store.Prepared && e.State != store.Evaluating {
+		return store.EvaluationPlan{}, protocol.Errorf(protocol.CodeIllegalTransition, "evaluate from %s", e.State)
+	}
+	if e.State == store.Prepared && b.cfg.Verifier != nil && e.Class >= 3 {
+		return store.EvaluationPlan{}, errSlowEvaluation
+	}
+	pl := store.EvaluationPlan{Evaluation: store.Evaluation{EffectID: e.ID, Revision: revision, Epoch: epoch, Ready: true}}
+	if e.Class != 4 {
+		return pl, nil
+	}
+	switch {
+	case approval == nil:
+		// Prepared: to evaluating, awaiting its approval. Evaluating:
+		// nothing to record.
+		pl.Ready = false
+	default:
+		d, aerr := b.approvalDecision(e, epoch, approval)
+		if aerr != nil {
+			// The effect still moves to evaluating, then the approval
+			// is refused.
+			if e.State != store.Prepared {
+				return store.EvaluationPlan{}, aerr
+			}
+			pl.Ready, pl.Then = false, aerr
+			return pl, nil
+		}
+		pl.Decisions = []store.NewDecision{d}
+		pl.Ready = approval.Document.Decision == store.VerdictAllow
+		if !pl.Ready {
+			pl.Then = protocol.Errorf(protocol.CodeForbidden, "a human denied the effect")
+		}
+	}
+	return pl, nil
+}
+
 // Evaluate moves a prepared effect to ready once the evaluation its class
 // requires is recorded against its exact revision. A class 4 effect stays
 // evaluating until an approval that verifies is supplied. What needs no
@@ -476,7 +542,8 @@ func (b *Broker) request(e store.Effect) (Request, error) {
 }
 
 // Commit crosses the horizon: the checks and commit_intent in one store
-// transaction, committing recorded, then the adapter, then the outcome.
+// transaction, committing recorded in the next, then the adapter, then the
+// outcome.
 // Committing and the outcome are the two commits that wait for their WAL
 // flush; committing's carries commit_intent with it.
 func (b *Broker) Commit(ctx context.Context, e store.Effect, revision int, epoch int64) (store.Effect, error) {
@@ -492,9 +559,16 @@ func (b *Broker) Commit(ctx context.Context, e store.Effect, revision int, epoch
 	if err != nil {
 		return store.Effect{}, err
 	}
-	s := b.cfg.Store
-	view, err := s.BeginCommit(ctx, store.CommitRequest{EffectID: e.ID, Revision: revision, Epoch: epoch, Bytes: int64(len(ar.Payload))},
-		b.commitCheck(a, &ar, touches))
+	var afterIntent func(store.CommitView)
+	if h := b.cfg.Hooks; h != nil && h.AfterIntent != nil {
+		afterIntent = func(v store.CommitView) { h.AfterIntent(v.Effect) }
+	}
+	// commit_intent and committing: two transactions, one round trip
+	// apart (store.EnterCommit). An error after commit_intent leaves the
+	// effect there; reconciliation aborts it, since the adapter provably
+	// never ran.
+	view, err := b.cfg.Store.EnterCommit(ctx, store.CommitRequest{EffectID: e.ID, Revision: revision, Epoch: epoch, Bytes: int64(len(ar.Payload))},
+		b.commitCheck(a, &ar, touches), afterIntent)
 	if err != nil {
 		return store.Effect{}, err
 	}
@@ -504,14 +578,6 @@ func (b *Broker) Commit(ctx context.Context, e store.Effect, revision int, epoch
 	// keeps the deadline but not the cancellation of the caller.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitWindow)
 	defer cancel()
-	if h := b.cfg.Hooks; h != nil && h.AfterIntent != nil {
-		h.AfterIntent(e)
-	}
-	if e, err = s.Transition(ctx, store.Transition{EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, To: store.Committing}); err != nil {
-		// Still commit_intent: reconciliation will abort it, since the
-		// adapter provably never ran.
-		return store.Effect{}, err
-	}
 	if h := b.cfg.Hooks; h != nil && h.BeforeAdapter != nil {
 		h.BeforeAdapter(e)
 	}

@@ -39,19 +39,6 @@ func lockEffect(m *mtx, id uuid.UUID) (Effect, error) {
 	return e, nil
 }
 
-// lockLease returns the lease the mutation locked in its first round trip,
-// or locks it now in mode.
-func lockLease(m *mtx, id uuid.UUID, mode string) (Lease, error) {
-	if m.lease != nil && m.lease.ID == id {
-		return *m.lease, nil
-	}
-	l, err := scanLease(m.tx.QueryRow(m.ctx, `SELECT `+leaseCols+` FROM leases WHERE id = $1 AND episode_id = $2 `+mode, id, m.ep.ID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Lease{}, notFound("lease")
-	}
-	return l, err
-}
-
 // saveEffect moves e to state to (checked against the table), writes the
 // columns that changed since the effect was locked and records the
 // transition in the ledger.
@@ -324,11 +311,22 @@ func (p *Postgres) Transition(ctx context.Context, req Transition) (Effect, erro
 		return Effect{}, invalid("unknown effect state")
 	}
 	var out Effect
+	err := p.mutate(ctx, "effect_transition", transitionTarget(req), transitionFn(req, &out))
+	return out, err
+}
+
+func transitionTarget(req Transition) target {
 	tg := onEffect(req.EffectID)
 	// Before the horizon a crash may lose the move; committing, the intent
 	// an adapter acts under, and the settling moves are durable.
 	tg.lossy = req.To == Evaluating || req.To == Ready
-	err := p.mutate(ctx, "effect_transition", tg, func(m *mtx) error {
+	return tg
+}
+
+// transitionFn is Transition's mutation, which stores the moved effect in
+// out.
+func transitionFn(req Transition, out *Effect) func(*mtx) error {
+	return func(m *mtx) error {
 		e, err := lockEffect(m, req.EffectID)
 		if err != nil {
 			return err
@@ -369,10 +367,9 @@ func (p *Postgres) Transition(ctx context.Context, req Transition) (Effect, erro
 		if err := m.saveEffect(&e, req.To, extra); err != nil {
 			return err
 		}
-		out = e
+		*out = e
 		return nil
-	})
-	return out, err
+	}
 }
 
 // EffectInEpisode reads one of an episode's effects together with the
@@ -494,55 +491,118 @@ func (m *mtx) recordDecision(e Effect, req NewDecision, body json.RawMessage) (D
 // the same checks, in the same order, under the same locks, and the same
 // ledger events.
 func (p *Postgres) Evaluate(ctx context.Context, req Evaluation) (Effect, error) {
-	bodies := make([]json.RawMessage, len(req.Decisions))
-	for i, d := range req.Decisions {
-		if d.EffectID != req.EffectID || d.Revision != req.Revision || d.Epoch != req.Epoch {
-			return Effect{}, invalid("a decision names another effect revision than its evaluation")
-		}
-		if req.Ready && d.Verdict != VerdictAllow {
-			return Effect{}, invalid("an effect a decision denies cannot become ready")
-		}
-		var err error
-		if bodies[i], err = checkDecision(d); err != nil {
-			return Effect{}, err
-		}
+	bodies, err := checkEvaluation(req)
+	if err != nil {
+		return Effect{}, err
 	}
 	var out Effect
 	tg := onEffect(req.EffectID)
 	tg.lossy = true
+	err = p.mutate(ctx, "evaluate_effect", tg, func(m *mtx) error { return m.evaluate(req, bodies, &out) })
+	return out, err
+}
+
+// EvaluateInEpisode is the broker's whole evaluate request in one
+// transaction, its ownership check (EffectInEpisode's) included. It locks
+// episodeID and, in the same round trip, the effect only if it is that
+// episode's: another episode's effect is not_found, and neither it nor its
+// episode is locked. The request's epoch is checked first
+// (stale_request_epoch, before not_found, so a fenced caller learns only
+// that it is fenced); then plan decides, from the effect as locked, the
+// Evaluation to perform, which must name that effect and the request's
+// epoch. A plan error records nothing; the plan's Then is returned once
+// its evaluation is recorded.
+func (p *Postgres) EvaluateInEpisode(ctx context.Context, episodeID, effectID uuid.UUID, epoch int64,
+	plan func(Effect) (EvaluationPlan, error)) (Effect, error) {
+	var out Effect
+	var then error
+	tg := target{id: episodeID, what: "episode", effect: true, effectID: effectID, lossy: true}
 	err := p.mutate(ctx, "evaluate_effect", tg, func(m *mtx) error {
-		e, err := lockEffect(m, req.EffectID)
+		then = nil
+		if err := m.requireEpoch(epoch); err != nil {
+			return err
+		}
+		e, ok := m.locked[effectID]
+		if !ok {
+			return notFound("effect")
+		}
+		pl, err := plan(e)
 		if err != nil {
 			return err
 		}
-		if e.State == Prepared {
-			if err := m.forward(e, req.Epoch, req.Revision); err != nil {
-				return err
-			}
-			if err := m.saveEffect(&e, Evaluating, map[string]any{}); err != nil {
-				return err
-			}
+		if pl.EffectID != effectID || pl.Epoch != epoch {
+			return invalid("an evaluation plan names another effect or epoch than its request")
 		}
-		for i, d := range req.Decisions {
-			if _, err := m.recordDecision(e, d, bodies[i]); err != nil {
-				return err
-			}
+		bodies, err := checkEvaluation(pl.Evaluation)
+		if err != nil {
+			return err
 		}
-		if req.Ready {
-			if err := checkTransition(e.State, Ready); err != nil {
-				return err
-			}
-			if err := m.forward(e, req.Epoch, req.Revision); err != nil {
-				return err
-			}
-			if err := m.saveEffect(&e, Ready, map[string]any{}); err != nil {
-				return err
-			}
-		}
-		out = e
-		return nil
+		then = pl.Then
+		return m.evaluate(pl.Evaluation, bodies, &out)
 	})
-	return out, err
+	if err != nil {
+		return Effect{}, err
+	}
+	return out, then
+}
+
+// EvaluationPlan is what EvaluateInEpisode's plan decided.
+type EvaluationPlan struct {
+	Evaluation
+	// Then, when set, is the answer once the evaluation is recorded: a
+	// refusal that still moves the effect (to evaluating).
+	Then error
+}
+
+func checkEvaluation(req Evaluation) ([]json.RawMessage, error) {
+	bodies := make([]json.RawMessage, len(req.Decisions))
+	for i, d := range req.Decisions {
+		if d.EffectID != req.EffectID || d.Revision != req.Revision || d.Epoch != req.Epoch {
+			return nil, invalid("a decision names another effect revision than its evaluation")
+		}
+		if req.Ready && d.Verdict != VerdictAllow {
+			return nil, invalid("an effect a decision denies cannot become ready")
+		}
+		var err error
+		if bodies[i], err = checkDecision(d); err != nil {
+			return nil, err
+		}
+	}
+	return bodies, nil
+}
+
+// evaluate is an Evaluation's mutation, which stores the effect in out.
+func (m *mtx) evaluate(req Evaluation, bodies []json.RawMessage, out *Effect) error {
+	e, err := lockEffect(m, req.EffectID)
+	if err != nil {
+		return err
+	}
+	if e.State == Prepared {
+		if err := m.forward(e, req.Epoch, req.Revision); err != nil {
+			return err
+		}
+		if err := m.saveEffect(&e, Evaluating, map[string]any{}); err != nil {
+			return err
+		}
+	}
+	for i, d := range req.Decisions {
+		if _, err := m.recordDecision(e, d, bodies[i]); err != nil {
+			return err
+		}
+	}
+	if req.Ready {
+		if err := checkTransition(e.State, Ready); err != nil {
+			return err
+		}
+		if err := m.forward(e, req.Epoch, req.Revision); err != nil {
+			return err
+		}
+		if err := m.saveEffect(&e, Ready, map[string]any{}); err != nil {
+			return err
+		}
+	}
+	*out = e
+	return nil
 }
 
 func nullJSON(b []byte) any {

@@ -347,20 +347,3 @@ func (p *Postgres) ActiveEpisodes(ctx context.Context) ([]Episode, error) {
 	})
 	return out, err
 }
-
-// Generations lists every generation of an episode's domains, oldest
-// first: what a kernel starting up must prove gone.
-func (p *Postgres) Generations(ctx context.Context, episodeID uuid.UUID) ([]Generation, error) {
-	var out []Generation
-	err := p.query(ctx, "generations", func(tx querier) error {
-		rows, err := tx.Query(ctx, `SELECT g.domain_id, g.generation, g.epoch, g.checkpoint_id, g.state, g.created_at, g.destroyed_at
-			FROM domain_generations g JOIN domains d ON d.id = g.domain_id
-			WHERE d.episode_id = $1 ORDER BY g.created_at, g.generation`, episodeID)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Generation, error) { return scanGeneration(r) })
-		return err
-	})
-	return out, err
-}

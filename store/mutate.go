@@ -24,8 +24,13 @@ type target struct {
 	via  string
 	id   uuid.UUID
 	what string // for not_found
-	// effect: also lock the effect (via == "effects").
-	effect bool
+	// effect: also lock the effect (via == "effects"), or, with
+	// effectID, the effect effectID if it is the episode id's (via ==
+	// ""): absent from mtx.locked when it is not.
+	// Such a target takes no lease, decisions or spend (they name the
+	// effect by id).
+	effect   bool
+	effectID uuid.UUID
 	// leaseMode, when set ("FOR SHARE" or "FOR UPDATE"), also locks a
 	// lease: leaseID if set, otherwise the effect's.
 	leaseMode string
@@ -147,20 +152,35 @@ func (p *Postgres) mutateOnce(ctx context.Context, op string, tg target, fn func
 		return classify(op, err)
 	}
 	m, err := begin(ctx, conn, tg)
-	if err == nil && (m.ep.Owner.InstanceID != p.instance || !m.now.Before(m.ep.Owner.ExpiresAt)) {
-		err = stale("this kernel instance does not hold the episode's ownership lease")
+	if err == nil {
+		err = p.owns(m)
 	}
 	if err == nil {
 		err = fn(m)
 	}
 	committed := false
 	if err == nil {
-		committed, err = m.commit()
+		committed, _, err = m.commit(nil)
 	}
+	return p.end(conn, m, op, committed, err)
+}
+
+// owns refuses a mutation unless this instance holds the episode's
+// unexpired ownership lease, by the database's clock read under the lock.
+func (p *Postgres) owns(m *mtx) error {
+	if m.ep.Owner.InstanceID != p.instance || !m.now.Before(m.ep.Owner.ExpiresAt) {
+		return stale("this kernel instance does not hold the episode's ownership lease")
+	}
+	return nil
+}
+
+// end returns conn to the pool after a transaction: rolled back if it did
+// not commit, discarded unless it is known idle and healthy.
+func (p *Postgres) end(conn *pgx.Conn, m *mtx, op string, committed bool, err error) error {
 	if err != nil {
 		healthy := !connBroken(err)
-		if !committed && m.tx != nil {
-			if rbErr := m.tx.Rollback(ctx); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
+		if !committed && m != nil && m.tx != nil {
+			if rbErr := m.tx.Rollback(m.ctx); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
 				healthy = false
 			}
 		}
@@ -171,12 +191,107 @@ func (p *Postgres) mutateOnce(ctx context.Context, op string, tg target, fn func
 	return nil
 }
 
+// mutateThen runs fn as one transaction on tg and then fn2 as a second on
+// tg2, on the same connection, with the second's BEGIN and locks pipelined
+// behind the first's COMMIT: the second costs one round trip (its writes
+// and COMMIT) instead of two. Each is a whole mutation — its own locks,
+// ownership check, checks and ledger events — so the pair is exactly the
+// two calls made back to back; only the locks of the second are taken
+// sooner. between runs once the first has committed, before the second
+// writes anything (a fault-injection point: a crash there must find the
+// two transactions as separate as before). The second runs on ctx without
+// its cancellation, bounded by thenWindow: once the first is recorded the
+// second is attempted to its end. Whenever the second cannot use the
+// pipelined locks (they failed, or the connection broke and it provably
+// did not commit) it is run again from the start, as mutate would.
+func (p *Postgres) mutateThen(ctx context.Context, op string, tg target, fn func(*mtx) error,
+	between func(), op2 string, tg2 target, fn2 func(*mtx) error) error {
+	var conn *pgx.Conn
+	var m2 *mtx
+	err := once(func() error {
+		c, err := p.pool.acquire(ctx)
+		if err != nil {
+			return classify(op, err)
+		}
+		m, err := begin(ctx, c, tg)
+		if err == nil {
+			err = p.owns(m)
+		}
+		if err == nil {
+			err = fn(m)
+		}
+		committed := false
+		if err == nil {
+			committed, m2, err = m.commit(&tg2)
+		}
+		if err != nil {
+			return p.end(c, m, op, committed, err)
+		}
+		if m2 == nil {
+			// The first committed, the second's start failed: roll
+			// back whatever of it the server began, and redo it below.
+			_ = m.tx.Rollback(ctx)
+			p.pool.release(c, !c.IsClosed() && c.PgConn().TxStatus() == 'I')
+			return nil
+		}
+		conn = c
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if between != nil {
+		between()
+	}
+	ctx2, cancel := context.WithTimeout(context.WithoutCancel(ctx), thenWindow)
+	defer cancel()
+	if m2 == nil {
+		return p.mutate(ctx2, op2, tg2, fn2)
+	}
+	m2.ctx = ctx2
+	err = p.owns(m2)
+	if err == nil {
+		err = fn2(m2)
+	}
+	committed := false
+	if err == nil {
+		committed, _, err = m2.commit(nil)
+	}
+	if err != nil && (pgconn.SafeToRetry(err) || !committed && connBroken(err)) {
+		// The second provably did not commit (nothing of its writes was
+		// sent, or the server ended the connection before its COMMIT)
+		// and its locks died with the connection: run it again, afresh.
+		p.pool.release(conn, false)
+		return p.mutate(ctx2, op2, tg2, fn2)
+	}
+	return p.end(conn, m2, op2, committed, err)
+}
+
+// thenWindow bounds the second transaction of mutateThen.
+const thenWindow = time.Minute
+
 // begin sends BEGIN and every lock of tg in one pipelined round trip.
 func begin(ctx context.Context, conn *pgx.Conn, tg target) (*mtx, error) {
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
+	queueLocks(&b, tg)
+	br := conn.SendBatch(ctx, &b)
+	m := &mtx{ctx: ctx, tx: br.Tx(), lossy: tg.lossy}
+	err := readLocks(br, m, tg)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return m, err
+}
+
+// queueLocks queues the statements that lock and read what tg names, in
+// the fixed order; readLocks reads their results after the BEGIN's.
+func queueLocks(b *pgx.Batch, tg target) {
 	b.Queue(tg.episodeSQL(), tg.id)
-	if tg.effect {
+	switch {
+	case tg.effect && tg.effectID != uuid.Nil:
+		b.Queue(`SELECT `+effectCols+` FROM effects WHERE id = $1 AND episode_id = $2 FOR UPDATE`, tg.effectID, tg.id)
+	case tg.effect:
 		b.Queue(`SELECT `+effectCols+` FROM effects WHERE id = $1 FOR UPDATE`, tg.id)
 	}
 	if tg.leaseMode != "" {
@@ -194,13 +309,6 @@ func begin(ctx context.Context, conn *pgx.Conn, tg target) (*mtx, error) {
 	if tg.spend {
 		b.Queue(spendSQL(tg.episodeID()), tg.id, SpendWindow.Microseconds())
 	}
-	br := conn.SendBatch(ctx, &b)
-	m := &mtx{ctx: ctx, tx: br.Tx(), lossy: tg.lossy}
-	err := readLocks(br, m, tg)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return m, err
 }
 
 func readLocks(br pgx.BatchResults, m *mtx, tg target) error {
@@ -218,10 +326,13 @@ func readLocks(br pgx.BatchResults, m *mtx, tg target) error {
 	m.now = m.now.UTC()
 	if tg.effect {
 		e, err := scanEffect(br.QueryRow())
-		if err != nil {
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) && tg.effectID != uuid.Nil:
+		case err != nil:
 			return err
+		default:
+			m.lock(e)
 		}
-		m.lock(e)
 	}
 	if tg.leaseMode != "" {
 		l, err := scanLease(br.QueryRow())
@@ -262,12 +373,17 @@ func readLocks(br pgx.BatchResults, m *mtx, tg target) error {
 // committed. Any other failure once the pipeline is on the wire (a dead
 // connection, a cancelled context) leaves the outcome unknown:
 // authority_unavailable, never a guess.
-func (m *mtx) commit() (committed bool, err error) {
+//
+// With next, the next transaction's BEGIN and locks follow the COMMIT in
+// the same round trip; next is the mutation they started, or nil (with the
+// first committed) when they failed — the connection is then left for the
+// caller to roll back or discard.
+func (m *mtx) commit(next *target) (committed bool, m2 *mtx, err error) {
 	if len(m.events) == 0 && m.writes.Len() > 0 {
-		return false, protocol.Errorf(protocol.CodeInternal, "store: mutation without a ledger event")
+		return false, nil, protocol.Errorf(protocol.CodeInternal, "store: mutation without a ledger event")
 	}
 	if err := m.queueLedger(); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	if m.lossy {
 		// Whatever commits after this one and waits for its flush
@@ -277,6 +393,10 @@ func (m *mtx) commit() (committed bool, err error) {
 	}
 	m.writes.Queue("COMMIT")
 	n := m.writes.Len()
+	if next != nil {
+		m.writes.Queue("BEGIN")
+		queueLocks(&m.writes, *next)
+	}
 	br := m.tx.SendBatch(m.ctx, &m.writes)
 	for i := 0; i < n; i++ {
 		tag, err := br.Exec()
@@ -287,15 +407,27 @@ func (m *mtx) commit() (committed bool, err error) {
 			_ = br.Close()
 			var pg *pgconn.PgError
 			if errors.As(err, &pg) {
-				return false, err
+				return false, nil, err
 			}
-			return true, protocol.Errorf(protocol.CodeAuthorityUnavailable, "commit outcome unknown: %w", err)
+			return true, nil, protocol.Errorf(protocol.CodeAuthorityUnavailable, "commit outcome unknown: %w", err)
 		}
 	}
-	if err := br.Close(); err != nil {
-		return true, protocol.Errorf(protocol.CodeAuthorityUnavailable, "commit outcome unknown: %w", err)
+	if next == nil {
+		if err := br.Close(); err != nil {
+			return true, nil, protocol.Errorf(protocol.CodeAuthorityUnavailable, "commit outcome unknown: %w", err)
+		}
+		return true, nil, nil
 	}
-	return true, nil
+	// The COMMIT was answered: the first committed, whatever follows.
+	m2 = &mtx{ctx: m.ctx, tx: m.tx, lossy: next.lossy}
+	err = readLocks(br, m2, *next)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return true, nil, nil
+	}
+	return true, m2, nil
 }
 
 // queueLedger seals the pending events onto the episode's chain and queues

@@ -41,6 +41,7 @@ type Store interface {
 	ProposeEffect(ctx context.Context, req Proposal) (Effect, error)
 	PrepareEffect(ctx context.Context, req Prepare) (Effect, error)
 	Evaluate(ctx context.Context, req Evaluation) (Effect, error)
+	EvaluateInEpisode(ctx context.Context, episodeID, effectID uuid.UUID, epoch int64, plan func(Effect) (EvaluationPlan, error)) (Effect, error)
 	ReviseEffect(ctx context.Context, req Revision) (Effect, error)
 	Transition(ctx context.Context, req Transition) (Effect, error)
 	Effect(ctx context.Context, id uuid.UUID) (Effect, error)
@@ -48,6 +49,7 @@ type Store interface {
 	RecordDecision(ctx context.Context, req NewDecision) (Decision, error)
 
 	BeginCommit(ctx context.Context, req CommitRequest, check CommitCheck) (CommitView, error)
+	EnterCommit(ctx context.Context, req CommitRequest, check CommitCheck, afterIntent func(CommitView)) (CommitView, error)
 	// Spend is an episode's durable spend now (a reading; BeginCommit
 	// reads it again under its locks, which is what decides).
 	Spend(ctx context.Context, episodeID uuid.UUID) (Spend, error)
@@ -139,94 +141,6 @@ type Lineage struct {
 	CheckpointID *uuid.UUID
 	Reason       string
 	CreatedAt    time.Time
-}
-
-// LeaseGrant mints a lease in the current epoch.
-type LeaseGrant struct {
-	EpisodeID    uuid.UUID
-	Epoch        int64
-	Capabilities json.RawMessage
-	TTL          time.Duration
-}
-
-// Lease is a capability grant bound to an epoch.
-type Lease struct {
-	ID           uuid.UUID
-	EpisodeID    uuid.UUID
-	Epoch        int64
-	Capabilities json.RawMessage
-	CreatedAt    time.Time
-	ExpiresAt    time.Time
-	RevokedAt    *time.Time
-	RevokeReason string
-}
-
-// Domain is an execution domain; its generations are the successive
-// incarnations restored into it.
-type Domain struct {
-	ID        uuid.UUID
-	EpisodeID uuid.UUID
-	CreatedAt time.Time
-}
-
-// NewDomain records an episode's execution domain and its first
-// generation under the episode's current epoch.
-type NewDomain struct {
-	EpisodeID uuid.UUID
-	Epoch     int64
-	// UnsafeLocal marks a domain whose backend isolates nothing: the
-	// ledger's domain_created event says "unsafe_local": true, so no
-	// reader of the ledger can take its work for contained work.
-	UnsafeLocal bool
-}
-
-// Generation states.
-const (
-	GenerationLive      = "live"
-	GenerationDestroyed = "destroyed"
-)
-
-// Generation is one incarnation of a domain.
-type Generation struct {
-	DomainID     uuid.UUID
-	Generation   int
-	Epoch        int64
-	CheckpointID *uuid.UUID
-	State        string
-	CreatedAt    time.Time
-	DestroyedAt  *time.Time
-}
-
-// NewGeneration starts the next generation of a domain whose current one is
-// destroyed, optionally restored from a checkpoint.
-type NewGeneration struct {
-	DomainID     uuid.UUID
-	Epoch        int64
-	CheckpointID *uuid.UUID
-}
-
-// NewCheckpoint records a checkpoint of a domain generation; its parent is
-// the episode's current checkpoint and it becomes the current one.
-type NewCheckpoint struct {
-	EpisodeID  uuid.UUID
-	DomainID   uuid.UUID
-	Generation int
-	Epoch      int64
-	Digest     string // "sha256:<64 hex>"
-	Stable     bool
-}
-
-// Checkpoint is a digest-addressed snapshot of a domain's overlay.
-type Checkpoint struct {
-	ID         uuid.UUID
-	EpisodeID  uuid.UUID
-	DomainID   uuid.UUID
-	Generation int
-	Epoch      int64
-	Digest     string
-	ParentID   *uuid.UUID
-	Stable     bool
-	CreatedAt  time.Time
 }
 
 // Proposal creates an effect at revision 1, state proposed.

@@ -10,105 +10,76 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Generations: an episode's execution domains, the successive generations
+// restored into each (never two live at once) and the checkpoints taken of
+// them, whose lineage is the episode's current snapshot.
+
+// Domain is an execution domain; its generations are the successive
+// incarnations restored into it.
+type Domain struct {
+	ID        uuid.UUID
+	EpisodeID uuid.UUID
+	CreatedAt time.Time
+}
+
+// NewDomain records an episode's execution domain and its first
+// generation under the episode's current epoch.
+type NewDomain struct {
+	EpisodeID uuid.UUID
+	Epoch     int64
+	// UnsafeLocal marks a domain whose backend isolates nothing: the
+	// ledger's domain_created event says "unsafe_local": true, so no
+	// reader of the ledger can take its work for contained work.
+	UnsafeLocal bool
+}
+
+// Generation states.
 const (
-	maxLeaseTTL     = 24 * time.Hour
-	maxCapabilities = 64 << 10
+	GenerationLive      = "live"
+	GenerationDestroyed = "destroyed"
 )
 
-// GrantLease mints a lease in the current epoch. Its expiry is on the
-// database's clock, like every check of it.
-func (p *Postgres) GrantLease(ctx context.Context, req LeaseGrant) (Lease, error) {
-	if req.TTL <= 0 || req.TTL > maxLeaseTTL {
-		return Lease{}, invalid("lease ttl must be in (0, %s]", maxLeaseTTL)
-	}
-	caps, err := checkJSONObject("capabilities", req.Capabilities, maxCapabilities)
-	if err != nil {
-		return Lease{}, err
-	}
-	var out Lease
-	err = p.mutate(ctx, "grant_lease", onEpisode(req.EpisodeID), func(m *mtx) error {
-		if err := m.requireActive(); err != nil {
-			return err
-		}
-		if err := m.requireEpoch(req.Epoch); err != nil {
-			return err
-		}
-		l := Lease{ID: newID(), EpisodeID: m.ep.ID, Epoch: m.ep.Epoch, Capabilities: caps,
-			CreatedAt: m.now, ExpiresAt: m.now.Add(req.TTL)}
-		m.write(`INSERT INTO leases (`+leaseCols+`) VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL)`,
-			l.ID, l.EpisodeID, l.Epoch, l.Capabilities, l.CreatedAt, l.ExpiresAt)
-		m.emit("lease_granted", map[string]any{"lease_id": l.ID, "lease_epoch": l.Epoch,
-			"expires_at": l.ExpiresAt, "capabilities_digest": digestOf(caps)})
-		out = l
-		return nil
-	})
-	return out, err
+// Generation is one incarnation of a domain.
+type Generation struct {
+	DomainID     uuid.UUID
+	Generation   int
+	Epoch        int64
+	CheckpointID *uuid.UUID
+	State        string
+	CreatedAt    time.Time
+	DestroyedAt  *time.Time
 }
 
-// RevokeLease revokes a lease; revoking a revoked lease changes nothing.
-func (p *Postgres) RevokeLease(ctx context.Context, id uuid.UUID, reason string) (Lease, error) {
-	var out Lease
-	err := p.mutate(ctx, "revoke_lease", onRow("leases", "lease", id), func(m *mtx) error {
-		l, err := lockLease(m, id, "FOR UPDATE")
-		if err != nil {
-			return err
-		}
-		if l.RevokedAt == nil {
-			l.RevokedAt, l.RevokeReason = &m.now, clip(reason)
-			if l.RevokeReason == "" {
-				l.RevokeReason = "revoked"
-			}
-			m.write(`UPDATE leases SET revoked_at = $2, revoke_reason = $3 WHERE id = $1`, l.ID, m.now, l.RevokeReason)
-			m.emit("lease_revoked", map[string]any{"lease_id": l.ID, "reason": l.RevokeReason})
-		}
-		out = l
-		return nil
-	})
-	return out, err
+// NewGeneration starts the next generation of a domain whose current one is
+// destroyed, optionally restored from a checkpoint.
+type NewGeneration struct {
+	DomainID     uuid.UUID
+	Epoch        int64
+	CheckpointID *uuid.UUID
 }
 
-// Lease reads a lease.
-func (p *Postgres) Lease(ctx context.Context, id uuid.UUID) (Lease, error) {
-	var out Lease
-	err := p.query(ctx, "lease", func(tx querier) error {
-		var err error
-		out, err = scanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM leases WHERE id = $1`, id))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("lease")
-		}
-		return err
-	})
-	return out, err
+// NewCheckpoint records a checkpoint of a domain generation; its parent is
+// the episode's current checkpoint and it becomes the current one.
+type NewCheckpoint struct {
+	EpisodeID  uuid.UUID
+	DomainID   uuid.UUID
+	Generation int
+	Epoch      int64
+	Digest     string // "sha256:<64 hex>"
+	Stable     bool
 }
 
-// LeaseInEpisode reads an episode (without its spec) and a lease in one
-// round trip: the broker's read-only fence before a prepare, which the
-// prepare's own transaction checks again under its locks. Two statements,
-// pipelined; each reads its own snapshot, as two calls would. A missing
-// episode or lease is not_found.
-func (p *Postgres) LeaseInEpisode(ctx context.Context, episodeID, leaseID uuid.UUID) (Episode, Lease, error) {
-	var ep Episode
-	var l Lease
-	err := p.query(ctx, "lease_in_episode", func(tx querier) error {
-		var b pgx.Batch
-		b.Queue(`SELECT `+episodeLockCols+` FROM episodes WHERE id = $1`, episodeID)
-		b.Queue(`SELECT `+leaseCols+` FROM leases WHERE id = $1`, leaseID)
-		br := tx.SendBatch(ctx, &b)
-		defer br.Close()
-		var err error
-		if ep, err = scanEpisode(br.QueryRow(), false); errors.Is(err, pgx.ErrNoRows) {
-			return notFound("episode")
-		} else if err != nil {
-			return err
-		}
-		if l, err = scanLease(br.QueryRow()); errors.Is(err, pgx.ErrNoRows) {
-			return notFound("lease")
-		} else if err != nil {
-			return err
-		}
-		return br.Close()
-	})
-	return ep, l, err
+// Checkpoint is a digest-addressed snapshot of a domain's overlay.
+type Checkpoint struct {
+	ID         uuid.UUID
+	EpisodeID  uuid.UUID
+	DomainID   uuid.UUID
+	Generation int
+	Epoch      int64
+	Digest     string
+	ParentID   *uuid.UUID
+	Stable     bool
+	CreatedAt  time.Time
 }
 
 // CreateDomain records a new execution domain and its first generation.
@@ -135,6 +106,23 @@ func (p *Postgres) CreateDomain(ctx context.Context, req NewDomain) (Domain, Gen
 		return nil
 	})
 	return d, g, err
+}
+
+// Generations lists every generation of an episode's domains, oldest
+// first: what a kernel starting up must prove gone.
+func (p *Postgres) Generations(ctx context.Context, episodeID uuid.UUID) ([]Generation, error) {
+	var out []Generation
+	err := p.query(ctx, "generations", func(tx querier) error {
+		rows, err := tx.Query(ctx, `SELECT g.domain_id, g.generation, g.epoch, g.checkpoint_id, g.state, g.created_at, g.destroyed_at
+			FROM domain_generations g JOIN domains d ON d.id = g.domain_id
+			WHERE d.episode_id = $1 ORDER BY g.created_at, g.generation`, episodeID)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Generation, error) { return scanGeneration(r) })
+		return err
+	})
+	return out, err
 }
 
 func lockCurrentGeneration(m *mtx, domainID uuid.UUID) (Generation, error) {
