@@ -88,3 +88,28 @@ func BenchmarkRelayNonStreamed(b *testing.B) { sideBySide(b, false) }
 
 // BenchmarkRelayFirstByte: time to a stream's first body byte.
 func BenchmarkRelayFirstByte(b *testing.B) { sideBySide(b, true) }
+
+// BenchmarkAdmit16MiB is admission's cost for a body at the default cap
+// (16 MiB): the full-depth strict-JSON check plus the top-level read.
+func BenchmarkAdmit16MiB(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"model":"qwen","messages":[`)
+	for i := 0; sb.Len() < config.DefaultRelayMaxRequestBytes-1024; i++ {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		sb.WriteString(`{"role":"user","content":"` + strings.Repeat("lorem ipsum dolor sit amet ", 20) +
+			`","tool_calls":[{"id":"call_1","type":"function","function":{"name":"shell","arguments":"{\"cmd\":[\"ls\"]}"}}]}`)
+	}
+	sb.WriteString(`],"max_tokens":16,"stream":true}`)
+	body := []byte(sb.String())
+	ru := &rules{routes: map[string]bool{"/v1/chat/completions": true}, models: map[string]bool{"qwen": true},
+		maxBody: config.DefaultRelayMaxRequestBytes, maxQuery: 1024}
+	h := http.Header{"Content-Type": {"application/json"}}
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := admit(ru, "POST", "/v1/chat/completions", h, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
