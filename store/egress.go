@@ -54,8 +54,8 @@ func (p *Postgres) RecordEgress(ctx context.Context, f EgressFetch) error {
 		rows, err := tx.Query(ctx, `INSERT INTO egress_fetches
 			(episode_id, kind, method, host, path, outcome, code, reason, status, bytes, bytes_up, sha256, duration_ms)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-			f.EpisodeID, f.Kind, clipEgress(f.Method, 16), clipEgress(f.Host, 255), clipEgress(f.Path, 4096), f.Outcome,
-			clipEgress(f.Code, 64), clipEgress(f.Reason, 512), f.Status, f.Bytes, f.BytesUp, f.SHA256, f.Duration.Milliseconds())
+			f.EpisodeID, f.Kind, clipText(f.Method, 16), clipText(f.Host, 255), clipText(f.Path, 4096), f.Outcome,
+			clipText(f.Code, 64), clipText(f.Reason, 512), f.Status, f.Bytes, f.BytesUp, f.SHA256, f.Duration.Milliseconds())
 		if err != nil {
 			return err
 		}
@@ -64,9 +64,10 @@ func (p *Postgres) RecordEgress(ctx context.Context, f EgressFetch) error {
 	})
 }
 
-// clipEgress bounds a recorded string: the ledger keeps what was asked, cut,
-// rather than refusing to record a refusal.
-func clipEgress(s string, n int) string {
+// clipText bounds a recorded string: the ledger keeps what was asked, cut,
+// rather than refusing to record a refusal (egress fetches, relay
+// refusals).
+func clipText(s string, n int) string {
 	if len(s) > n {
 		s = s[:n]
 	}

@@ -35,6 +35,7 @@ type Refusal struct {
 	Code   protocol.Code
 	Status int
 	Reason string
+	Model  string // the model asked for, once admission has read it
 }
 
 func (r *Refusal) Error() string { return string(r.Code) + ": " + r.Reason }
@@ -73,11 +74,11 @@ func admit(ru *rules, method, requestURI string, header http.Header, body []byte
 	}
 	c := call{route: rawPath, rawQuery: rawQuery}
 	if raw, ok := top["model"]; !ok || json.Unmarshal(raw, &c.model) != nil || !ru.models[c.model] {
-		return call{}, refuse(protocol.CodeModelRefused, http.StatusForbidden, "model is not allowed")
+		return call{}, &Refusal{Code: protocol.CodeModelRefused, Status: http.StatusForbidden, Reason: "model is not allowed", Model: c.model}
 	}
 	if raw, ok := top["stream"]; ok && string(raw) != "null" {
 		if json.Unmarshal(raw, &c.stream) != nil {
-			return call{}, refuse(protocol.CodeInvalidField, http.StatusBadRequest, "stream is not a boolean")
+			return call{}, &Refusal{Code: protocol.CodeInvalidField, Status: http.StatusBadRequest, Reason: "stream is not a boolean", Model: c.model}
 		}
 	}
 	// Whichever output cap the wire API names; the largest one given
@@ -89,7 +90,7 @@ func admit(ru *rules, method, requestURI string, header http.Header, body []byte
 		}
 		var n int64
 		if json.Unmarshal(raw, &n) != nil || n < 1 || n > 1<<40 {
-			return call{}, refuse(protocol.CodeInvalidField, http.StatusBadRequest, k+" is not a positive integer")
+			return call{}, &Refusal{Code: protocol.CodeInvalidField, Status: http.StatusBadRequest, Reason: k + " is not a positive integer", Model: c.model}
 		}
 		c.maxOutput = max(c.maxOutput, n)
 	}
