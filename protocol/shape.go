@@ -210,7 +210,10 @@ func (s *shapeScanner) push(object bool) {
 		clear(l.set)
 		return
 	}
-	s.stack = append(s.stack, shapeLevel{object: object})
+	if s.stack == nil {
+		s.stack = make([]shapeLevel, 0, 8)
+	}
+	s.stack = append(s.stack, shapeLevel{object: object, keys: make([][]byte, 0, smallObject)})
 }
 
 func (s *shapeScanner) pop() { s.stack = s.stack[:len(s.stack)-1] }

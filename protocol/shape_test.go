@@ -215,3 +215,28 @@ func BenchmarkCheckShape16MiB(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCheckShapeFrame is the per-frame cost: a worker's prepare
+// request of about 600 bytes, as the broker admits thousands.
+func BenchmarkCheckShapeFrame(b *testing.B) {
+	frame := []byte(`{"protocol":1,"action":"prepare","request_id":"0192f0a0-0000-7000-8000-000000000001","epoch":3,` +
+		`"lease_id":"0192f0a0-0000-7000-8000-000000000002","kind":"git_commit","target_id":"repo",` +
+		`"target":{"base_oid":"2f7c9d0e4b1a5c3d8e6f7a9b0c1d2e3f4a5b6c7d","ref":"refs/heads/main","message":"fix the off-by-one in calc"},` +
+		`"payload_b64":"ZGlmZiAtLWdpdCBhL3NyYy9jYWxjLnNoIGIvc3JjL2NhbGMuc2gKaW5kZXggMWEyYjNjNC4uNWQ2ZTdmOCAxMDA2NDQKLS0tIGEvc3JjL2NhbGMuc2gKKysrIGIvc3JjL2NhbGMuc2gK",` +
+		`"intent":{"summary":"fix calc","paths":["src/calc.sh"],"tests":["make test"]}}`)
+	lim := WorkerRequestSchema().Limits
+	for _, impl := range []struct {
+		name  string
+		check func([]byte, Limits) error
+	}{{"scanner", CheckShape}, {"token-walk", tokenWalk}} {
+		b.Run(impl.name, func(b *testing.B) {
+			b.SetBytes(int64(len(frame)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := impl.check(frame, lim); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
