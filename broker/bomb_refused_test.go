@@ -13,6 +13,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
+	"github.com/hashicorp/go-hclog"
 )
 
 // peakRSS resets this process's peak resident set (clear_refs 5) and
@@ -131,14 +132,17 @@ func TestPatchBombRefused(t *testing.T) {
 		// The cap raised past the bomb: git's RLIMIT_AS is the backstop.
 		lim := gc.Limits
 		gc.Limits = GitLimits{MaxResultBytes: 4 << 30, MemoryBytes: 256 << 20}
-		defer func() { gc.Limits = lim }()
+		// git's own words (its stderr) reach only the operator's log.
+		var logs bytes.Buffer
+		gc.Log = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Trace})
+		defer func() { gc.Limits, gc.Log = lim, nil }()
 		mid, _ := deltaBomb("lib/mid.bin", 300_000, 2000) // 600 MB
 		before := e.snapshot(f.bare)
 		start := time.Now()
 		req := Request{TargetID: "nolimit", Target: mustJSON(gitTarget(f.head())), Payload: mid}
 		err := gc.Validate(ctxT(t), req)
-		if err == nil || !strings.Contains(err.Error(), "alloc") && !strings.Contains(err.Error(), "memory") {
-			t.Fatalf("git under RLIMIT_AS: %v", err)
+		if err == nil || !strings.Contains(logs.String(), "alloc") && !strings.Contains(logs.String(), "memory") {
+			t.Fatalf("git under RLIMIT_AS: %v\n%s", err, logs.String())
 		}
 		t.Logf("600 MB delta under a 256 MiB RLIMIT_AS: refused in %v (%v)", time.Since(start), err)
 		before.same(t, e.snapshot(f.bare))

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/hashicorp/go-hclog"
 )
 
 // GitTarget is one authoritative repository.
@@ -40,6 +41,9 @@ type GitCommit struct {
 	BeforeUpdateRef func()
 	// Limits bound every git this adapter runs.
 	Limits GitLimits
+	// Log receives git's stderr when a git fails (errors keep only the
+	// verb); nil drops it.
+	Log hclog.Logger
 }
 
 type gitCommitRequest struct {
@@ -97,7 +101,7 @@ func (g *GitCommit) parse(r Request) (GitTarget, gitCommitRequest, error) {
 // git runs git on the repository with every configurable execution path
 // disabled (see gitRun) and the target's limits.
 func (g *GitCommit) git(ctx context.Context, t GitTarget, index string, stdin []byte, args ...string) ([]byte, error) {
-	return gitRun{bin: g.Git, repo: t.Repo, index: index, stdin: stdin, limits: g.Limits}.run(ctx, args...)
+	return gitRun{bin: g.Git, repo: t.Repo, index: index, stdin: stdin, limits: g.Limits, log: g.Log}.run(ctx, args...)
 }
 
 // checkRepoConfig refuses a repository whose own configuration could pull
@@ -155,7 +159,7 @@ func (g *GitCommit) build(ctx context.Context, t GitTarget, req gitCommitRequest
 			q = ""
 		}
 	}()
-	run := gitRun{bin: g.Git, repo: t.Repo, index: filepath.Join(q, "index"), quarantine: q, limits: g.Limits}
+	run := gitRun{bin: g.Git, repo: t.Repo, index: filepath.Join(q, "index"), quarantine: q, limits: g.Limits, log: g.Log}
 	if _, err := run.run(ctx, "read-tree", req.BaseOID+"^{commit}"); err != nil {
 		return "", q, protocol.Errorf(protocol.CodeEffectFailed, "base: %w", err)
 	}
@@ -260,7 +264,7 @@ func (g *GitCommit) Commit(ctx context.Context, r Request) Result {
 		name, email = "Autonomic", "autonomic@localhost"
 	}
 	env := []string{"GIT_AUTHOR_NAME=" + name, "GIT_AUTHOR_EMAIL=" + email, "GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email}
-	out, err := gitRun{bin: g.Git, repo: t.Repo, stdin: []byte(msg), env: env, quarantine: q, limits: g.Limits}.run(ctx,
+	out, err := gitRun{bin: g.Git, repo: t.Repo, stdin: []byte(msg), env: env, quarantine: q, limits: g.Limits, log: g.Log}.run(ctx,
 		"commit-tree", tree, "-p", req.BaseOID, "-F", "-")
 	if err != nil {
 		return notCommitted(protocol.Errorf(protocol.CodeEffectFailed, "%w", err), nil)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -81,6 +82,9 @@ type gitRun struct {
 	// objects are an alternate, and ref updates are refused.
 	quarantine string
 	limits     GitLimits
+	// log, when set, is the operator's log, the only place git's stderr
+	// goes.
+	log hclog.Logger
 }
 
 // gitBaseConfig disables every configurable execution path: no system or
@@ -154,15 +158,33 @@ func (r gitRun) run(ctx context.Context, args ...string) ([]byte, error) {
 	err = cmd.Wait()
 	switch {
 	case out.over:
-		return nil, protocol.Errorf(protocol.CodeLimitExceeded, "git %s printed more than %d bytes", args[0], lim.MaxOutputBytes)
+		return nil, protocol.Errorf(protocol.CodeLimitExceeded, "git %s printed more than %d bytes", gitVerb(args), lim.MaxOutputBytes)
 	case ctx.Err() != nil:
-		return nil, protocol.Errorf(protocol.CodeTargetTimeout, "git %s exceeded %s", args[0], lim.Timeout)
+		return nil, protocol.Errorf(protocol.CodeTargetTimeout, "git %s exceeded %s", gitVerb(args), lim.Timeout)
 	case err != nil:
-		return out.Bytes(), fmt.Errorf("git %s: %w: %.400s", args[0], err, errb.String())
+		// git's stderr may quote the patch or the repository ("invalid
+		// path '.git/config'"): an error carries only the verb and the
+		// exit status, since it can become a denial's reason a worker or
+		// its agent reads. The operator's log keeps the rest.
+		if r.log != nil {
+			r.log.Warn("git failed", "verb", gitVerb(args), "error", err, "stderr", fmt.Sprintf("%.400s", errb.String()))
+		}
+		return out.Bytes(), fmt.Errorf("git %s: %w", gitVerb(args), err)
 	case werr != nil:
-		return out.Bytes(), fmt.Errorf("git %s: stdin: %w", args[0], werr)
+		return out.Bytes(), fmt.Errorf("git %s: stdin: %w", gitVerb(args), werr)
 	}
 	return out.Bytes(), nil
+}
+
+// gitVerb is the subcommand of args, past any "-c name=value" options.
+func gitVerb(args []string) string {
+	for len(args) >= 2 && args[0] == "-c" {
+		args = args[2:]
+	}
+	if len(args) == 0 {
+		return ""
+	}
+	return args[0]
 }
 
 // cappedBuffer keeps at most max bytes; a write beyond fails, which ends

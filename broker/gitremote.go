@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/hashicorp/go-hclog"
 )
 
 // GitRemoteTarget is one allowlisted remote.
@@ -45,6 +46,9 @@ type GitRemoteTarget struct {
 type GitRemote struct {
 	Targets map[string]GitRemoteTarget
 	Git     string
+	// Log receives git's stderr when a git fails (errors keep only the
+	// verb); nil drops it.
+	Log hclog.Logger
 }
 
 type gitRemoteRequest struct {
@@ -99,11 +103,11 @@ const credentialHelper = `!f() { test "$1" = get || exit 0; echo "username=$AUTO
 // git runs git on the authoritative repository; network commands get the
 // target's credential and CA.
 func (g *GitRemote) git(ctx context.Context, t GitRemoteTarget, args ...string) ([]byte, error) {
-	return gitRun{bin: g.Git, repo: t.Repo}.run(ctx, args...)
+	return gitRun{bin: g.Git, repo: t.Repo, log: g.Log}.run(ctx, args...)
 }
 
 func (g *GitRemote) remote(ctx context.Context, t GitRemoteTarget, args ...string) ([]byte, error) {
-	run := gitRun{bin: g.Git, repo: t.Repo}
+	run := gitRun{bin: g.Git, repo: t.Repo, log: g.Log}
 	var pre []string
 	if t.CAFile != "" {
 		pre = append(pre, "-c", "http.sslCAInfo="+t.CAFile)

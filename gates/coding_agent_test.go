@@ -6,8 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -38,35 +36,8 @@ func TestCodingAgentScenario(t *testing.T) {
 	defer cancel()
 	// As production runs: the service account, the sudoers rule, and
 	// behind it this tree's launcher (a stale install fails here).
-	launcherSHA := installedLauncherIsThisTrees(t, ctx)
-	recordServiceLauncher(t, launcherSHA)
-	uid, gid := serviceAccount(t)
-	// Not t.TempDir: its parent is 0700, and the service account must
-	// reach the repository and its state beneath this.
-	tmp, err := os.MkdirTemp("", "autonomic-scenario-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dbName := fmt.Sprintf("coding_agent_%d", time.Now().UnixNano())
-	if err := shared.cluster.CreateDatabase(ctx, dbName); err != nil {
-		t.Fatal(err)
-	}
-	repo := filepath.Join(tmp, "calc.git")
-	base, err := scenario.Seed(ctx, repo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The kernel's account owns the authoritative repository and its state.
-	chownTree(t, repo, uid, gid)
-	state := filepath.Join(tmp, "state")
-	if err := os.Mkdir(state, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	chownTree(t, state, uid, gid)
+	w := newServiceWorld(t, ctx, "coding_agent")
+	repo, base := w.repo, w.base
 	model, err := scenario.StartModel("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -82,8 +53,8 @@ func TestCodingAgentScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc, _ := json.Marshal(map[string]any{
-		"state_dir":   state,
-		"store":       map[string]any{"url": shared.cluster.KernelConnString(dbName), "admin_url": shared.cluster.AdminConnString(dbName)},
+		"state_dir":   w.state,
+		"store":       w.storeConfig(),
 		"policy_keys": map[string]string{"operator": base64.StdEncoding.EncodeToString(pub)},
 		"domain":      serviceDomain(t),
 		"sensor": map[string]any{"kind": "openai_compatible", "endpoint": model.Endpoint(), "model": scenario.FixtureModel,
@@ -101,15 +72,9 @@ func TestCodingAgentScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Trace: what the log must never carry is checked at every level.
-	var logs strings.Builder
-	stop := startServiceKernel(t, ctx, doc, tmp, cfg.APISocket(), []string{modelKeyEnv + "=" + modelKey}, &syncWriter{w: &logs})
-	t.Logf("kernel %s serving as uid %d; launcher through sudo: %s (sha256 %s, this tree's build)", shared.kernel, uid, domain.DefaultLauncherPath, launcherSHA)
-	defer func() {
-		_ = stop()
-		if t.Failed() {
-			t.Logf("kernel log (info and above):\n%s", above(logs.String(), "debug", "trace"))
-		}
-	}()
+	logs, stop := w.serve(t, ctx, doc, cfg.APISocket(), []string{modelKeyEnv + "=" + modelKey})
+	defer stop()
+	t.Logf("kernel %s serving as uid %d; launcher through sudo: %s (sha256 %s, this tree's build)", shared.kernel, w.uid, domain.DefaultLauncherPath, w.launcherSHA)
 
 	client := api.NewClient(cfg.APISocket())
 	env := &scenario.Env{API: client, Repo: repo, Base: base, Key: key, KeyID: "operator", ModelRequests: model.Requests, ModelInjected: model.Injected, Collector: collector,

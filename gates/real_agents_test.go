@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,53 +39,26 @@ func TestRealAgentsFixTheReferenceRepository(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	launcherSHA := installedLauncherIsThisTrees(t, ctx)
-	recordServiceLauncher(t, launcherSHA)
-	uid, gid := serviceAccount(t)
 	lc := installedLauncherConfig(t)
 	if _, ok := lc.Rootfses["agents"]; !ok {
 		t.Fatal("the installed launcher has no agents rootfs (make install builds it where npm is reachable)")
 	}
-	tmp, err := os.MkdirTemp("", "autonomic-real-agents-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dbName := fmt.Sprintf("real_agents_%d", time.Now().UnixNano())
-	if err := shared.cluster.CreateDatabase(ctx, dbName); err != nil {
-		t.Fatal(err)
-	}
-	repo := filepath.Join(tmp, "calc.git")
-	base, err := scenario.Seed(ctx, repo)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Each agent's change lands on its own ref, which starts at the base.
+	var refs []string
 	for _, name := range agent.Names() {
-		if _, err := scenario.Git(ctx, repo, "update-ref", "refs/heads/agent/"+name, base); err != nil {
-			t.Fatal(err)
-		}
+		refs = append(refs, "refs/heads/agent/"+name)
 	}
-	chownTree(t, repo, uid, gid)
-	state := filepath.Join(tmp, "state")
-	if err := os.Mkdir(state, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	chownTree(t, state, uid, gid)
+	w := newServiceWorld(t, ctx, "real_agents", refs...)
+	tmp, repo, base, state, uid, gid := w.tmp, w.repo, w.base, w.state, w.uid, w.gid
 
 	const keyEnv, key = "AUTONOMIC_GATE_PROVIDER_KEY", "sk-gate-provider-61b0d3-kernel-only"
 	models := map[string]*fixturemodel.Server{}
 	providers := map[string]any{}
-	var refs []string
 	for _, name := range agent.Names() {
 		p, err := agent.Load(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		refs = append(refs, "refs/heads/agent/"+name)
 		m, err := fixturemodel.Start(fixturemodel.FixCalc(p.WireAPI, "/workspace"))
 		if err != nil {
 			t.Fatal(err)
@@ -99,7 +71,7 @@ func TestRealAgentsFixTheReferenceRepository(t *testing.T) {
 	kernelConfig := func(policyKeys map[string]string) []byte {
 		doc, _ := json.Marshal(map[string]any{
 			"state_dir":   state,
-			"store":       map[string]any{"url": shared.cluster.KernelConnString(dbName), "admin_url": shared.cluster.AdminConnString(dbName)},
+			"store":       w.storeConfig(),
 			"policy_keys": policyKeys,
 			"domain":      serviceDomain(t),
 			"sensor":      map[string]any{"kind": "rules"},
@@ -159,14 +131,8 @@ func TestRealAgentsFixTheReferenceRepository(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs strings.Builder
-	stop := startServiceKernel(t, ctx, doc, tmp, cfg.APISocket(), []string{keyEnv + "=" + key}, &syncWriter{w: &logs})
-	defer func() {
-		_ = stop()
-		if t.Failed() {
-			t.Logf("kernel log (info and above):\n%s", above(logs.String(), "debug", "trace"))
-		}
-	}()
+	logs, stop := w.serve(t, ctx, doc, cfg.APISocket(), []string{keyEnv + "=" + key})
+	defer stop()
 	client := api.NewClient(cfg.APISocket())
 
 	for _, name := range agent.Names() {

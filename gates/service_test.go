@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/gates/scenario"
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
@@ -182,5 +183,80 @@ func recordServiceLauncher(t *testing.T, sha string) {
 	b, _ := json.MarshalIndent(x, "", "  ")
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// serviceWorld is what a gate that runs the kernel as production runs it
+// sets up first: this tree's launcher behind the sudoers rule (recorded
+// for the report), a scratch directory the service account can reach, a
+// database of its own, and the reference repository and a state directory
+// owned by the account.
+type serviceWorld struct {
+	launcherSHA string
+	uid, gid    int
+	tmp         string // removed when the test ends
+	db          string
+	repo, base  string // the seeded reference repository and its base commit
+	state       string
+}
+
+// newServiceWorld sets it up; refs are created at the base before the
+// repository is handed to the account.
+func newServiceWorld(t *testing.T, ctx context.Context, name string, refs ...string) *serviceWorld {
+	t.Helper()
+	w := &serviceWorld{launcherSHA: installedLauncherIsThisTrees(t, ctx)}
+	recordServiceLauncher(t, w.launcherSHA)
+	w.uid, w.gid = serviceAccount(t)
+	// Not t.TempDir: its parent is 0700, and the service account must
+	// reach the repository and its state beneath this.
+	tmp, err := os.MkdirTemp("", "autonomic-"+name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w.tmp = tmp
+	w.db = fmt.Sprintf("%s_%d", name, time.Now().UnixNano())
+	if err := shared.cluster.CreateDatabase(ctx, w.db); err != nil {
+		t.Fatal(err)
+	}
+	w.repo = filepath.Join(tmp, "calc.git")
+	if w.base, err = scenario.Seed(ctx, w.repo); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range refs {
+		if _, err := scenario.Git(ctx, w.repo, "update-ref", ref, w.base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The kernel's account owns the authoritative repository and its state.
+	chownTree(t, w.repo, w.uid, w.gid)
+	w.state = filepath.Join(tmp, "state")
+	if err := os.Mkdir(w.state, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	chownTree(t, w.state, w.uid, w.gid)
+	return w
+}
+
+// storeConfig is the kernel configuration's store block for the world's
+// database.
+func (w *serviceWorld) storeConfig() map[string]any {
+	return map[string]any{"url": shared.cluster.KernelConnString(w.db), "admin_url": shared.cluster.AdminConnString(w.db)}
+}
+
+// serve starts the kernel on doc as the service account. stop ends it and,
+// when the test has failed, shows its log (info and above).
+func (w *serviceWorld) serve(t *testing.T, ctx context.Context, doc []byte, socket string, env []string) (logs *syncWriter, stop func()) {
+	t.Helper()
+	logs = &syncWriter{w: &strings.Builder{}}
+	halt := startServiceKernel(t, ctx, doc, w.tmp, socket, env, logs)
+	return logs, func() {
+		_ = halt()
+		if t.Failed() {
+			t.Logf("kernel log (info and above):\n%s", above(logs.String(), "debug", "trace"))
+		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"reflect"
 	"slices"
 	"strconv"
@@ -122,78 +121,6 @@ func versionOf(raw json.RawMessage) (int, bool) {
 		return -1, true
 	}
 	return n, true
-}
-
-// CheckShape walks the token stream once: one top-level object, no duplicate
-// keys at any level, bounded depth and node count, nothing after the object.
-// encoding/json's tokenizer enforces the grammar (commas, colons, literals).
-func CheckShape(b []byte, lim Limits) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	type level struct {
-		keys     map[string]struct{}
-		isObject bool
-		wantKey  bool
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return Errorf(CodeMalformedJSON, "%w", err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return Errorf(CodeMalformedJSON, "top level is not an object")
-	}
-	stack := []level{{keys: map[string]struct{}{}, isObject: true, wantKey: true}}
-	nodes := 1
-	valueEnded := func() {
-		if n := len(stack); n > 0 && stack[n-1].isObject {
-			stack[n-1].wantKey = true
-		}
-	}
-	for len(stack) > 0 {
-		tok, err := dec.Token()
-		if err != nil {
-			return Errorf(CodeMalformedJSON, "%w", err)
-		}
-		top := len(stack) - 1
-		if stack[top].isObject && stack[top].wantKey {
-			if d, ok := tok.(json.Delim); ok && d == '}' {
-				stack = stack[:top]
-				valueEnded()
-				continue
-			}
-			key, ok := tok.(string)
-			if !ok {
-				return E(CodeMalformedJSON)
-			}
-			if _, dup := stack[top].keys[key]; dup {
-				return Errorf(CodeDuplicateKey, "%q", key)
-			}
-			stack[top].keys[key] = struct{}{}
-			stack[top].wantKey = false
-			continue
-		}
-		if d, ok := tok.(json.Delim); ok && d == ']' {
-			stack = stack[:top]
-			valueEnded()
-			continue
-		}
-		nodes++
-		if nodes > lim.MaxNodes {
-			return E(CodeTooManyNodes)
-		}
-		if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') {
-			if len(stack)+1 > lim.MaxDepth {
-				return E(CodeTooDeep)
-			}
-			stack = append(stack, level{keys: map[string]struct{}{}, isObject: d == '{', wantKey: d == '{'})
-			continue
-		}
-		valueEnded()
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return E(CodeTrailingData)
-	}
-	return nil
 }
 
 // DecodeStrict unmarshals an admitted document into v, refusing fields the

@@ -60,6 +60,11 @@ func FuzzCheckShape(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		for _, lim := range limits {
 			err := CheckShape(in, lim)
+			// The scanner and the Token walk it replaced give the same
+			// verdict on every input.
+			if got, want := codeOf(err), codeOf(tokenWalk(in, lim)); got != want {
+				t.Fatalf("%q under %+v: CheckShape %q, Token walk %q (%v)", in, lim, got, want, err)
+			}
 			if err != nil {
 				wantCatalogued(t, err)
 				continue

@@ -15,7 +15,7 @@ func TestDecodeSpecStrict(t *testing.T) {
 		{"unknown top field", `{"version":1,"name":"x","extra":1}`, "unknown field"},
 		{"unknown entry field", `{"version":1,"name":"x","files":[{"path":"/a","mode":1}]}`, "unknown field"},
 		{"duplicate top key", `{"version":1,"name":"x","name":"y"}`, `duplicate key "name"`},
-		{"duplicate nested key", `{"version":1,"name":"x","files":[{"path":"/a","path":"/etc/shadow"}]}`, `duplicate key "path"`},
+		{"duplicate nested key", `{"version":1,"name":"x","files":[{"path":"/a","path":"/etc/shadow"}]}`, `duplicate key "files[0].path"`},
 		{"case-folded key", `{"version":1,"Name":"x"}`, "keys are lowercase"},
 		{"kelvin sign key", "{\"version\":1,\"name\":\"x\",\"files\":[{\"path\":\"/a\",\"optional\":true,\"\u212aey\":1}]}", "keys are lowercase"},
 		{"trailing data", `{"version":1,"name":"x"} {}`, "trailing"},

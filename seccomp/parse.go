@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 
+	"github.com/autonomic-kernel/autonomic/protocol"
 	libseccomp "github.com/seccomp/libseccomp-golang"
 )
 
@@ -77,6 +77,9 @@ func Parse(data []byte) (Profile, error) {
 	if len(data) > MaxProfileSize {
 		return Profile{}, top("", fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxProfileSize))
 	}
+	if err := checkShape(data); err != nil {
+		return Profile{}, err
+	}
 	obj, err := decodeObject(data)
 	if err != nil {
 		return Profile{}, top("", err)
@@ -131,14 +134,6 @@ func decodeRule(raw json.RawMessage) (Rule, error) {
 	fail := func(field string, err error) error { return &ParseError{Names: r.Names, Field: field, Err: err} }
 	obj, err := decodeObject(raw)
 	if err != nil {
-		// Name the rule if a lenient read can, so the error still points
-		// at it; the rule is rejected either way.
-		var loose struct {
-			Names []string `json:"names"`
-		}
-		if json.Unmarshal(raw, &loose) == nil {
-			r.Names = loose.Names
-		}
 		return r, fail("", err)
 	}
 	// Names come first so that every later error can name the rule.
@@ -430,43 +425,85 @@ func knownSyscall(name string) bool {
 	return err == nil
 }
 
-// decodeObject decodes one JSON object into its members, refusing duplicate
-// keys and trailing data. Values stay raw so that each level is decoded with
-// its own exact schema.
-func decodeObject(data []byte) (map[string]json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSyntax, err)
+// maxDepth is the deepest a profile nests: the top level, syscalls, a
+// rule, its args or includes, an argument or an arches list.
+const maxDepth = 5
+
+// checkShape runs the project's one strict-JSON reader over the whole
+// profile once: well-formed, one object, no duplicate key at any depth, no
+// nesting a profile cannot have, nothing after it. Its refusal names the
+// path; one inside syscalls[i] is reported as that rule's error.
+func checkShape(data []byte) error {
+	err := protocol.CheckShape(data, protocol.Limits{MaxDepth: maxDepth, MaxNodes: len(data) + 1})
+	if err == nil {
+		return nil
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	var sentinel error
+	switch protocol.AsWire(err).Code {
+	case protocol.CodeDuplicateKey:
+		sentinel = ErrDuplicateKey
+	case protocol.CodeTooDeep:
+		sentinel = ErrType
+	case protocol.CodeTrailingData:
+		return &ParseError{Rule: -1, Err: fmt.Errorf("%w: trailing data after the object", ErrSyntax)}
+	default:
+		sentinel = ErrSyntax
+	}
+	var se *protocol.ShapeError
+	if !errors.As(err, &se) {
+		// Only "top level is not an object" has no path.
+		return &ParseError{Rule: -1, Err: fmt.Errorf("%w: want an object", ErrType)}
+	}
+	pe := &ParseError{Rule: -1}
+	path := se.Path
+	if len(path) >= 2 && path[0] == (protocol.PathStep{Key: "syscalls", Index: -1}) && path[1].Index >= 0 {
+		pe.Rule, pe.Names = path[1].Index, looseNames(data, path[1].Index)
+		path = path[2:]
+	}
+	switch {
+	case sentinel == ErrDuplicateKey:
+		key := path[len(path)-1].Key
+		pe.Field, pe.Err = (&protocol.ShapeError{Path: path[:len(path)-1]}).String(), fmt.Errorf("%w: %q", ErrDuplicateKey, key)
+	case sentinel == ErrType:
+		pe.Field, pe.Err = (&protocol.ShapeError{Path: path}).String(), fmt.Errorf("%w: nested deeper than a profile can be", ErrType)
+	default:
+		pe.Field, pe.Err = (&protocol.ShapeError{Path: path}).String(), fmt.Errorf("%w: %s", ErrSyntax, se.Reason)
+	}
+	return pe
+}
+
+// looseNames reads rule i's syscall names leniently, so that an error the
+// strict reader found in the rule can still name it; the rule is refused
+// either way.
+func looseNames(data []byte, i int) []string {
+	var loose struct {
+		Syscalls []struct {
+			Names []string `json:"names"`
+			Name  string   `json:"name"`
+		} `json:"syscalls"`
+	}
+	if json.Unmarshal(data, &loose) != nil || i >= len(loose.Syscalls) {
+		return nil
+	}
+	if r := loose.Syscalls[i]; len(r.Names) > 0 {
+		return r.Names
+	}
+	if n := loose.Syscalls[i].Name; n != "" {
+		return []string{n}
+	}
+	return nil
+}
+
+// decodeObject splits one object of an already checked profile into its
+// members. Values stay raw so that each level is decoded with its own exact
+// schema; keys are exact (a Go map, not struct fields).
+func decodeObject(data []byte) (map[string]json.RawMessage, error) {
+	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
 		return nil, fmt.Errorf("%w: want an object", ErrType)
 	}
-	obj := map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrSyntax, err)
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return nil, fmt.Errorf("%w: object key", ErrSyntax)
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrSyntax, err)
-		}
-		if _, dup := obj[key]; dup {
-			return nil, fmt.Errorf("%w: %q", ErrDuplicateKey, key)
-		}
-		obj[key] = v
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(data, &obj); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSyntax, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: trailing data after the object", ErrSyntax)
 	}
 	return obj, nil
 }

@@ -74,8 +74,8 @@ func (p *Postgres) RecordEgress(ctx context.Context, fs ...EgressFetch) error {
 			fmt.Fprintf(&q, "$%d", len(args)+j+1)
 		}
 		q.WriteString(")")
-		args = append(args, f.EpisodeID, f.Kind, clipEgress(f.Method, 16), clipEgress(f.Host, 255), clipEgress(f.Path, 4096), f.Outcome,
-			clipEgress(f.Code, 64), clipEgress(f.Reason, 512), f.Status, f.Bytes, f.BytesUp, f.SHA256, f.Duration.Milliseconds())
+		args = append(args, f.EpisodeID, f.Kind, clipText(f.Method, 16), clipText(f.Host, 255), clipText(f.Path, 4096), f.Outcome,
+			clipText(f.Code, 64), clipText(f.Reason, 512), f.Status, f.Bytes, f.BytesUp, f.SHA256, f.Duration.Milliseconds())
 	}
 	return p.query(ctx, "record_egress", func(tx querier) error {
 		rows, err := tx.Query(ctx, q.String(), args...)
@@ -91,9 +91,10 @@ func (p *Postgres) RecordEgress(ctx context.Context, fs ...EgressFetch) error {
 // far under PostgreSQL's 65535).
 const maxEgressBatch = 256
 
-// clipEgress bounds a recorded string: the ledger keeps what was asked, cut,
-// rather than refusing to record a refusal.
-func clipEgress(s string, n int) string {
+// clipText bounds a recorded string: the ledger keeps what was asked, cut,
+// rather than refusing to record a refusal (egress fetches, relay
+// refusals).
+func clipText(s string, n int) string {
 	if len(s) > n {
 		s = s[:n]
 	}

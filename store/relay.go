@@ -51,6 +51,22 @@ type RelayRecord struct {
 	Duration       time.Duration
 }
 
+// RelayRefusal is one call the relay refused at admission: nothing was
+// forwarded or charged. It holds no content; the method, raw path and model
+// are what the worker asked for, clipped.
+type RelayRefusal struct {
+	EpisodeID uuid.UUID
+	Provider  string
+	Method    string
+	Route     string // the raw request path, without the query
+	Model     string // "" when admission refused before reading one
+	Code      protocol.Code
+	Status    int
+	// Last marks the last refusal the relay records; later ones are only
+	// logged (see kernel/relay).
+	Last bool
+}
+
 // RelayCall is one row of the relay ledger.
 type RelayCall struct {
 	ID uuid.UUID
@@ -215,6 +231,25 @@ func (p *Postgres) RecordRelayCall(ctx context.Context, r RelayRecord) (uuid.UUI
 		return nil
 	})
 	return id, err
+}
+
+// RecordRelayRefusal writes a refused call to the episode's hash-chained
+// ledger as an inference_refused event. It changes no charge.
+func (p *Postgres) RecordRelayRefusal(ctx context.Context, r RelayRefusal) error {
+	if !protocol.Known(r.Code) || r.Status < 100 || r.Status > 599 {
+		return invalid("relay refusal needs a catalogue code and an HTTP status")
+	}
+	body := map[string]any{
+		"provider": clipText(r.Provider, 128), "method": clipText(r.Method, 16), "route": clipText(r.Route, 256),
+		"model": clipText(r.Model, 128), "code": string(r.Code), "status": r.Status,
+	}
+	if r.Last {
+		body["last_recorded"] = true
+	}
+	return p.mutate(ctx, "record_relay_refusal", onEpisode(r.EpisodeID), func(m *mtx) error {
+		m.emit("inference_refused", body)
+		return nil
+	})
 }
 
 // GetRelayBudget reads an episode's inference budget.

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,5 +156,34 @@ func TestRelayRefusesWithoutBudgetOrOwnership(t *testing.T) {
 	}
 	if _, _, err := e.store.ChargeRelay(ctx, ep.ID, RelayAmount{2, 0}, RelayAmount{1, 0}, false); !errors.Is(err, protocol.E(protocol.CodeInvalidField)) {
 		t.Fatalf("min above want: %v", err)
+	}
+}
+
+// TestRelayRefusalRecorded: a refusal is one inference_refused event,
+// clipped and cleaned, and only with a catalogue code.
+func TestRelayRefusalRecorded(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	ep := relayEpisode(t, e, 1000, 500)
+	if err := e.store.RecordRelayRefusal(ctx, RelayRefusal{EpisodeID: ep.ID, Code: "made_up", Status: 400}); err == nil {
+		t.Fatal("a code outside the catalogue was recorded")
+	}
+	long := "/v1/" + strings.Repeat("a", 1000) + "\x00\xff"
+	if err := e.store.RecordRelayRefusal(ctx, RelayRefusal{EpisodeID: ep.ID, Provider: "p", Method: "GET", Route: long,
+		Model: "m\x00", Code: protocol.CodeRouteRefused, Status: 404}); err != nil {
+		t.Fatal(err)
+	}
+	events, err := e.store.Events(ctx, ep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := events[len(events)-1]
+	var b map[string]any
+	if err := json.Unmarshal(ev.Body, &b); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Kind != "inference_refused" || b["code"] != "route_refused" || b["status"] != float64(404) || b["model"] != "m" ||
+		len(b["route"].(string)) != 256 || b["method"] != "GET" {
+		t.Fatalf("event %s %v", ev.Kind, b)
 	}
 }

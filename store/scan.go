@@ -1,17 +1,15 @@
 package store
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store/ledger"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/tidwall/gjson"
 )
 
 func sha256Hex(b []byte) string {
@@ -78,36 +76,19 @@ func scanEffect(row pgx.Row) (Effect, error) {
 	return e, nil
 }
 
-var versionVectorKeys = map[string]bool{"episode_id": true, "epoch": true, "policy_version": true, "snapshot_ancestry": true,
-	"trajectory_version": true, "trajectory_regime": true, "lease_id": true, "effect_revision": true}
-
-// DecodeVersionVector strictly decodes a stored version vector: unknown
-// fields, trailing data or a missing identity are refused, because a vector
-// that decodes loosely could compare equal to one it is not.
+// DecodeVersionVector strictly decodes a stored version vector through the
+// project's one strict-JSON reader: one object, no duplicate key, no key
+// that is not exactly a field's name (encoding/json alone would let
+// {"epoch":1,"Epoch":5} set the epoch twice), nothing after it, and the
+// identity present, because a vector that decodes loosely could compare
+// equal to one it is not.
 func DecodeVersionVector(raw []byte) (VersionVector, error) {
 	var v VersionVector
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
-		return VersionVector{}, fmt.Errorf("store: version vector: %w", err)
-	}
-	if dec.More() {
-		return VersionVector{}, fmt.Errorf("store: version vector: trailing data")
-	}
 	if err := ledger.CheckObject(raw); err != nil {
 		return VersionVector{}, fmt.Errorf("store: version vector: %w", err)
 	}
-	// encoding/json matches keys case-insensitively: {"epoch":1,"Epoch":5}
-	// passes the duplicate check above and decodes as epoch 5.
-	var foreign string
-	gjson.ParseBytes(raw).ForEach(func(k, _ gjson.Result) bool {
-		if !versionVectorKeys[k.Str] {
-			foreign = k.Str
-		}
-		return foreign == ""
-	})
-	if foreign != "" {
-		return VersionVector{}, fmt.Errorf("store: version vector: key %q is not a field's exact name", foreign)
+	if err := protocol.DecodeStrict(raw, &v); err != nil {
+		return VersionVector{}, fmt.Errorf("store: version vector: %w", err)
 	}
 	if v.EpisodeID == uuid.Nil || v.LeaseID == uuid.Nil || v.Epoch < 1 || v.EffectRevision < 1 || v.PolicyVersion < 0 {
 		return VersionVector{}, fmt.Errorf("store: version vector: missing identity")

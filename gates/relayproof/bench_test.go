@@ -1,16 +1,12 @@
 package relayproof
 
 import (
-	"bufio"
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -87,56 +83,24 @@ func benchPaths(b *testing.B, stream bool) {
 		url string
 	}{{tcp, up.URL + route}, {unix, "http://relay" + route}, {tcp, "http://" + bln.Addr().String() + route}}
 	for _, p := range paths { // warm every connection
-		timed(b, p.c, p.url, body, stream)
+		fixturemodel.TimeCall(b, p.c, p.url, body, stream)
 	}
 	var d, r, viaBridge, relayDiff, bridgeDiff []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		dd := timed(b, paths[0].c, paths[0].url, body, stream)
-		rr := timed(b, paths[1].c, paths[1].url, body, stream)
-		bb := timed(b, paths[2].c, paths[2].url, body, stream)
+		dd := fixturemodel.TimeCall(b, paths[0].c, paths[0].url, body, stream)
+		rr := fixturemodel.TimeCall(b, paths[1].c, paths[1].url, body, stream)
+		bb := fixturemodel.TimeCall(b, paths[2].c, paths[2].url, body, stream)
 		d, r, viaBridge = append(d, dd), append(r, rr), append(viaBridge, bb)
 		relayDiff, bridgeDiff = append(relayDiff, rr-dd), append(bridgeDiff, bb-dd)
 	}
 	b.StopTimer()
-	b.ReportMetric(p50(d), "direct-p50-µs")
-	b.ReportMetric(p50(r), "relay-p50-µs")
-	b.ReportMetric(p50(viaBridge), "bridge+relay-p50-µs")
-	b.ReportMetric(p50(relayDiff), "relay-overhead-p50-µs")
-	b.ReportMetric(p50(bridgeDiff), "bridge+relay-overhead-p50-µs")
+	b.ReportMetric(fixturemodel.P50(d), "direct-p50-µs")
+	b.ReportMetric(fixturemodel.P50(r), "relay-p50-µs")
+	b.ReportMetric(fixturemodel.P50(viaBridge), "bridge+relay-p50-µs")
+	b.ReportMetric(fixturemodel.P50(relayDiff), "relay-overhead-p50-µs")
+	b.ReportMetric(fixturemodel.P50(bridgeDiff), "bridge+relay-overhead-p50-µs")
 	b.ReportMetric(0, "ns/op")
-}
-
-func timed(b *testing.B, c *http.Client, url, body string, firstByte bool) time.Duration {
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	start := time.Now()
-	resp, err := c.Do(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var d time.Duration
-	if firstByte {
-		if _, err := bufio.NewReader(resp.Body).ReadByte(); err != nil {
-			b.Fatal(err)
-		}
-		d = time.Since(start)
-		io.Copy(io.Discard, resp.Body)
-	} else {
-		io.Copy(io.Discard, resp.Body)
-		d = time.Since(start)
-	}
-	if resp.StatusCode != http.StatusOK {
-		b.Fatalf("%s: status %d", url, resp.StatusCode)
-	}
-	return d
-}
-
-func p50(ds []time.Duration) float64 {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return float64(s[len(s)/2].Microseconds())
 }
 
 // BenchmarkPathsNonStreamed: a whole non-streamed answer on each path.

@@ -19,7 +19,8 @@
 //     readable file, tool output, or request the model saw.
 //   - The relay forwards only its inference route: other methods, paths,
 //     dotted and encoded traversals, absolute-form targets and a model
-//     outside the policy are refused (and logged); the upstream sees only
+//     outside the policy are refused, each an inference_refused event in
+//     the episode's ledger (the proof counts them there); the upstream sees only
 //     POST /v1/responses, always with the server's key.
 //
 // The evidence is what the agent's own commands found, read back from the

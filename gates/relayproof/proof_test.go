@@ -538,7 +538,7 @@ func TestCodexContainmentProof(t *testing.T) {
 	}
 
 	// The relay refused every other method, path, traversal and model,
-	// and said so in its log.
+	// and recorded each refusal.
 	relayLines := grepLines(tools, "RELAY ")
 	if n := strings.Count(relayLines, "\n"); n < 18 {
 		t.Errorf("only %d relay attacks reported:\n%s", n, relayLines)
@@ -551,8 +551,28 @@ func TestCodexContainmentProof(t *testing.T) {
 	if !strings.Contains(lineOf(tools, "RELAY model-outside-policy"), "model_refused") {
 		t.Errorf("a model outside the policy was not refused as such: %s", lineOf(tools, "RELAY model-outside-policy"))
 	}
-	if n := strings.Count(relayLog.String(), `"call refused"`); n < 18 {
-		t.Errorf("the relay logged %d refusals, want one per refused attack (18):\n%s", n, relayLog.String())
+	// Each refusal is an inference_refused event in the episode's ledger
+	// (counted there, not in the log), the model probe among them.
+	events, err := s.Events(ctx, ep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusals, modelRefusals := 0, 0
+	for _, ev := range events {
+		if ev.Kind != "inference_refused" {
+			continue
+		}
+		refusals++
+		var b struct{ Code, Model string }
+		if err := json.Unmarshal(ev.Body, &b); err != nil {
+			t.Fatal(err)
+		}
+		if b.Code == "model_refused" && b.Model == "gpt-forbidden" {
+			modelRefusals++
+		}
+	}
+	if refusals < 18 || modelRefusals != 1 {
+		t.Errorf("the ledger holds %d refusals (%d of the forbidden model), want one per refused attack (18, 1)", refusals, modelRefusals)
 	}
 
 	// The upstream saw only the inference route, always with the server's

@@ -100,6 +100,7 @@ func TestRefusals(t *testing.T) {
 		code      protocol.Code
 	}{
 		{"duplicate", `{"state_dir":"/s","state_dir":"/t"}`, "state_dir", "more than once", protocol.CodeDuplicateKey},
+		{"duplicate nested", `{` + base + `,"store":{"database":"a","database":"b"}}`, "store.database", "more than once", protocol.CodeDuplicateKey},
 		{"unknown top", `{` + base + `,"stat_dir":"/x"}`, "stat_dir", "unknown key", protocol.CodeUnknownField},
 		{"unknown nested", `{` + base + `,"store":{"uri":"x"}}`, "store.uri", "unknown key", protocol.CodeUnknownField},
 		{"case folded", `{` + base + `,"STATE_DIR":"/x"}`, "STATE_DIR", "unknown key", protocol.CodeUnknownField},

@@ -40,18 +40,8 @@ func decodeEgress(w *egressWire) (*Egress, error) {
 	if w.Allow == nil {
 		return nil, fmt.Errorf("egress.allow is missing")
 	}
-	if len(w.Allow) > MaxEgressHosts {
-		return nil, fmt.Errorf("egress.allow has more than %d hosts", MaxEgressHosts)
-	}
-	seen := map[string]bool{}
-	for _, h := range w.Allow {
-		if !ValidHost(h) {
-			return nil, fmt.Errorf("egress.allow: %q is not a lower-case host name", h)
-		}
-		if seen[h] {
-			return nil, fmt.Errorf("egress.allow: %q is listed twice", h)
-		}
-		seen[h] = true
+	if err := checkNames("egress.allow", "hosts", w.Allow, MaxEgressHosts, ValidHost, "a lower-case host name"); err != nil {
+		return nil, err
 	}
 	e := &Egress{Allow: w.Allow}
 	if w.MaxBytes != nil {

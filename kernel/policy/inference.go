@@ -54,24 +54,35 @@ func (w *inferenceWire) check() (Inference, error) {
 		return Inference{}, missing("inference.max_tokens")
 	case w.MaxSpendMicroUSD == nil:
 		return Inference{}, missing("inference.max_spend_micro_usd")
-	case len(w.Models) > MaxInferenceModels:
-		return Inference{}, invalid("inference.models lists more than %d models", MaxInferenceModels)
 	case *w.MaxTokens < 1 || *w.MaxTokens > maxVersion:
 		return Inference{}, invalid("inference.max_tokens outside 1..2^53")
 	case *w.MaxSpendMicroUSD < 0 || *w.MaxSpendMicroUSD > maxVersion:
 		return Inference{}, invalid("inference.max_spend_micro_usd outside 0..2^53")
 	}
-	seen := map[string]bool{}
-	for _, m := range w.Models {
-		if !ValidModel(m) {
-			return Inference{}, invalid("inference.models: %q is not a model id", m)
-		}
-		if seen[m] {
-			return Inference{}, invalid("inference.models: %q is listed twice", m)
-		}
-		seen[m] = true
+	if err := checkNames("inference.models", "models", w.Models, MaxInferenceModels, ValidModel, "a model id"); err != nil {
+		return Inference{}, invalid("%w", err)
 	}
 	return Inference{Models: w.Models, MaxTokens: *w.MaxTokens, MaxSpendMicroUSD: *w.MaxSpendMicroUSD}, nil
+}
+
+// checkNames checks a list of names a section grants (egress hosts,
+// inference models): at most max, each of its one valid spelling, none
+// twice. The error names the field and the entry.
+func checkNames(field, plural string, names []string, max int, valid func(string) bool, shape string) error {
+	if len(names) > max {
+		return fmt.Errorf("%s lists more than %d %s", field, max, plural)
+	}
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if !valid(n) {
+			return fmt.Errorf("%s: %q is not %s", field, n, shape)
+		}
+		if seen[n] {
+			return fmt.Errorf("%s: %q is listed twice", field, n)
+		}
+		seen[n] = true
+	}
+	return nil
 }
 
 // Allows reports whether model is in the policy's list.

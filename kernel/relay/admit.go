@@ -1,16 +1,15 @@
 package relay
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/tidwall/gjson"
 )
 
 // rules is what admission checks a request against.
@@ -36,6 +35,7 @@ type Refusal struct {
 	Code   protocol.Code
 	Status int
 	Reason string
+	Model  string // the model asked for, once admission has read it
 }
 
 func (r *Refusal) Error() string { return string(r.Code) + ": " + r.Reason }
@@ -68,34 +68,37 @@ func admit(ru *rules, method, requestURI string, header http.Header, body []byte
 	if !utf8.Valid(body) {
 		return call{}, refuse(protocol.CodeNotUTF8, http.StatusBadRequest, "body is not UTF-8")
 	}
-	top, err := topLevel(body)
+	top, err := topLevel(body, append([]string{"model", "stream"}, outputCaps...)...)
 	if err != nil {
 		return call{}, err
 	}
 	c := call{route: rawPath, rawQuery: rawQuery}
 	if raw, ok := top["model"]; !ok || json.Unmarshal(raw, &c.model) != nil || !ru.models[c.model] {
-		return call{}, refuse(protocol.CodeModelRefused, http.StatusForbidden, "model is not allowed")
+		return call{}, &Refusal{Code: protocol.CodeModelRefused, Status: http.StatusForbidden, Reason: "model is not allowed", Model: c.model}
 	}
 	if raw, ok := top["stream"]; ok && string(raw) != "null" {
 		if json.Unmarshal(raw, &c.stream) != nil {
-			return call{}, refuse(protocol.CodeInvalidField, http.StatusBadRequest, "stream is not a boolean")
+			return call{}, &Refusal{Code: protocol.CodeInvalidField, Status: http.StatusBadRequest, Reason: "stream is not a boolean", Model: c.model}
 		}
 	}
 	// Whichever output cap the wire API names; the largest one given
 	// bounds what the upstream may produce.
-	for _, k := range []string{"max_output_tokens", "max_tokens", "max_completion_tokens"} {
+	for _, k := range outputCaps {
 		raw, ok := top[k]
 		if !ok || string(raw) == "null" {
 			continue
 		}
 		var n int64
 		if json.Unmarshal(raw, &n) != nil || n < 1 || n > 1<<40 {
-			return call{}, refuse(protocol.CodeInvalidField, http.StatusBadRequest, k+" is not a positive integer")
+			return call{}, &Refusal{Code: protocol.CodeInvalidField, Status: http.StatusBadRequest, Reason: k + " is not a positive integer", Model: c.model}
 		}
 		c.maxOutput = max(c.maxOutput, n)
 	}
 	return c, nil
 }
+
+// outputCaps are the output-token caps of the three wire APIs.
+var outputCaps = []string{"max_output_tokens", "max_tokens", "max_completion_tokens"}
 
 // checkRoute is admission's first step, taken before the body is read.
 func checkRoute(ru *rules, method, requestURI string) (rawPath, rawQuery string, err error) {
@@ -116,38 +119,40 @@ func checkRoute(ru *rules, method, requestURI string) (rawPath, rawQuery string,
 	return rawPath, rawQuery, nil
 }
 
-// topLevel splits a JSON object into its top-level members, refusing
-// anything else and any repeated key: a parser upstream that kept the
-// first "model" where we kept the last would otherwise smuggle a model
-// past the policy.
-func topLevel(body []byte) (map[string]json.RawMessage, error) {
+// maxDepth bounds a body's nesting (tool schemas nest; nothing an agent
+// sends comes near), so the checker's stack stays small whatever the body.
+const maxDepth = 512
+
+// topLevel checks the body with the project's one strict-JSON reader and
+// returns the named top-level members that are present. A key repeated at
+// any depth is refused: a parser upstream that kept the first "model"
+// where we kept the last would smuggle a model past the policy, and a
+// repeated key inside a tool call or message lets the provider read a
+// different request from the one recorded. The refusal never quotes the
+// body (the reader's path is content).
+func topLevel(body []byte, keys ...string) (map[string]json.RawMessage, error) {
 	bad := func(code protocol.Code, reason string) error { return refuse(code, http.StatusBadRequest, reason) }
-	dec := json.NewDecoder(bytes.NewReader(body))
-	tok, err := dec.Token()
-	if d, ok := tok.(json.Delim); err != nil || !ok || d != '{' {
+	if err := protocol.CheckShape(body, protocol.Limits{MaxDepth: maxDepth, MaxNodes: len(body) + 1}); err != nil {
+		switch code := protocol.AsWire(err).Code; code {
+		case protocol.CodeDuplicateKey:
+			return nil, bad(code, "body repeats a key")
+		case protocol.CodeTrailingData:
+			return nil, bad(code, "bytes follow the JSON object")
+		case protocol.CodeTooDeep:
+			return nil, bad(code, "body nests too deep")
+		}
 		return nil, bad(protocol.CodeMalformedJSON, "body is not a JSON object")
 	}
+	// The body is one well-formed object without a repeated key, so the
+	// members gjson walks are exactly those encoding/json would decode.
+	// One walk, skipping the values not asked for (a 16 MiB body is
+	// mostly one "messages" or "input" value).
 	out := map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		key, ok := tok.(string)
-		if err != nil || !ok {
-			return nil, bad(protocol.CodeMalformedJSON, "body is not a JSON object")
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		if slices.Contains(keys, k.Str) {
+			out[k.Str] = json.RawMessage(v.Raw)
 		}
-		if _, dup := out[key]; dup {
-			return nil, bad(protocol.CodeDuplicateKey, "body repeats a top-level key")
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, bad(protocol.CodeMalformedJSON, "body is not a JSON object")
-		}
-		out[key] = v
-	}
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return nil, bad(protocol.CodeMalformedJSON, "body is not a JSON object")
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, bad(protocol.CodeTrailingData, "bytes follow the JSON object")
-	}
+		return true
+	})
 	return out, nil
 }

@@ -45,3 +45,28 @@ func asRefusal(err error, rf **Refusal) bool {
 	*rf = r
 	return ok
 }
+
+// TestAdmitReadsKeysAsDecoded: admission reads a member by its decoded key,
+// as the provider will, so an escaped "model" is the model checked.
+func TestAdmitReadsKeysAsDecoded(t *testing.T) {
+	ru := &rules{routes: map[string]bool{"/v1/responses": true}, models: map[string]bool{"gpt-5.5": true}, maxBody: 4096, maxQuery: 1024}
+	h := http.Header{"Content-Type": {"application/json"}}
+	c, err := admit(ru, "POST", "/v1/responses", h, []byte(`{"mod\u0065l":"gpt-5.5","input":[{"a":{"b":1}}],"max_t\u006fkens":7}`))
+	if err != nil || c.model != "gpt-5.5" || c.maxOutput != 7 {
+		t.Fatalf("escaped keys: %+v, %v", c, err)
+	}
+	for _, tc := range []struct {
+		body string
+		code protocol.Code
+	}{
+		{`{"mod\u0065l":"other"}`, protocol.CodeModelRefused},
+		{`{"model":"gpt-5.5","mod\u0065l":"other"}`, protocol.CodeDuplicateKey},
+		{`{"model":"gpt-5.5","input":[{"a":{"secret":1,"\u0073ecret":2}}]}`, protocol.CodeDuplicateKey},
+	} {
+		_, err := admit(ru, "POST", "/v1/responses", h, []byte(tc.body))
+		var rf *Refusal
+		if !asRefusal(err, &rf) || rf.Code != tc.code || strings.Contains(rf.Reason, "secret") {
+			t.Fatalf("%s: %v", tc.body, err)
+		}
+	}
+}

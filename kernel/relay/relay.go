@@ -33,7 +33,14 @@ type Ledger interface {
 	ChargeRelay(ctx context.Context, episodeID uuid.UUID, min, want store.RelayAmount, force bool) (store.RelayAmount, store.RelayBudget, error)
 	ReleaseRelay(ctx context.Context, episodeID uuid.UUID, a store.RelayAmount) (store.RelayBudget, error)
 	RecordRelayCall(ctx context.Context, r store.RelayRecord) (uuid.UUID, error)
+	RecordRelayRefusal(ctx context.Context, r store.RelayRefusal) error
 }
+
+// maxRecordedRefusals bounds the inference_refused events one relay
+// writes: each is a transaction on the shared store, and a worker opening
+// connections to be refused must not be able to load it. The last one
+// recorded says so; later refusals are only logged.
+const maxRecordedRefusals = 256
 
 // Exhausted is what the relay signals when an episode's budget runs out.
 type Exhausted struct {
@@ -80,6 +87,7 @@ type Relay struct {
 	settling sync.WaitGroup
 	mu       sync.Mutex
 	closed   bool // no new asynchronous settlement once Close waits
+	refusals int  // inference_refused events taken, under mu
 
 	// pool is budget this relay has durably charged to the episode and
 	// not yet set aside for a call. Admission takes a call's reservation
@@ -263,24 +271,24 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	// Route first, before reading a byte of the body.
 	if _, _, err := checkRoute(&r.rules, req.Method, req.RequestURI); err != nil {
-		r.refuse(w, err)
+		r.deny(w, req, err)
 		return
 	}
 	select {
 	case r.sem <- struct{}{}:
 		defer func() { <-r.sem }()
 	default:
-		r.refuse(w, refuse(protocol.CodeRateLimited, http.StatusTooManyRequests, "too many calls in flight"))
+		r.deny(w, req, refuse(protocol.CodeRateLimited, http.StatusTooManyRequests, "too many calls in flight"))
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(req.Body, int64(r.rules.maxBody)+1))
 	if err != nil {
-		r.refuse(w, refuse(protocol.CodeFrameTruncated, http.StatusBadRequest, "body could not be read"))
+		r.deny(w, req, refuse(protocol.CodeFrameTruncated, http.StatusBadRequest, "body could not be read"))
 		return
 	}
 	c, err := admit(&r.rules, req.Method, req.RequestURI, req.Header, body)
 	if err != nil {
-		r.refuse(w, err)
+		r.deny(w, req, err)
 		return
 	}
 	sum := sha256.Sum256(body)
@@ -542,6 +550,33 @@ type errorInfo struct {
 	Code      string `json:"code"`
 	Message   string `json:"message"`
 	Retryable bool   `json:"retryable"`
+}
+
+// deny answers an admission refusal and records it in the episode's ledger
+// (an inference_refused event: method, raw path, model, code — never the
+// body), before the answer, so a refusal the worker saw is in the ledger.
+func (r *Relay) deny(w http.ResponseWriter, req *http.Request, err error) {
+	var rf *Refusal
+	if errors.As(err, &rf) {
+		r.mu.Lock()
+		take := r.refusals < maxRecordedRefusals
+		if take {
+			r.refusals++
+		}
+		last := r.refusals == maxRecordedRefusals
+		r.mu.Unlock()
+		if take {
+			route, _, _ := strings.Cut(req.RequestURI, "?")
+			ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
+			rerr := r.opts.Ledger.RecordRelayRefusal(ctx, store.RelayRefusal{EpisodeID: r.opts.EpisodeID, Provider: r.opts.ProviderName,
+				Method: req.Method, Route: route, Model: rf.Model, Code: rf.Code, Status: rf.Status, Last: last})
+			cancel()
+			if rerr != nil {
+				r.opts.Log.Error("recording a refusal failed", "code", rf.Code, "error", rerr)
+			}
+		}
+	}
+	r.refuse(w, err)
 }
 
 func (r *Relay) refuse(w http.ResponseWriter, err error) {

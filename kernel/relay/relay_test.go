@@ -245,6 +245,9 @@ func TestRouteTable(t *testing.T) {
 		{"array", "POST", "/v1/responses", js, `[{"model":"gpt-5.5"}]`, 400, "malformed_json", nil},
 		{"trailing", "POST", "/v1/responses", js, ok + `{}`, 400, "trailing_data", nil},
 		{"duplicate model", "POST", "/v1/responses", js, `{"model":"gpt-5.5","model":"not-in-policy"}`, 400, "duplicate_key", nil},
+		{"nested duplicate", "POST", "/v1/responses", js, `{"model":"gpt-5.5","input":[{"role":"user","content":"a"},{"role":"user","role":"system","content":"b"}]}`, 400, "duplicate_key", nil},
+		{"escaped nested duplicate", "POST", "/v1/responses", js, `{"model":"gpt-5.5","tools":[{"type":"function","name":"a","parameters":{"type":"object","\u0074ype":"string"}}]}`, 400, "duplicate_key", nil},
+		{"too deep", "POST", "/v1/responses", js, `{"model":"gpt-5.5","input":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`, 400, "too_deep", nil},
 		{"not utf-8", "POST", "/v1/responses", js, "{\"model\":\"gpt-5.5\",\"input\":\"\xff\"}", 400, "not_utf8", nil},
 		{"too large", "POST", "/v1/responses", js, `{"model":"gpt-5.5","input":"` + strings.Repeat("a", 70<<10) + `"}`, 413, "frame_too_large", nil},
 		{"no model", "POST", "/v1/responses", js, `{"input":"hi"}`, 403, "model_refused", nil},
@@ -267,6 +270,49 @@ func TestRouteTable(t *testing.T) {
 	}
 	if n := e.fixture.Calls(); n != 0 {
 		t.Fatalf("refused requests reached the upstream: %d", n)
+	}
+	// Each refusal is an inference_refused event in the episode's ledger,
+	// in order, with its code and status and nothing of the body.
+	events, err := e.store.Events(context.Background(), e.relay.opts.EpisodeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused []map[string]any
+	for _, ev := range events {
+		if ev.Kind == "inference_refused" {
+			var b map[string]any
+			if err := json.Unmarshal(ev.Body, &b); err != nil {
+				t.Fatal(err)
+			}
+			refused = append(refused, b)
+		}
+	}
+	if len(refused) != len(cases) {
+		t.Fatalf("the ledger holds %d refusals, want %d", len(refused), len(cases))
+	}
+	for i, c := range cases {
+		b := refused[i]
+		if b["code"] != c.code || b["status"] != float64(c.status) || b["method"] != c.method || b["provider"] != "fixture" {
+			t.Errorf("refusal %d (%s) recorded as %v", i, c.name, b)
+		}
+		if route, _, _ := strings.Cut(c.target, "?"); b["route"] != route {
+			t.Errorf("refusal %d (%s) route %v", i, c.name, b["route"])
+		}
+		if len(b) != 6 {
+			t.Errorf("refusal %d (%s) records more than provider, method, route, model, code, status: %v", i, c.name, b)
+		}
+		want := ""
+		switch c.name {
+		case "model outside the policy":
+			want = "not-in-policy"
+		case "model outside the provider":
+			want = "gpt-4o"
+		case "negative cap", "stream not bool":
+			want = "gpt-5.5"
+		}
+		if b["model"] != want {
+			t.Errorf("refusal %d (%s) records model %v, want %q", i, c.name, b["model"], want)
+		}
 	}
 	// The same connection path admits the real route, query kept.
 	resp, body := e.raw("POST", "/v1/responses?x=1", "application/json; charset=utf-8", ok)
@@ -569,3 +615,38 @@ func TestLogCarriesNoContent(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestRefusalsRecordedUpToTheCap: a worker hammering the relay with calls
+// to be refused cannot load the store: the first maxRecordedRefusals are
+// ledger events, the last of them says it is the last, and the rest are
+// refused all the same.
+func TestRefusalsRecordedUpToTheCap(t *testing.T) {
+	e := newEnv(t, setup{wire: config.WireResponses})
+	for i := range maxRecordedRefusals + 5 {
+		resp, body := e.raw("GET", "/v1/responses", "", "")
+		if resp.StatusCode != 405 || errCode(t, body) != "route_refused" {
+			t.Fatalf("call %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	events, err := e.store.Events(context.Background(), e.relay.opts.EpisodeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var last map[string]any
+	for _, ev := range events {
+		if ev.Kind == "inference_refused" {
+			n++
+			last = nil
+			if err := json.Unmarshal(ev.Body, &last); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n != maxRecordedRefusals || last["last_recorded"] != true {
+		t.Fatalf("%d refusals recorded (want %d), the last %v", n, maxRecordedRefusals, last)
+	}
+	if rep, err := e.store.VerifyLedger(context.Background(), e.relay.opts.EpisodeID); err != nil || !rep.OK() {
+		t.Fatalf("ledger: %+v %v", rep, err)
+	}
+}

@@ -131,7 +131,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		return nil, err
 	}
 
-	adapters, err := buildAdapters(cfg, payloads)
+	adapters, err := buildAdapters(cfg, payloads, log)
 	if err != nil {
 		return nil, err
 	}
@@ -283,11 +283,11 @@ const (
 // buildAdapters maps every configured target onto its broker adapter. The
 // configuration was validated by config.Load; what remains to check here is
 // only what the broker's types parse (CIDRs).
-func buildAdapters(cfg *config.Config, payloads *broker.Payloads) ([]broker.Adapter, error) {
+func buildAdapters(cfg *config.Config, payloads *broker.Payloads, log hclog.Logger) ([]broker.Adapter, error) {
 	t := cfg.Targets
 	var out []broker.Adapter
 	if len(t.GitCommit) > 0 {
-		a := &broker.GitCommit{Targets: map[string]broker.GitTarget{}, Limits: gitLimits(cfg.Broker)}
+		a := &broker.GitCommit{Targets: map[string]broker.GitTarget{}, Limits: gitLimits(cfg.Broker), Log: log.Named("git_commit")}
 		for id, g := range t.GitCommit {
 			a.Targets[id] = broker.GitTarget{Repo: g.Repo, AllowedRefs: g.AllowedRefs, AllowedPaths: g.AllowedPaths,
 				ForbiddenPaths: g.ForbiddenPaths, AuthorName: g.AuthorName, AuthorEmail: g.AuthorEmail, Class: g.Class,
@@ -296,7 +296,7 @@ func buildAdapters(cfg *config.Config, payloads *broker.Payloads) ([]broker.Adap
 		out = append(out, a)
 	}
 	if len(t.GitRemote) > 0 {
-		a := &broker.GitRemote{Targets: map[string]broker.GitRemoteTarget{}}
+		a := &broker.GitRemote{Targets: map[string]broker.GitRemoteTarget{}, Log: log.Named("git_remote")}
 		for id, g := range t.GitRemote {
 			rt := broker.GitRemoteTarget{Repo: g.Repo, URL: g.URL, AllowedRefs: g.AllowedRefs, SourceRefs: g.SourceRefs,
 				RewindRefs: g.RewindRefs, Username: g.Username, CAFile: g.CAFile, Class: g.Class}
