@@ -56,6 +56,7 @@ func Table() []Gate {
 		}, Scope: "the store's fence on a real cluster"},
 		{Name: "broker_crash_after_external_mutation_reconciliation", Proves: "a crash inside the commit window reconciles to a provable outcome", Tests: []Run{
 			{"./broker", []string{"TestBrokerCrashAfterExternalMutationReconciliation", "TestHorizonSurvivesDatabaseCrash"}},
+			{"./store", []string{"TestEnterCommitIsTwoTransactions", "TestEnterCommitRedoesCommittingOnANewConnection"}},
 		}, Scope: "every adapter (artifact, git_commit, http_mutation, git_remote, http_read) crashed in a child process at each point of the commit window; the PostgreSQL cluster killed (SIGKILL, WAL writer held) after each step of the artifact horizon, whose pre-intent transactions commit without waiting for their flush"},
 		{Name: "git_authoritative_commit_reconciliation", Proves: "ambiguous ref movement is reported as ambiguous, not as success", Tests: []Run{
 			{"./broker", []string{"TestGitAuthoritativeCommitReconciliation", "TestPatchBombRefused", "TestGitRemoteFastForwardOnly",
@@ -76,7 +77,7 @@ func Table() []Gate {
 			{"./gates", []string{"TestEffectBrokerFromInsideADomain"}},
 			// The inference relay: the other socket a domain holds (issue 13).
 			{"./kernel/relay", []string{"TestRouteTable", "TestKeyInjection", "TestStreamPassesThrough", "TestBudgetReserveSettleExhaust",
-				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile", "TestLogCarriesNoContent"}},
+				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile", "TestLogCarriesNoContent", "TestRefusalsRecordedUpToTheCap"}},
 			{"./store", []string{"TestRelayChargeRace", "TestRelayBudgetSurvivesRestart"}},
 			// The egress proxy (issue 14): the worker's other way out, read
 			// only, allowlisted, recorded and capped.
