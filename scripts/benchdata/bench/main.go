@@ -90,6 +90,10 @@ type launcherConfig struct {
 // its started and exited frames arrived, from the same origin as wall.
 type sample struct {
 	wall, started, exited time.Duration
+	// cpu is user + system time of the launcher and every process it and
+	// its descendants waited for (the whole domain): a loaded host
+	// inflates it far less than wall time.
+	cpu time.Duration
 	// phases are the create's traced steps (tracer), from the same origin.
 	phases map[string]time.Duration
 }
@@ -560,7 +564,8 @@ func (b *bench) launcherOnce(cmd *exec.Cmd, id string, sampleRSS bool) (sample, 
 		b.destroy(id)
 		return sample{}, 0, fmt.Errorf("worker did not exit 0 and get destroyed: code %v signal %q destroyed %v", exited.ExitCode, exited.Signal, exited.Destroyed)
 	}
-	return sample{wall: wall, started: tStarted, exited: tExited, phases: phases}, hwm, nil
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	return sample{wall: wall, started: tStarted, exited: tExited, phases: phases, cpu: cpu}, hwm, nil
 }
 
 // destroy removes a domain a failed run may have left behind.
@@ -912,6 +917,9 @@ type caseReport struct {
 	MinMs      float64 `json:"min_ms,omitempty"`
 	MaxMs      float64 `json:"max_ms,omitempty"`
 	MeanMs     float64 `json:"mean_ms,omitempty"`
+	// CPUMs is the launcher's median CPU time (user + system, with every
+	// process of the domain it waited for).
+	CPUMs float64 `json:"cpu_median_ms,omitempty"`
 	// Phases are the launcher's medians from exec to its started frame,
 	// to its exited frame, and to its reaping (= median_ms).
 	Phases map[string]float64 `json:"phases_median_ms,omitempty"`
@@ -998,7 +1006,9 @@ func (b *bench) report(cases []*bcase, rss rssResult) report {
 			if c.samples[0].started > 0 {
 				st, _, _, _, _ := stats(c.samples, func(s sample) time.Duration { return s.started })
 				ex, _, _, _, _ := stats(c.samples, func(s sample) time.Duration { return s.exited })
+				cpu, _, _, _, _ := stats(c.samples, func(s sample) time.Duration { return s.cpu })
 				cr.Phases = map[string]float64{"started_frame": ms(st), "exited_frame": ms(ex), "reaped": ms(med)}
+				cr.CPUMs = ms(cpu)
 			}
 			if c.samples[0].phases != nil {
 				order, meds := phaseMedians(c.samples)
@@ -1089,7 +1099,7 @@ func printTable(w io.Writer, rep report) {
 		}
 		note := c.Note
 		if c.Phases != nil {
-			note = fmt.Sprintf("started frame at %.2f, exited frame at %.2f (medians)", c.Phases["started_frame"], c.Phases["exited_frame"])
+			note = fmt.Sprintf("started frame at %.2f, exited frame at %.2f, CPU %.2f (medians)", c.Phases["started_frame"], c.Phases["exited_frame"], c.CPUMs)
 		}
 		fmt.Fprintf(w, "%-24s %5d %10.2f %10.2f %10.2f  %s\n", name, c.Runs, c.MedianMs, c.P90Ms, c.MinMs, note)
 	}
