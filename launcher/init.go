@@ -33,6 +33,12 @@ func runInit() int {
 	if os.Getpid() != 1 {
 		return 1
 	}
+	// The bounding set goes first, while the monitor still prepares the
+	// mounts: it costs a stop-the-world per capability, and the init never
+	// execs, so it needs none of it (the stage's user namespace starts with
+	// a bounding set of its own, which the stage drops). A failure is
+	// reported where every other drop's is.
+	bounded := dropBoundingSet()
 	ctl := os.NewFile(3, "ctl")
 	execCh := os.NewFile(4, "exec")
 	b, fds, err := recvSized(ctl, time.Now().Add(actionDeadline), 256<<10)
@@ -56,6 +62,9 @@ func runInit() int {
 
 	stage, err := startStage(&spec, execCh)
 	execCh.Close()
+	if err == nil {
+		err = bounded
+	}
 	if err == nil {
 		err = dropPrivileges()
 	}
@@ -197,36 +206,46 @@ func assembleRoot(fds []int, spec *initSpec) error {
 	return unix.Chdir("/")
 }
 
-// dropPrivileges leaves the init, which from here on only reaps and
-// reports, with no capability in any set, on every thread, and no way to
-// gain one (no_new_privs). It stays the domain's uid 0, which owns nothing
-// of the host: the rootfs is not idmapped. AllThreadsSyscall needs a binary
-// without cgo, which scripts/build_launcher.sh proves the launcher is.
-func dropPrivileges() error {
-	all := func(trap, a1, a2, a3 uintptr) error {
-		if _, _, e := syscall.AllThreadsSyscall(trap, a1, a2, a3); e != 0 {
-			return e
-		}
-		return nil
+// allThreads runs one syscall on every thread of the process.
+// AllThreadsSyscall needs a binary without cgo, which
+// scripts/build_launcher.sh proves the launcher is.
+func allThreads(trap, a1, a2, a3 uintptr) error {
+	if _, _, e := syscall.AllThreadsSyscall(trap, a1, a2, a3); e != 0 {
+		return e
 	}
+	return nil
+}
+
+// dropBoundingSet empties the bounding set of every thread (and so of
+// every thread the runtime starts later). It leaves the effective and
+// permitted sets alone: the init still mounts and maps the stage's ids.
+func dropBoundingSet() error {
 	for c := uintptr(0); ; c++ {
-		err := all(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0)
+		err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0)
 		if err == unix.EINVAL {
-			break // past the kernel's last capability
+			return nil // past the kernel's last capability
 		}
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// dropPrivileges leaves the init, which from here on only reaps and
+// reports, with no capability in any set (the bounding set is already
+// empty), on every thread, and no way to gain one (no_new_privs). It stays
+// the domain's uid 0, which owns nothing of the host: the rootfs is not
+// idmapped.
+func dropPrivileges() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData // effective, permitted and inheritable: empty
-	if err := all(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
+	if err := allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
 		return err
 	}
-	if err := all(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
 		return err
 	}
-	return all(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+	return allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
 }
 
 // maskProc hides the procfs entries that describe the host rather than the
