@@ -270,7 +270,7 @@ func (l *launcher) startInit(run *domainRun, base uint32, ctl, execCh *os.File) 
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{initArg0},
-		Env:        []string{},
+		Env:        reexecEnv,
 		ExtraFiles: []*os.File{ctl, execCh},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |

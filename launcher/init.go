@@ -333,7 +333,7 @@ func startStage(spec *initSpec, execCh *os.File) (int, error) {
 	}
 	defer devnull.Close()
 	cmd := &exec.Cmd{
-		Path: "/proc/self/exe", Args: []string{stageArg0}, Env: []string{},
+		Path: "/proc/self/exe", Args: []string{stageArg0}, Env: reexecEnv,
 		Stdin: devnull, Stdout: os.Stdout, Stderr: os.Stderr,
 		ExtraFiles: []*os.File{pr, execCh},
 		SysProcAttr: &syscall.SysProcAttr{

@@ -20,6 +20,11 @@ const (
 	ckptArg0  = "autonomic-checkpoint"
 )
 
+// reexecEnv is the whole environment of the init and the stage: one P is
+// all either needs, so the runtime starts fewer threads, and each
+// stop-the-world (the init's capability drops are 45) waits for fewer.
+var reexecEnv = []string{"GOMAXPROCS=1"}
+
 // requestDeadline bounds reading the one request; actionDeadline bounds
 // every action except a create's monitor phase.
 const (
