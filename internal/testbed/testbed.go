@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
@@ -56,6 +57,40 @@ type Bed struct {
 	mod, specPath string
 	add           []rootfs.Add
 	cfg           map[string]any
+	poolLock      *os.File // holds the bed's uid slice (claimSlice)
+}
+
+// Beds draw 16-range uid slices from 0x70000000 up to WideUIDPool's region,
+// skipping the first eight: install.sh's pool (0x70000000, 128 ranges).
+// A bed holds an exclusive flock on its slice's file in poolLocks for its
+// life, and the kernel drops it when the process exits, so two test
+// processes never draw one slice: a random draw alone collided (a package's
+// domain tests found another package's live agent domain in their pool).
+const (
+	poolLocks             = "/run/autonomic-testbed/pools"
+	firstSlice, lastSlice = 8, 1024
+)
+
+func claimSlice() (uint32, *os.File, error) {
+	if err := os.MkdirAll(poolLocks, 0o700); err != nil {
+		return 0, nil, err
+	}
+	var rnd [2]byte
+	_, _ = rand.Read(rnd[:])
+	const n = lastSlice - firstSlice
+	start := uint32(binary.BigEndian.Uint16(rnd[:])) % n
+	for i := uint32(0); i < n; i++ {
+		k := firstSlice + (start+i)%n
+		f, err := os.OpenFile(filepath.Join(poolLocks, fmt.Sprintf("%d.lock", k)), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return 0, nil, err
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+			return 0x70000000 + k*16*65536, f, nil
+		}
+		_ = f.Close()
+	}
+	return 0, nil, fmt.Errorf("every uid slice of %s is held by another test bed", poolLocks)
 }
 
 // Options select the rootfs spec and extra files.
@@ -177,11 +212,11 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 	if cg == "" {
 		return nil, fmt.Errorf("no cgroup v2 mount on this host")
 	}
-	var rnd [2]byte
-	_, _ = rand.Read(rnd[:])
-	// Each testbed draws its own slice of the uid space, so test packages
+	// Each testbed holds its own slice of the uid space, so test packages
 	// running in parallel never hand two live domains one range.
-	b.UIDBase = 0x70000000 + uint32(binary.BigEndian.Uint16(rnd[:])%1024)*16*65536
+	if b.UIDBase, b.poolLock, err = claimSlice(); err != nil {
+		return nil, err
+	}
 	b.CgroupParent = filepath.Join(cg, "autonomic-test-"+filepath.Base(dir)[len("autonomic-testbed-"):])
 	b.cfg = map[string]any{
 		"state_root": b.State, "rootfs": b.Rootfs, "rootfs_manifest_sha256": b.RootfsDigest,
@@ -328,6 +363,9 @@ func (b *Bed) Workspace(id string, files map[string]string) (string, error) {
 // Close removes the bed: its cgroup parent (only if empty) and its files.
 func (b *Bed) Close() error {
 	b.RemoveCgroups()
+	if b.poolLock != nil {
+		defer b.poolLock.Close()
+	}
 	if b.ConfigPath == PrebuiltConfigPath {
 		_ = os.Remove(b.ConfigPath)
 	}

@@ -701,10 +701,19 @@ func TestCheckpointHelperHoldsNoHostPrivilege(t *testing.T) {
 					}
 					status, _ := os.ReadFile(dir + "/status")
 					var s seen
+					var parent string
 					for _, line := range strings.Split(string(status), "\n") {
 						if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
 							s.uid = strings.Join(strings.Fields(rest), " ")
 						}
+						if rest, ok := strings.CutPrefix(line, "PPid:"); ok {
+							parent = strings.TrimSpace(rest)
+						}
+					}
+					// Only this bed's: packages running beside this one
+					// checkpoint their own domains with their own launchers.
+					if exe, _ := os.Readlink("/proc/" + parent + "/exe"); exe != bed.Launcher {
+						continue
 					}
 					s.userns, _ = os.Readlink(dir + "/ns/user")
 					s.netns, _ = os.Readlink(dir + "/ns/net")
