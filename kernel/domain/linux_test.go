@@ -256,6 +256,9 @@ func startDomain(t *testing.T, d *domain.Linux, ctx context.Context, ws, script 
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
+	// A test that fails before its own destroy must not leave its domain
+	// alive in the bed's pool for every later test to find.
+	t.Cleanup(func() { _, _ = d.Destroy(context.Background(), id) })
 	return id, r
 }
 
