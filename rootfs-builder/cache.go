@@ -67,6 +67,7 @@ func BuildCached(ctx context.Context, spec *Spec, cacheDir string, opts Options)
 		if err := Verify(dir); err != nil {
 			return "", "", false, fmt.Errorf("cached rootfs %s: %w", dir, err)
 		}
+		markUsed(dir)
 		digest, err := ManifestDigest(dir)
 		return dir, digest, true, err
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -93,4 +94,14 @@ func BuildCached(ctx context.Context, spec *Spec, cacheDir string, opts Options)
 		return dir, digest, true, err
 	}
 	return dir, digest, false, nil
+}
+
+// markUsed stamps a cache hit on the entry's ctime (re-applying its mode
+// changes nothing else), which Evict's keep-the-newest rule reads: the
+// entry's mtime is the build's fixed one. Best effort: a reader that does
+// not own the cache still gets the tree.
+func markUsed(dir string) {
+	if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
+		_ = os.Chmod(dir, fi.Mode().Perm())
+	}
 }
