@@ -23,9 +23,10 @@ var cacheEntryName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*-[0-9a-f]{64
 // EvictOptions says which cache entries Evict must keep.
 type EvictOptions struct {
 	// Keep is how many of the most recently built or served entries are
-	// kept whatever else holds (BuildCached refreshes an entry's ctime on
-	// every hit): a tree a test bed or a second launcher configuration uses
-	// without naming it in Configs survives a re-install.
+	// kept whatever else holds (an entry's ctime is its build; BuildCached
+	// stamps each hit in .NAME-KEY.used beside it): a tree a test bed or a
+	// second launcher configuration uses without naming it in Configs
+	// survives a re-install.
 	Keep int
 	// Configs are launcher configuration files; every rootfs they name
 	// (rootfs and rootfses[*].path) is kept. One that cannot be read or
@@ -127,9 +128,9 @@ func Evict(cacheDir string, opts EvictOptions) (EvictResult, error) {
 	}
 
 	type entry struct {
-		name  string
-		id    devIno
-		ctime int64
+		name string
+		id   devIno
+		used int64 // last built or served, ns
 	}
 	des, err := os.ReadDir(cacheDir)
 	if err != nil {
@@ -155,12 +156,16 @@ func Evict(cacheDir string, opts EvictOptions) (EvictResult, error) {
 		if !ok || !fi.IsDir() {
 			continue
 		}
-		entries = append(entries, entry{de.Name(), devIno{uint64(s.Dev), s.Ino}, s.Ctim.Nano()})
+		used := s.Ctim.Nano() // built (renamed into place)
+		if u, err := os.Lstat(usedStamp(filepath.Join(cacheDir, de.Name()))); err == nil && u.Mode().IsRegular() && u.ModTime().UnixNano() > used {
+			used = u.ModTime().UnixNano()
+		}
+		entries = append(entries, entry{de.Name(), devIno{uint64(s.Dev), s.Ino}, used})
 	}
 	// Newest first; the name breaks ties so the order is total.
 	sort.Slice(entries, func(i, j int) bool {
-		if entries[i].ctime != entries[j].ctime {
-			return entries[i].ctime > entries[j].ctime
+		if entries[i].used != entries[j].used {
+			return entries[i].used > entries[j].used
 		}
 		return entries[i].name < entries[j].name
 	})
@@ -196,6 +201,10 @@ func Evict(cacheDir string, opts EvictOptions) (EvictResult, error) {
 			return res, fmt.Errorf("%w: %v", ErrEvict, err)
 		}
 		if err := os.RemoveAll(tmp); err != nil {
+			return res, fmt.Errorf("%w: %v", ErrEvict, err)
+		}
+		// Removes a symlink in its place, never its target.
+		if err := os.Remove(usedStamp(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return res, fmt.Errorf("%w: %v", ErrEvict, err)
 		}
 	}

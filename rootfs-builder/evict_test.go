@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -34,6 +35,15 @@ func writeConfig(t *testing.T, body string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+func ctime(t *testing.T, p string) int64 {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ctim.Nano()
 }
 
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
@@ -102,13 +112,44 @@ func TestEvictUnreferenced(t *testing.T) {
 		t.Fatalf("second eviction: %v %+v", err, res2)
 	}
 	// A cache hit makes an entry the newest: a is served again, so with
-	// no configuration and keep 1 it is a that stays and c that goes.
+	// no configuration and keep 1 it is a that stays and c that goes. The
+	// hit is stamped beside the entry, not on it: the launcher's
+	// verification record is keyed by the entry's ctime.
+	before := ctime(t, a)
 	if again := cachedEntry(t, cache, "a"); again != a {
 		t.Fatalf("cache hit gave %s, want %s", again, a)
+	}
+	if ctime(t, a) != before {
+		t.Fatalf("a cache hit changed the entry's ctime (the launcher would re-verify it)")
+	}
+	// A symlink in place of c's stamp: eviction removes the link, not its target.
+	if err := os.Remove(usedStamp(c)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, usedStamp(c)); err != nil {
+		t.Fatal(err)
 	}
 	res, err = Evict(cache, EvictOptions{Keep: 1})
 	if err != nil || !reflect.DeepEqual(res.Evicted, []string{c}) || !exists(a) {
 		t.Fatalf("after a hit on a: %v %+v", err, res)
+	}
+	if exists(usedStamp(c)) || exists(usedStamp(b)) || !exists(usedStamp(a)) {
+		t.Fatalf("stamps after eviction: a %v b %v c %v", exists(usedStamp(a)), exists(usedStamp(b)), exists(usedStamp(c)))
+	}
+	if got, err := os.ReadFile(victim); err != nil || string(got) != "keep me" {
+		t.Fatalf("victim behind a stamp symlink: %q %v", got, err)
+	}
+	// A symlink in place of a's stamp is not followed by a hit either.
+	if err := os.Remove(usedStamp(a)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, usedStamp(a)); err != nil {
+		t.Fatal(err)
+	}
+	vbefore, _ := os.Stat(victim)
+	cachedEntry(t, cache, "a")
+	if vafter, _ := os.Stat(victim); !vafter.ModTime().Equal(vbefore.ModTime()) {
+		t.Fatalf("a cache hit touched the target of a symlinked stamp")
 	}
 	// Referenced through another path to the same tree (by inode).
 	alias := filepath.Join(t.TempDir(), "alias")
