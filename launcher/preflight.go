@@ -108,7 +108,11 @@ func (l *launcher) preflight() error {
 		if fd, err := openRoot(l.cfg.Rootfses[name].Path); err == nil {
 			unix.Close(fd)
 		} else if errors.Is(err, unix.ENOENT) {
-			problem("rootfs " + strconv.Quote(name) + " is missing at its configured path: re-run the install (make install) to rebuild it")
+			what := "rootfs " + strconv.Quote(name)
+			if name == "" {
+				what = "the default rootfs"
+			}
+			problem(what + " is missing at its configured path: re-run the install (make install) to rebuild it")
 			if rep.Verdict == "ok" {
 				rep.Verdict = "degraded"
 			}
