@@ -67,10 +67,12 @@ func BuildCached(ctx context.Context, spec *Spec, cacheDir string, opts Options)
 	}
 	dir = filepath.Join(cacheDir, spec.Name+"-"+key)
 	if _, err := os.Lstat(dir); err == nil {
+		// Stamped before the (seconds-long) Verify, so an eviction
+		// meanwhile sees the entry as the newest.
+		markUsed(dir)
 		if err := Verify(dir); err != nil {
 			return "", "", false, fmt.Errorf("cached rootfs %s: %w", dir, err)
 		}
-		markUsed(dir)
 		digest, err := ManifestDigest(dir)
 		return dir, digest, true, err
 	} else if !errors.Is(err, fs.ErrNotExist) {
