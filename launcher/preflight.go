@@ -3,7 +3,9 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -98,6 +100,22 @@ func (l *launcher) preflight() error {
 	for _, f := range rep.Features {
 		if f.Required && !f.OK {
 			rep.Verdict = "refused"
+		}
+	}
+	// A rootfs whose directory is gone (a cleared cache) fails every create
+	// that names it; say so, and what fixes it, before one does.
+	for _, name := range slices.Sorted(maps.Keys(l.cfg.Rootfses)) {
+		if fd, err := openRoot(l.cfg.Rootfses[name].Path); err == nil {
+			unix.Close(fd)
+		} else if errors.Is(err, unix.ENOENT) {
+			what := "rootfs " + strconv.Quote(name)
+			if name == "" {
+				what = "the default rootfs"
+			}
+			problem(what + " is missing at its configured path: re-run the install (make install) to rebuild it")
+			if rep.Verdict == "ok" {
+				rep.Verdict = "degraded"
+			}
 		}
 	}
 	// The one refusal that is not a host feature.

@@ -70,6 +70,10 @@ func (l *launcher) openRootfs(name string) (int, string, error) {
 		return -1, "", protocol.Errorf(protocol.CodeNotFound, "rootfs")
 	}
 	fd, err := openRoot(ref.Path)
+	if errors.Is(err, unix.ENOENT) {
+		// A cleared rootfs cache: the operator's fix is a re-install.
+		return -1, "", protocol.Errorf(protocol.CodeRootfsMissing, "rootfs %q at %s: %w", name, ref.Path, err)
+	}
 	if err != nil {
 		return -1, "", err
 	}

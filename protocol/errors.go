@@ -56,6 +56,7 @@ const (
 	CodeDomainBusy         Code = "domain_busy"
 	CodePathUnsafe         Code = "path_unsafe"
 	CodeRootfsMismatch     Code = "rootfs_mismatch"
+	CodeRootfsMissing      Code = "rootfs_missing"
 	CodeWorkspaceNotFound  Code = "workspace_not_found"
 	CodeCheckpointNotFound Code = "checkpoint_not_found"
 	CodeCheckpointCorrupt  Code = "checkpoint_corrupt"
@@ -130,6 +131,7 @@ var catalogue = map[Code]entry{
 	CodeDomainBusy:         {"another request holds this domain", true},
 	CodePathUnsafe:         {"a path resolved to a symlink, wrong type or outside its root", false},
 	CodeRootfsMismatch:     {"rootfs manifest digest differs from the configured one", false},
+	CodeRootfsMissing:      {"the configured rootfs directory does not exist; re-run the install (make install) to rebuild it", false},
 	CodeWorkspaceNotFound:  {"no workspace with this id exists", false},
 	CodeCheckpointNotFound: {"no checkpoint with this digest exists", false},
 	CodeCheckpointCorrupt:  {"checkpoint content does not match its digest", false},

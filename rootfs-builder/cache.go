@@ -11,6 +11,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultRootfsCache holds content-addressed builds (BuildCached).
@@ -64,6 +67,9 @@ func BuildCached(ctx context.Context, spec *Spec, cacheDir string, opts Options)
 	}
 	dir = filepath.Join(cacheDir, spec.Name+"-"+key)
 	if _, err := os.Lstat(dir); err == nil {
+		// Stamped before the (seconds-long) Verify, so an eviction
+		// meanwhile sees the entry as the newest.
+		markUsed(dir)
 		if err := Verify(dir); err != nil {
 			return "", "", false, fmt.Errorf("cached rootfs %s: %w", dir, err)
 		}
@@ -89,8 +95,31 @@ func BuildCached(ctx context.Context, spec *Spec, cacheDir string, opts Options)
 		if verr := Verify(dir); verr != nil {
 			return "", "", false, fmt.Errorf("%w: %v", ErrDest, err)
 		}
+		markUsed(dir)
 		digest, err = ManifestDigest(dir)
 		return dir, digest, true, err
 	}
+	markUsed(dir)
 	return dir, digest, false, nil
+}
+
+// markUsed records a use of the entry dir in cacheDir: the mtime of the
+// stamp .NAME-KEY.used beside it, which Evict's keep-the-newest rule
+// reads. Not the entry itself: its times are the build's, and the
+// launcher's once-per-boot verification record is keyed by its ctime.
+// Best effort (a reader that does not own the cache still gets the tree);
+// a symlink in the stamp's place is neither followed nor replaced.
+func markUsed(dir string) {
+	p := usedStamp(dir)
+	now := unix.NsecToTimespec(time.Now().UnixNano())
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, []unix.Timespec{now, now}, unix.AT_SYMLINK_NOFOLLOW); errors.Is(err, unix.ENOENT) {
+		if f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
+			f.Close()
+		}
+	}
+}
+
+// usedStamp is where markUsed records the use of the cache entry dir.
+func usedStamp(dir string) string {
+	return filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".used")
 }

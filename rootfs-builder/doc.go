@@ -25,6 +25,12 @@
 //     form, sorted by path. Verify accepts a tree only if it matches its
 //     manifest exactly; install runs it, and the launcher makes the same
 //     check itself before a rootfs's first use in each boot.
+//   - Cache eviction removes only what it can prove is unused: a
+//     directory directly in the cache named like an entry, not a symlink
+//     (never followed), named by no launcher configuration it was given
+//     (one it cannot read aborts it), not among the most recently built
+//     or served, and not the source of a mount in any running process's
+//     mount namespace (a live domain's root).
 //   - A failed build leaves nothing behind: the destination is removed (or
 //     emptied again if it existed empty).
 //

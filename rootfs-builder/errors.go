@@ -25,4 +25,7 @@ var (
 	// ErrNPM: the spec's npm install failed or did not give the pinned
 	// versions with their integrity.
 	ErrNPM = errors.New("npm install failed")
+	// ErrEvict: a cache eviction was refused (a bad cache path or launcher
+	// configuration: then before anything was removed) or failed.
+	ErrEvict = errors.New("rootfs cache eviction refused")
 )

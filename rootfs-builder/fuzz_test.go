@@ -2,6 +2,7 @@ package rootfs
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -36,6 +37,24 @@ func FuzzDecodeManifest(f *testing.F) {
 		out, err := m.Encode()
 		if err != nil || string(out) != string(data) {
 			t.Fatalf("accepted manifest not canonical: %v", err)
+		}
+	})
+}
+
+// FuzzConfigRootfsPaths: every path accepted from a launcher configuration
+// is absolute and clean, so eviction compares it with cache entries exactly.
+func FuzzConfigRootfsPaths(f *testing.F) {
+	f.Add([]byte(`{"rootfs": "/var/lib/autonomic-rootfs/worker", "rootfses": {"agents": {"path": "/var/cache/autonomic/rootfs/agents-00", "manifest_sha256": "00"}}}`))
+	f.Add([]byte(`{"rootfses": {"a": {"path": "a/../b"}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		paths, err := ConfigRootfsPaths(data)
+		if err != nil {
+			return
+		}
+		for _, p := range paths {
+			if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+				t.Fatalf("accepted %q", p)
+			}
 		}
 	})
 }

@@ -131,4 +131,14 @@ JSON
 chown root:root /etc/autonomic/launcher.json.new
 chmod 0644 /etc/autonomic/launcher.json.new
 mv /etc/autonomic/launcher.json.new /etc/autonomic/launcher.json
+# Every spec or binary change leaves a new ~1.3 GiB entry in the rootfs cache. Once the new
+# configuration is in place, the builder evicts the entries it does not name, keeping the two most
+# recently built or used (the previous one for a rollback, a test bed's) and any a live domain has
+# mounted. Not fatal: the new configuration does not need the old trees. An entry that vanishes
+# anyway (a cleared cache) fails creates with rootfs_missing until the next install rebuilds it.
+if [ -d "$rootfs_cache" ]; then
+	"$bin/autonomic-rootfs" evict --cache "$rootfs_cache" --keep 2 --config /etc/autonomic/launcher.json |
+		sed 's/^/install: evicted old rootfs /' ||
+		echo "install: evicting old entries of $rootfs_cache failed; they stay (list them: autonomic-rootfs evict --dry-run --cache $rootfs_cache --keep 2 --config /etc/autonomic/launcher.json)" >&2
+fi
 echo "install: launcher, sudoers rule, kernel and rootfs $digest installed"

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -152,6 +154,23 @@ func TestNamedRootfs(t *testing.T) {
 	}
 	if _, err := start(tampered); !errors.Is(err, protocol.E(protocol.CodeRootfsMismatch)) {
 		t.Errorf("tampered named rootfs: %v, want rootfs_mismatch", err)
+	}
+	// A configured path that no longer exists (a cleared rootfs cache):
+	// create says so, with the fix, and so does preflight beforehand.
+	gone := newID("rootfs")
+	if err := bed.NameRootfs(gone, filepath.Join(t.TempDir(), "cleared"), digest); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bed.NameRootfs(gone, filepath.Join(bed.Dir, "rootfs-"+name), digest) })
+	if _, err := start(gone); !errors.Is(err, protocol.E(protocol.CodeRootfsMissing)) || !strings.Contains(err.Error(), "make install") {
+		t.Errorf("named rootfs at a missing path: %v, want rootfs_missing", err)
+	}
+	rep, err := d.Preflight(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "rootfs " + strconv.Quote(gone) + " is missing"; !slices.ContainsFunc(rep.Problems, func(p string) bool { return strings.HasPrefix(p, want) }) || rep.Verdict == "ok" {
+		t.Errorf("preflight with %s missing: verdict %s, problems %q", gone, rep.Verdict, rep.Problems)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sort"
 	"syscall"
 
 	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
@@ -23,9 +24,17 @@ func main() {
 const usage = `usage:
   autonomic-rootfs build --spec SPEC --dest DIR [--add SRC=DEST]... [--npm-cache DIR] [--quiet]
   autonomic-rootfs build --spec SPEC --cache DIR [--add SRC=DEST]... [--npm-cache DIR] [--quiet]
+  autonomic-rootfs evict --cache DIR [--keep N] [--config FILE]... [--reference PATH]... [--dry-run]
   autonomic-rootfs verify DIR
   autonomic-rootfs digest DIR
 `
+
+// listFlags collects a repeated string flag.
+type listFlags []string
+
+func (l *listFlags) String() string { return fmt.Sprint(len(*l)) }
+
+func (l *listFlags) Set(s string) error { *l = append(*l, s); return nil }
 
 // addFlags collects repeated --add SRC=DEST.
 type addFlags []rootfs.Add
@@ -50,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "build":
 		return build(ctx, args[1:], stdout, stderr)
+	case "evict":
+		return evict(args[1:], stdout, stderr)
 	case "verify", "digest":
 		fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 		fs.SetOutput(stderr)
@@ -127,5 +138,42 @@ func build(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintln(stdout, digest)
+	return 0
+}
+
+// evict prints each evicted entry on standard output, and each kept one
+// with why on standard error.
+func evict(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("evict", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cache := fs.String("cache", "", "the rootfs cache (build --cache DIR)")
+	keep := fs.Int("keep", 1, "keep this many most recently built or used entries besides the referenced ones")
+	dry := fs.Bool("dry-run", false, "list what would be evicted; remove nothing")
+	var configs, refs listFlags
+	fs.Var(&configs, "config", "launcher configuration whose rootfses are kept (repeatable)")
+	fs.Var(&refs, "reference", "a rootfs path to keep (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *cache == "" || fs.NArg() != 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	res, err := rootfs.Evict(*cache, rootfs.EvictOptions{Keep: *keep, Configs: configs, Referenced: refs, DryRun: *dry})
+	kept := make([]string, 0, len(res.Kept))
+	for p := range res.Kept {
+		kept = append(kept, p)
+	}
+	sort.Strings(kept)
+	for _, p := range kept {
+		fmt.Fprintf(stderr, "autonomic-rootfs: kept %s (%s)\n", p, res.Kept[p])
+	}
+	for _, p := range res.Evicted {
+		fmt.Fprintln(stdout, p)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "autonomic-rootfs: evict: %v\n", err)
+		return 1
+	}
 	return 0
 }

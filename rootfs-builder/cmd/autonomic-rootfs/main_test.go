@@ -67,3 +67,39 @@ func TestBuildCacheCLI(t *testing.T) {
 		}
 	}
 }
+
+func TestEvictCLI(t *testing.T) {
+	cache := t.TempDir()
+	var paths []string
+	for _, content := range []string{"one", "two"} {
+		src := filepath.Join(t.TempDir(), "x")
+		if err := os.WriteFile(src, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), []string{"build", "--spec", "../../specs/minimal.json", "--cache", cache, "--quiet", "--add", src + "=/etc/x"}, &out, &errb); code != 0 {
+			t.Fatalf("build: exit %d: %s", code, errb.String())
+		}
+		paths = append(paths, strings.Fields(out.String())[1])
+	}
+	cfg := filepath.Join(t.TempDir(), "launcher.json")
+	if err := os.WriteFile(cfg, []byte(`{"rootfses": {"agents": {"path": "`+paths[0]+`"}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"evict", "--cache", cache, "--keep", "0", "--config", cfg}, &out, &errb); code != 0 || out.String() != paths[1]+"\n" {
+		t.Fatalf("evict: exit %d, out %q, %s", code, out.String(), errb.String())
+	}
+	if _, err := os.Stat(paths[0]); err != nil || !strings.Contains(errb.String(), "kept "+paths[0]+" (referenced)") {
+		t.Fatalf("referenced entry: %v, %s", err, errb.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"evict", "--cache", cache, "--keep", "0", "--config", cfg + ".missing"}, &out, &errb); code != 1 || out.Len() != 0 {
+		t.Fatalf("evict with a missing config: exit %d, out %q", code, out.String())
+	}
+	for _, bad := range [][]string{{"evict"}, {"evict", "--cache", cache, "extra"}, {"evict", "--cache", cache, "--keep", "x"}} {
+		if code := run(context.Background(), bad, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+}
