@@ -121,6 +121,13 @@ func (b *Broker) Approve(ctx context.Context, effectID uuid.UUID, a *protocol.Ap
 	if err != nil {
 		return store.Effect{}, err
 	}
+	// Recorded under the episode's ownership lease, which names the
+	// kernel process: this kernel takes it (a renewal when it drives the
+	// episode; refused while another live kernel holds it), as the API's
+	// abort of an episode not driven here does.
+	if _, err := b.cfg.Store.AcquireOwnership(ctx, e.EpisodeID); err != nil {
+		return store.Effect{}, err
+	}
 	if _, err := b.cfg.Store.RecordDecision(ctx, d); err != nil {
 		return store.Effect{}, err
 	}

@@ -652,7 +652,8 @@ type Settlement struct {
 
 // Reconcile settles every unsettled effect (of one episode, or of all with
 // uuid.Nil) from its adapter's evidence, and must complete once before the
-// broker admits work. An effect at commit_intent never reached its adapter
+// broker admits work. It takes the ownership lease of each episode it
+// settles effects of first. An effect at commit_intent never reached its adapter
 // (committing is recorded first) and is aborted; one at committing or
 // commit_unknown is settled by the adapter's Reconcile, which never acts.
 func (b *Broker) Reconcile(ctx context.Context, episodeID uuid.UUID) ([]Settlement, error) {
@@ -663,7 +664,20 @@ func (b *Broker) Reconcile(ctx context.Context, episodeID uuid.UUID) ([]Settleme
 	}
 	var out []Settlement
 	var errs []error
+	// The lease names the kernel process: a restarted kernel holds none
+	// of its predecessor's episodes until it takes them (refused while
+	// another live kernel holds one, which then keeps its effects).
+	owned := map[uuid.UUID]error{}
 	for _, e := range list {
+		err, ok := owned[e.EpisodeID]
+		if !ok {
+			_, err = s.AcquireOwnership(ctx, e.EpisodeID)
+			owned[e.EpisodeID] = err
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		st := Settlement{EffectID: e.ID, Kind: e.Kind, From: e.State, To: e.State}
 		switch e.State {
 		case store.CommitIntent:

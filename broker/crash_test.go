@@ -20,6 +20,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 const crashChildEnv = "AUTONOMIC_BROKER_CRASH_CHILD"
@@ -102,6 +103,12 @@ func crashChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
 	}
+	// A kernel process of its own: it drives the episode once it holds
+	// the lease (which names the process).
+	if _, err := s.AcquireOwnership(ctx, e.EpisodeID); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
 	_, err = b.Commit(ctx, e, e.Revision, e.Epoch)
 	fmt.Fprintln(os.Stderr, "child survived:", err)
 	return 0
@@ -120,6 +127,16 @@ func (e *env) runCrash(spec crashSpec) {
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		e.t.Fatalf("child kernel did not die at %s: %v\n%s", spec.Point, err, out)
+	}
+	// The dead child's ownership lease lapses (its TTL's wait, skipped):
+	// the parent's reconciliation takes the episode back.
+	conn, err := pgx.Connect(ctxT(e.t), e.cluster.AdminConnString(e.db))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctxT(e.t), `UPDATE episodes SET owner_expires_at = clock_timestamp()`); err != nil {
+		e.t.Fatal(err)
 	}
 }
 

@@ -19,9 +19,12 @@
 //     kernel's database role cannot UPDATE or DELETE it.
 //   - Effect states change only through the one transition table in
 //     state.go; an illegal transition is a typed error and changes nothing.
-//   - Only the instance holding an episode's ownership lease (by the
+//   - Only the kernel process holding an episode's ownership lease (by the
 //     database's clock) may mutate it, so two kernels on one database never
-//     both drive an episode.
+//     both drive an episode. The lease names the instance and the process
+//     (a UUIDv7 each store handle draws when it opens): two processes of
+//     one instance, as in an overlapping restart, are two owners, and the
+//     newer one's AcquireOwnership fences the older at once.
 //   - Durability: of an effect's walk only two records wait for their WAL
 //     flush — committing, the intent an adapter acts under, and the
 //     outcome. A proposal, a prepare, a revision, an evaluation and

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -36,14 +37,14 @@ func (p *Postgres) CreateEpisode(ctx context.Context, req NewEpisode) (Episode, 
 		now = now.UTC()
 		ep := Episode{
 			ID: id, Spec: spec, State: EpisodeActive, Epoch: 1, PolicyVersion: req.PolicyVersion,
-			Owner:     Ownership{EpisodeID: id, InstanceID: p.instance, Token: 1, ExpiresAt: now.Add(p.ownerTTL)},
+			Owner:     Ownership{EpisodeID: id, InstanceID: p.instance, Process: p.process, Token: 1, ExpiresAt: now.Add(p.ownerTTL)},
 			CreatedAt: now, UpdatedAt: now,
 		}
 		// Insert with the genesis head; flush advances it with the
 		// creation event in the same transaction.
-		_, err := tx.Exec(ctx, `INSERT INTO episodes (`+episodeCols+`) VALUES ($2, $1, $3, $4, $5, NULL, $6, $7, $8, 0, $9, $10, $10)`,
+		_, err := tx.Exec(ctx, `INSERT INTO episodes (`+episodeCols+`) VALUES ($2, $1, $3, $4, $5, NULL, $6, $7, $8, 0, $9, $10, $10, $11)`,
 			ep.ID, spec, string(ep.State), ep.Epoch, ep.PolicyVersion, ep.Owner.InstanceID, ep.Owner.Token,
-			ep.Owner.ExpiresAt, ep.LedgerHead.Hash[:], now)
+			ep.Owner.ExpiresAt, ep.LedgerHead.Hash[:], now, p.process)
 		if err != nil {
 			if isUniqueViolation(err) {
 				return protocol.Errorf(protocol.CodeInvalidField, "episode id already exists")
@@ -147,9 +148,12 @@ func (p *Postgres) SetPolicyVersion(ctx context.Context, episodeID uuid.UUID, ep
 	return out, err
 }
 
-// AcquireOwnership takes or renews this instance's ownership lease on an
-// episode. It succeeds when this instance holds it already, or when the
-// current holder's lease has expired by the database's clock; the token
+// AcquireOwnership takes or renews this process's ownership lease on an
+// episode. It succeeds when this process holds it already, when the
+// current holder's lease has expired by the database's clock, or when the
+// holder is an older process of this same instance (an overlapping
+// restart: the newer process fences the older at once, and the older can
+// never take it back while the newer's lease is live); the token
 // increases whenever the owner changes.
 func (p *Postgres) AcquireOwnership(ctx context.Context, id uuid.UUID) (Ownership, error) {
 	var out Ownership
@@ -159,18 +163,26 @@ func (p *Postgres) AcquireOwnership(ctx context.Context, id uuid.UUID) (Ownershi
 			return err
 		}
 		prev := ep.Owner
-		if prev.InstanceID != p.instance && now.Before(prev.ExpiresAt) {
-			return stale("episode is owned by another kernel instance")
+		mine := prev.InstanceID == p.instance && prev.Process == p.process
+		if !mine && now.Before(prev.ExpiresAt) {
+			if prev.InstanceID != p.instance {
+				return stale("episode is owned by another kernel instance")
+			}
+			// UUIDv7s order by when their handles opened.
+			if bytes.Compare(prev.Process[:], p.process[:]) >= 0 {
+				return stale("episode is owned by a newer process of this kernel instance")
+			}
 		}
 		m := &mtx{ctx: ctx, tx: tx, ep: ep, now: now}
-		if prev.InstanceID != p.instance {
+		if !mine {
 			m.ep.Owner.Token++
-			m.ep.Owner.InstanceID = p.instance
+			m.ep.Owner.InstanceID, m.ep.Owner.Process = p.instance, p.process
 			m.emit("ownership_taken", map[string]any{
 				"owner": p.instance, "token": m.ep.Owner.Token, "previous": prev.InstanceID,
+				"process": p.process, "previous_process": prev.process(),
 			})
 		} else if !now.Before(prev.ExpiresAt) {
-			// The same instance coming back after expiry: nobody took
+			// The same process coming back after expiry: nobody took
 			// over in between, but the gap is worth a record.
 			m.emit("ownership_renewed_after_expiry", map[string]any{"owner": p.instance, "token": m.ep.Owner.Token})
 		}

@@ -165,11 +165,13 @@ func (p *Postgres) mutateOnce(ctx context.Context, op string, tg target, fn func
 	return p.end(conn, m, op, committed, err)
 }
 
-// owns refuses a mutation unless this instance holds the episode's
+// owns refuses a mutation unless this process holds the episode's
 // unexpired ownership lease, by the database's clock read under the lock.
+// The process, not only the instance id: an older process of the same
+// instance is fenced as soon as a newer one takes the lease.
 func (p *Postgres) owns(m *mtx) error {
-	if m.ep.Owner.InstanceID != p.instance || !m.now.Before(m.ep.Owner.ExpiresAt) {
-		return stale("this kernel instance does not hold the episode's ownership lease")
+	if m.ep.Owner.InstanceID != p.instance || m.ep.Owner.Process != p.process || !m.now.Before(m.ep.Owner.ExpiresAt) {
+		return stale("this kernel process does not hold the episode's ownership lease")
 	}
 	return nil
 }
@@ -462,10 +464,10 @@ func (m *mtx) queueLedger() error {
 		)
 		UPDATE episodes SET state = $2, epoch = $3, policy_version = $4, current_checkpoint = $5,
 			owner_instance = $6, owner_token = $7, owner_expires_at = $8, ledger_seq = $9, ledger_head = $10,
-			updated_at = $11 WHERE id = $1`,
+			updated_at = $11, owner_process = $19 WHERE id = $1`,
 		m.ep.ID, string(m.ep.State), m.ep.Epoch, m.ep.PolicyVersion, m.ep.CurrentCheckpoint,
 		m.ep.Owner.InstanceID, m.ep.Owner.Token, m.ep.Owner.ExpiresAt, head.Seq, head.Hash[:], m.now,
-		seqs, epochs, kinds, bodies, ats, prevs, hashes)
+		seqs, epochs, kinds, bodies, ats, prevs, hashes, m.ep.Owner.process())
 	return nil
 }
 
@@ -492,7 +494,7 @@ func (m *mtx) flush() error {
 // the episode under lock, and none needs the spec (up to 1 MiB) to do so.
 const (
 	episodeLockCols = `id, state, epoch, policy_version, current_checkpoint, owner_instance,
-	owner_token, owner_expires_at, ledger_seq, ledger_head, created_at, updated_at`
+	owner_token, owner_expires_at, ledger_seq, ledger_head, created_at, updated_at, owner_process`
 	episodeCols = `spec, ` + episodeLockCols
 )
 

@@ -1,11 +1,13 @@
 package store
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/google/uuid"
 )
 
 // Two kernel instances on one database: only the owner drives an episode;
@@ -97,4 +99,52 @@ func TestTwoKernelInstancesOwnership(t *testing.T) {
 		t.Fatalf("re-acquire after release: %+v %v", ownA, err)
 	}
 	mustVerify(t, a, f.ep.ID)
+}
+
+// Two processes of one kernel instance (an overlapping restart: the new
+// process starts before the old one is gone): the lease names the process,
+// so the newer one's acquisition fences the older at once — not when the
+// lease would have expired — and the older cannot take it back.
+func TestSameInstanceOlderProcessFenced(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	old := e.open("kernel-x", time.Hour)
+	f := e.episode(old)
+	eff, err := readyEffect(ctx, old, f.ep.ID, 1, f.lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own, err := old.AcquireOwnership(ctx, f.ep.ID); err != nil || own.Token != 1 || own.Process == uuid.Nil {
+		t.Fatalf("old process: %+v %v", own, err)
+	}
+
+	// The newer process of the same instance takes over at once, though
+	// the old lease has an hour to run.
+	newer := e.open("kernel-x", time.Hour)
+	own, err := newer.AcquireOwnership(ctx, f.ep.ID)
+	if err != nil || own.Token != 2 || own.InstanceID != "kernel-x" {
+		t.Fatalf("newer process: %+v %v", own, err)
+	}
+
+	// The older process is fenced on every mutation and cannot renew.
+	_, err = old.BeginCommit(ctx, CommitRequest{EffectID: eff.ID, Revision: 1, Epoch: 1}, allow)
+	wantCode(t, err, protocol.CodeStaleAuthority)
+	_, err = old.GrantLease(ctx, LeaseGrant{EpisodeID: f.ep.ID, Epoch: 1, Capabilities: []byte(`{}`), TTL: time.Minute})
+	wantCode(t, err, protocol.CodeStaleAuthority)
+	_, err = old.AdvanceEpoch(ctx, AdvanceEpoch{EpisodeID: f.ep.ID, FromEpoch: 1, Reason: "old"})
+	wantCode(t, err, protocol.CodeStaleAuthority)
+	_, err = old.AcquireOwnership(ctx, f.ep.ID)
+	wantCode(t, err, protocol.CodeStaleAuthority)
+	if err := old.ReleaseOwnership(ctx, f.ep.ID); code(err) != protocol.CodeStaleAuthority {
+		t.Fatalf("the old process released the newer's lease: %v", err)
+	}
+
+	// The newer process drives the episode; the ledger says who took it.
+	if _, err := newer.BeginCommit(ctx, CommitRequest{EffectID: eff.ID, Revision: 1, Epoch: 1}, allow); err != nil {
+		t.Fatal(err)
+	}
+	if k := kinds(t, newer, f.ep.ID); !strings.Contains(k, "ownership_taken") {
+		t.Fatalf("no ownership_taken in %s", k)
+	}
+	mustVerify(t, newer, f.ep.ID)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store/ledger"
 	"github.com/autonomic-kernel/autonomic/store/migrations"
+	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,6 +40,9 @@ type Config struct {
 type Postgres struct {
 	pool     *pool
 	instance string
+	// process names this handle in the ownership leases it takes (a
+	// UUIDv7: random, and ordered by when the handle opened).
+	process  uuid.UUID
 	ownerTTL time.Duration
 	log      hclog.Logger
 }
@@ -82,6 +86,7 @@ func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 	p := &Postgres{
 		pool:     newPool(pcfg, cfg.MaxConns),
 		instance: cfg.InstanceID,
+		process:  uuid.Must(uuid.NewV7()),
 		ownerTTL: cfg.OwnerTTL,
 		log:      cfg.Logger.Named("store"),
 	}

@@ -95,6 +95,11 @@ func TestRelayBudgetSurvivesRestart(t *testing.T) {
 	}
 	e.store.Close()
 	again := e.open("kernel-a", 0)
+	// A restarted kernel takes the episode's lease first (its Recover
+	// does): the lease names the process, not only the instance.
+	if _, err := again.AcquireOwnership(ctx, ep.ID); err != nil {
+		t.Fatal(err)
+	}
 	b, err := again.SetRelayBudget(ctx, ep.ID, 1000, 0)
 	if err != nil || b.Tokens != 900 {
 		t.Fatalf("after restart: %+v %v", b, err)

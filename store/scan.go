@@ -23,14 +23,18 @@ func scanEpisode(row pgx.Row, withSpec bool, extra ...any) (Episode, error) {
 	var state string
 	var head []byte
 	var dest []any
+	var process *uuid.UUID
 	if withSpec {
 		dest = append(dest, &ep.Spec)
 	}
 	dest = append(dest, &ep.ID, &state, &ep.Epoch, &ep.PolicyVersion, &ep.CurrentCheckpoint,
 		&ep.Owner.InstanceID, &ep.Owner.Token, &ep.Owner.ExpiresAt, &ep.LedgerHead.Seq, &head,
-		&ep.CreatedAt, &ep.UpdatedAt)
+		&ep.CreatedAt, &ep.UpdatedAt, &process)
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return Episode{}, err
+	}
+	if process != nil {
+		ep.Owner.Process = *process
 	}
 	ep.State = EpisodeState(state)
 	ep.Owner.EpisodeID = ep.ID

@@ -88,11 +88,23 @@ type Episode struct {
 
 // Ownership is a kernel instance's lease on driving an episode. Token
 // increases on every change of owner, so it can fence external systems too.
+// Process is the store handle (one per kernel process) that holds it: a
+// random UUIDv7 drawn when the handle opens, zero for a lease taken before
+// leases named their process.
 type Ownership struct {
 	EpisodeID  uuid.UUID
 	InstanceID string
+	Process    uuid.UUID
 	Token      int64
 	ExpiresAt  time.Time
+}
+
+// process is Process as the owner_process column stores it (NULL for zero).
+func (o Ownership) process() *uuid.UUID {
+	if o.Process == uuid.Nil {
+		return nil
+	}
+	return &o.Process
 }
 
 // NewEpisode creates an episode at epoch 1, owned by the calling instance.

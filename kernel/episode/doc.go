@@ -66,7 +66,13 @@
 //     that committed on the harvest target itself is not harvested again.
 //     The episode then ends, its domain destroyed first, with an Outcome —
 //     landed, denied, nothing_to_commit (completed), or harvest_failed
-//     (aborted) — recorded as its episode_ended reason.
+//     (aborted) — recorded as its episode_ended reason. Its state becomes
+//     final only once the store has recorded that end (retried while the
+//     store is unavailable); until then it is suspended, as the store's
+//     active says. A kernel start that finds the harvest begun (the
+//     unstable checkpoint in the ledger) and its git_commit committed ends
+//     the episode with that landed outcome: a worker whose change landed
+//     never runs again, and its change is never proposed again.
 //   - Wall time: an episode lives at most its spec's wall_time (the
 //     configured default when it names none; never above the configured
 //     maximum, which a spec above it is refused for), counted from its

@@ -110,7 +110,11 @@ type Archives interface {
 var errFinished = errors.New("episode: finished")
 
 // finish destroys the current domain, then ends the episode in the store
-// with the outcome as its reason.
+// with the outcome as its reason. The episode's state becomes final only
+// once the store says it ended: when the store cannot be told (after
+// endRetries), the episode stays active there and suspended here, and the
+// next kernel start settles it (recover.go, harvested) — it never holds a
+// final state the store does not.
 func (e *Episode) finish(ctx context.Context, o Outcome) error {
 	e.cgroup.Store(nil)
 	e.mu.Lock()
@@ -120,20 +124,68 @@ func (e *Episode) finish(ctx context.Context, o Outcome) error {
 		return err
 	}
 	to := o.state()
-	if err := e.move(to); err != nil {
+	e.mu.Lock()
+	err := transition(e.state, to)
+	e.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	why := o.encode()
-	if _, err := e.k.cfg.Store.EndEpisode(context.WithoutCancel(ctx), store.EndEpisode{EpisodeID: e.id, Epoch: epoch,
+	if err := endInStore(context.WithoutCancel(ctx), e.k.cfg.Store, store.EndEpisode{EpisodeID: e.id, Epoch: epoch,
 		State: to.storeState(), Reason: why}); err != nil {
-		return err
+		e.log.Error("the episode ended by itself but the store could not record it; the next kernel start settles it",
+			"outcome", string(o.Kind), "error", err)
+		return fmt.Errorf("episode: recording the end (%s): %w", o.Kind, err)
 	}
 	e.mu.Lock()
+	err = e.moveLocked(to, "")
 	e.why, e.outcome = why, &o
 	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	e.log.Info("episode ended by itself", "outcome", string(o.Kind), "code", o.Code)
 	// Host objects go once the supervisor has stopped (settle).
 	return errFinished
+}
+
+// endRetries bounds how often finish asks a store that is unavailable to
+// end the episode, and endBackoff the first pause (doubling) between.
+const (
+	endRetries = 5
+	endBackoff = 200 * time.Millisecond
+)
+
+// endInStore ends the episode in the store, retrying while the store is
+// unavailable. An attempt whose outcome was unknown may have committed: a
+// later attempt then finds the episode already ended, which is success
+// when it ended in the state asked for.
+func endInStore(ctx context.Context, st store.Store, req store.EndEpisode) error {
+	var err error
+	for i := 0; i < endRetries; i++ {
+		if i > 0 {
+			select {
+			case <-time.After(endBackoff << (i - 1)):
+			case <-ctx.Done():
+				return errors.Join(err, ctx.Err())
+			}
+		}
+		if _, err = st.EndEpisode(ctx, req); err == nil {
+			return nil
+		}
+		switch protocol.AsWire(err).Code {
+		case protocol.CodeAuthorityUnavailable:
+			continue
+		case protocol.CodeIllegalTransition:
+			if i > 0 {
+				if rec, rerr := st.Episode(ctx, req.EpisodeID); rerr == nil && rec.State == req.State {
+					return nil
+				}
+			}
+		}
+		return err
+	}
+	return err
 }
 
 // harvestTimeout bounds one harvest: checkpoint, read, and the effect's
@@ -148,6 +200,12 @@ func (e *Episode) harvest(ctx context.Context) Outcome {
 	failed := func(format string, args ...any) Outcome {
 		return Outcome{Kind: OutcomeFailed, Reason: fmt.Sprintf(format, args...)}
 	}
+	// The final checkpoint comes first: recorded unstable (it holds the
+	// worker's unverified writes, and no repair may restore it), it is
+	// also the ledger's record that the worker exited and the harvest
+	// began, which a kernel start reads (harvested) so it never resumes a
+	// worker whose change already landed.
+	res, ckErr := e.finalCheckpoint(ctx)
 	// A worker that committed through the broker itself owns its change:
 	// proposing the same edit again would be a second commit of it (or a
 	// ref_moved denial). Its last commit on the harvest target is the
@@ -157,27 +215,11 @@ func (e *Episode) harvest(ctx context.Context) Outcome {
 	} else if ok {
 		return o
 	}
-	if !e.k.feat.Checkpoints {
-		return failed("%s", noCheckpoints(e.k.feat))
+	if ckErr != nil {
+		return failed("%s", ckErr)
 	}
 	if e.k.cfg.Archives == nil {
 		return failed("no checkpoint archive source is configured")
-	}
-	e.mu.Lock()
-	gen := e.gen
-	e.mu.Unlock()
-	// The final checkpoint is recorded unstable: it holds the worker's
-	// unverified writes, and no repair may restore it.
-	res, err := e.k.cfg.Domains.Checkpoint(ctx, e.k.launcherID(e.id, gen))
-	if err != nil {
-		return failed("final checkpoint: %s", protocol.AsWire(err).Code)
-	}
-	e.mu.Lock()
-	epoch, dom := e.epoch, e.domainID
-	e.mu.Unlock()
-	if _, err := e.k.cfg.Store.RecordCheckpoint(ctx, store.NewCheckpoint{EpisodeID: e.id, DomainID: dom, Generation: gen, Epoch: epoch,
-		Digest: "sha256:" + res.SHA256}); err != nil {
-		return failed("recording the final checkpoint: %v", err)
 	}
 	rc, err := e.k.cfg.Archives.OpenArchive(ctx, res.SHA256)
 	if err != nil {
@@ -196,6 +238,63 @@ func (e *Episode) harvest(ctx context.Context) Outcome {
 		return Outcome{Kind: OutcomeNothing}
 	}
 	return e.propose(ctx, h, ch.Patch)
+}
+
+// finalCheckpoint checkpoints the exited worker's domain and records it
+// unstable.
+func (e *Episode) finalCheckpoint(ctx context.Context) (*protocol.CheckpointResult, error) {
+	if !e.k.feat.Checkpoints {
+		return nil, errors.New(noCheckpoints(e.k.feat))
+	}
+	e.mu.Lock()
+	gen := e.gen
+	e.mu.Unlock()
+	res, err := e.k.cfg.Domains.Checkpoint(ctx, e.k.launcherID(e.id, gen))
+	if err != nil {
+		return nil, fmt.Errorf("final checkpoint: %s", protocol.AsWire(err).Code)
+	}
+	e.mu.Lock()
+	epoch, dom := e.epoch, e.domainID
+	e.mu.Unlock()
+	if _, err := e.k.cfg.Store.RecordCheckpoint(ctx, store.NewCheckpoint{EpisodeID: e.id, DomainID: dom, Generation: gen, Epoch: epoch,
+		Digest: "sha256:" + res.SHA256}); err != nil {
+		return nil, fmt.Errorf("recording the final checkpoint: %v", err)
+	}
+	return res, nil
+}
+
+// harvested is what a kernel start reads before resuming an episode: when
+// the ledger shows its harvest began (the final checkpoint, the only one
+// recorded unstable) and a git_commit on the harvest target committed, the
+// change landed and only the record of the end was lost (the kernel died,
+// or the store was unreachable, between the two). The episode then ends
+// with that outcome; resuming would re-run a worker whose change landed.
+func (e *Episode) harvested(ctx context.Context) (Outcome, bool, error) {
+	if e.spec.Harvest == nil {
+		return Outcome{}, false, nil
+	}
+	evs, err := e.k.cfg.Store.Events(ctx, e.id)
+	if err != nil {
+		return Outcome{}, false, err
+	}
+	began := false
+	for _, ev := range evs {
+		var b struct {
+			Stable *bool `json:"stable"`
+		}
+		if ev.Kind == "checkpoint_recorded" && json.Unmarshal(ev.Body, &b) == nil && b.Stable != nil && !*b.Stable {
+			began = true
+		}
+	}
+	if !began {
+		return Outcome{}, false, nil
+	}
+	o, ok, err := e.committedByWorker(ctx)
+	if err != nil || !ok {
+		return Outcome{}, false, err
+	}
+	o.Reason = "landed by the harvest before a kernel restart; the episode ended at kernel start, its worker not run again"
+	return o, true, nil
 }
 
 // propose walks the patch across the horizon as a worker's request would

@@ -26,6 +26,9 @@ type Recovery struct {
 	Resumed   []*Episode
 	// Contained maps an episode to why it could not resume.
 	Contained map[uuid.UUID]string
+	// Ended maps an episode whose harvest had landed before the restart
+	// (only its end was not recorded) to the outcome it ended with.
+	Ended map[uuid.UUID]Outcome
 	// Skipped maps an episode this instance could not take (another live
 	// kernel owns it) to why.
 	Skipped map[uuid.UUID]string
@@ -39,7 +42,7 @@ type Recovery struct {
 // epoch, is recorded in the lineage and counts toward max_repairs, so a
 // crash loop ends contained.
 func (k *Controller) Recover(ctx context.Context) (Recovery, error) {
-	rec := Recovery{Contained: map[uuid.UUID]string{}, Skipped: map[uuid.UUID]string{}}
+	rec := Recovery{Contained: map[uuid.UUID]string{}, Skipped: map[uuid.UUID]string{}, Ended: map[uuid.UUID]Outcome{}}
 	// Effects past the commit horizon first: an adapter may have acted on
 	// them, and only their target's evidence settles them. A failure here
 	// stops recovery: resuming before settling could do an effect twice.
@@ -74,6 +77,8 @@ func (k *Controller) Recover(ctx context.Context) (Recovery, error) {
 			errs = append(errs, fmt.Errorf("episode %s: %w", ep.ID, err))
 		case e != nil:
 			rec.Resumed = append(rec.Resumed, e)
+		case why == "":
+			// Ended with its harvest's outcome (rec.Ended).
 		default:
 			rec.Contained[ep.ID] = why
 		}
@@ -103,7 +108,8 @@ func (k *Controller) destroyVerifications(ctx context.Context, rec *Recovery) er
 }
 
 // resume fences one episode, proves its generations gone and restores it;
-// it returns the running episode, or nil and why it was contained.
+// it returns the running episode, or nil and why it was contained (an
+// empty why: it ended with its harvest's outcome, recorded in out.Ended).
 func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recovery) (*Episode, string, error) {
 	st := k.cfg.Store
 	var spec Spec
@@ -180,6 +186,31 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 		}
 		e.log.Warn("contained at kernel start", "why", why)
 		return nil, why, nil
+	}
+	// A harvest that landed before the kernel died, or before a store
+	// outage kept its end from being recorded, is the episode's end: its
+	// worker is not run again, its change not proposed again.
+	if specErr == nil {
+		o, ok, err := e.harvested(ctx)
+		if err != nil {
+			k.forget(rec.ID)
+			return nil, "", err
+		}
+		if ok {
+			why := o.encode()
+			if _, err := st.EndEpisode(ctx, store.EndEpisode{EpisodeID: rec.ID, Epoch: e.epoch, State: o.state().storeState(), Reason: why}); err != nil {
+				k.forget(rec.ID)
+				return nil, "", err
+			}
+			// Its host objects go as a finished episode's do.
+			e.mu.Lock()
+			e.workspace = true
+			e.mu.Unlock()
+			e.cleanupStart()
+			out.Ended[rec.ID] = o
+			e.log.Info("ended at kernel start: its harvest had landed", "outcome", string(o.Kind), "effect", o.Effect)
+			return nil, "", nil
+		}
 	}
 	_, _, narrow, verr := spec.validate(k.cfg.PolicyKeys)
 	switch {

@@ -250,9 +250,12 @@ func (k *composition) recoverAtStart(ctx context.Context, log hclog.Logger) erro
 		resumed = append(resumed, e.ID().String())
 	}
 	log.Info("recovery", "settled", len(rec.Settled), "destroyed", rec.Destroyed, "resumed", resumed,
-		"contained", len(rec.Contained), "skipped", len(rec.Skipped), "ms", time.Since(start).Milliseconds())
+		"contained", len(rec.Contained), "ended", len(rec.Ended), "skipped", len(rec.Skipped), "ms", time.Since(start).Milliseconds())
 	for id, why := range rec.Contained {
 		log.Warn("recovery: episode contained", "episode", id, "why", why)
+	}
+	for id, o := range rec.Ended {
+		log.Info("recovery: episode ended with its landed harvest", "episode", id, "outcome", string(o.Kind), "effect", o.Effect)
 	}
 	for id, why := range rec.Skipped {
 		log.Warn("recovery: episode skipped (another kernel owns it)", "episode", id, "why", why)

@@ -94,7 +94,9 @@ func TestApproveThroughTheKernel(t *testing.T) {
 		t.Fatal(errb.String())
 	}
 	// One instance id for the kernel and this test's store handle: the
-	// effect is made here under the ownership the kernel then holds.
+	// effect is made here, its lease released, and the kernel takes the
+	// episode's lease when it records the approval (the lease names the
+	// process, so one instance id alone would not let it).
 	const instance = "approve-test"
 	k := servertest.New(t, "approve", map[string]any{
 		"store":         map[string]any{"instance_id": instance},
@@ -131,6 +133,9 @@ func TestApproveThroughTheKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := st.Transition(ctx, store.Transition{EffectID: eff.ID, Revision: 1, Epoch: 1, To: store.Evaluating}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ReleaseOwnership(ctx, ep.ID); err != nil {
 		t.Fatal(err)
 	}
 
