@@ -57,6 +57,9 @@ func Table() []Gate {
 		{Name: "broker_crash_after_external_mutation_reconciliation", Proves: "a crash inside the commit window reconciles to a provable outcome", Tests: []Run{
 			{"./broker", []string{"TestBrokerCrashAfterExternalMutationReconciliation", "TestHorizonSurvivesDatabaseCrash"}},
 			{"./store", []string{"TestEnterCommitIsTwoTransactions", "TestEnterCommitRedoesCommittingOnANewConnection"}},
+			// A kernel process restarted under the same instance id fences
+			// the older one at once.
+			{"./store", []string{"TestSameInstanceOlderProcessFenced"}},
 		}, Scope: "every adapter (artifact, git_commit, http_mutation, git_remote, http_read) crashed in a child process at each point of the commit window; the PostgreSQL cluster killed (SIGKILL, WAL writer held) after each step of the artifact horizon, whose pre-intent transactions commit without waiting for their flush"},
 		{Name: "git_authoritative_commit_reconciliation", Proves: "ambiguous ref movement is reported as ambiguous, not as success", Tests: []Run{
 			{"./broker", []string{"TestGitAuthoritativeCommitReconciliation", "TestPatchBombRefused", "TestGitRemoteFastForwardOnly",
@@ -112,7 +115,10 @@ func Table() []Gate {
 				// An agent that only edits files: its change harvested from
 				// the checkpoint archive and taken through the horizon, a
 				// hostile workspace read as data, and the wall-time bound.
-				"TestHarvestLandsTheFix", "TestHarvestDeniedByPolicy", "TestHarvestHostileWorkspace", "TestWallTimeEndsAnEpisode"}},
+				"TestHarvestLandsTheFix", "TestHarvestDeniedByPolicy", "TestHarvestHostileWorkspace", "TestWallTimeEndsAnEpisode",
+				// A harvest's end is final only once recorded, and a restart
+				// ends a landed harvest instead of running its worker again.
+				"TestHarvestEndRetriedWhileStoreUnavailable", "TestHarvestLandedEndLostRestart"}},
 			{"./kernel/workspace", []string{"TestHarvestRefusesHostileEntries", "TestHarvestBoundsAndDigest"}},
 		}, Scope: "autonomic serve (this tree's build) as the service account, the installed launcher (proven to be this tree's build) through the sudoers rule, so make install must have run; a fixture model and a scripted agent, not a live LLM"},
 		{Name: "real_agent_inference_relay", Proves: "a real agent CLI in a domain reaches nothing but its relay, which forwards only inference with a key the domain never holds", Tests: []Run{
