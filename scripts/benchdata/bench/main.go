@@ -65,6 +65,7 @@ func main() {
 type options struct {
 	runs, warmup, rssRuns int
 	launcher, config      string
+	gonop                 string // an empty static Go program: the Go exec floor
 	out, work             string
 	sudoUser              string
 	compare               []string // name=path of extra launcher builds, run directly
@@ -94,6 +95,10 @@ type sample struct {
 	// its descendants waited for (the whole domain): a loaded host
 	// inflates it far less than wall time.
 	cpu time.Duration
+	// faults are the page faults (minor and major) of the same processes:
+	// where a fault is dear (a VM with PTI) they, more than syscalls,
+	// separate a contender with several Go runtimes from one in C.
+	faults int64
 	// phases are the create's traced steps (tracer), from the same origin.
 	phases map[string]time.Duration
 }
@@ -130,6 +135,7 @@ func run() int {
 	flag.IntVar(&o.warmup, "warmup", 3, "untimed runs per contender first")
 	flag.IntVar(&o.rssRuns, "rss-runs", 10, "extra, untimed launcher runs that sample the monitor's VmHWM")
 	flag.StringVar(&o.launcher, "launcher", "/usr/local/libexec/autonomic-launcher", "installed launcher")
+	flag.StringVar(&o.gonop, "gonop", "", "an empty static Go program, timed as context: one Go runtime's start")
 	flag.StringVar(&o.config, "config", "/etc/autonomic/launcher.json", "the installed launcher's configuration")
 	flag.StringVar(&o.out, "out", "artifacts/bench.json", "JSON report")
 	flag.StringVar(&o.work, "work", "", "scratch directory (bundles, runtime state); required")
@@ -370,6 +376,21 @@ func (b *bench) cases() []*bcase {
 		command: strings.Join(bwrapArgv, " "),
 		once:    func(string) (sample, error) { return b.plain(bwrapArgv) },
 	}
+	// The exec floors, as context: one process start in C and one with a
+	// Go runtime. A launcher create starts three Go runtimes (monitor,
+	// init, stage) and a fourth binary image (the idmap holder, stopped at
+	// its exec); bwrap and crun start none.
+	execC := &bcase{
+		name: "exec_c", command: "/bin/true", note: "context: one C process start",
+		once: func(string) (sample, error) { return b.plain([]string{"/bin/true"}) },
+	}
+	execGo := &bcase{
+		name: "exec_go", command: b.opts.gonop, note: "context: one Go runtime's start (static, empty main)",
+		once: func(string) (sample, error) { return b.plain([]string{b.opts.gonop}) },
+	}
+	if b.opts.gonop == "" {
+		execGo.skip = "no -gonop program"
+	}
 	crunState := filepath.Join(b.opts.work, "crun-state")
 	runcState := filepath.Join(b.opts.work, "runc-state")
 	crunDisabled := &bcase{
@@ -419,7 +440,7 @@ func (b *bench) cases() []*bcase {
 			}
 		}
 	}
-	cases := []*bcase{direct, sudo, bwrap, crun, crunDisabled, runc}
+	cases := []*bcase{direct, sudo, bwrap, crun, crunDisabled, runc, execC, execGo}
 	// Candidate launcher builds, measured in the same interleaved rounds so
 	// a change can be judged against the installed one on equal terms.
 	for _, v := range b.opts.compare {
@@ -564,8 +585,8 @@ func (b *bench) launcherOnce(cmd *exec.Cmd, id string, sampleRSS bool) (sample, 
 		b.destroy(id)
 		return sample{}, 0, fmt.Errorf("worker did not exit 0 and get destroyed: code %v signal %q destroyed %v", exited.ExitCode, exited.Signal, exited.Destroyed)
 	}
-	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	return sample{wall: wall, started: tStarted, exited: tExited, phases: phases, cpu: cpu}, hwm, nil
+	cpu, faults := usage(cmd.ProcessState)
+	return sample{wall: wall, started: tStarted, exited: tExited, phases: phases, cpu: cpu, faults: faults}, hwm, nil
 }
 
 // destroy removes a domain a failed run may have left behind.
@@ -625,7 +646,18 @@ func timed(argv []string, devnull *os.File) (sample, error) {
 		}
 		return sample{}, fmt.Errorf("%s: %v: %s", argv[0], err, msg)
 	}
-	return sample{wall: wall}, nil
+	cpu, faults := usage(cmd.ProcessState)
+	return sample{wall: wall, cpu: cpu, faults: faults}, nil
+}
+
+// usage is the CPU time and page faults of a reaped process and of every
+// descendant it waited for.
+func usage(ps *os.ProcessState) (time.Duration, int64) {
+	var faults int64
+	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+		faults = ru.Minflt + ru.Majflt
+	}
+	return ps.UserTime() + ps.SystemTime(), faults
 }
 
 // rssResult is the monitor's peak resident set. ru_maxrss from wait4 is no
@@ -765,6 +797,8 @@ type nsRunner struct {
 type nsReply struct {
 	Ready  bool   `json:"ready,omitempty"`
 	WallNs int64  `json:"wall_ns,omitempty"`
+	CPUNs  int64  `json:"cpu_ns,omitempty"`
+	Faults int64  `json:"faults,omitempty"`
 	Error  string `json:"error,omitempty"`
 }
 
@@ -828,7 +862,7 @@ func (r *nsRunner) run(argv []string) (sample, error) {
 	if rep.Error != "" {
 		return sample{}, errors.New(rep.Error)
 	}
-	return sample{wall: time.Duration(rep.WallNs)}, nil
+	return sample{wall: time.Duration(rep.WallNs), cpu: time.Duration(rep.CPUNs), faults: rep.Faults}, nil
 }
 
 func (r *nsRunner) close() {
@@ -877,7 +911,7 @@ func runNSRunner() int {
 			return fail("bad command")
 		}
 		s, err := timed(argv, devnull)
-		rep := nsReply{WallNs: int64(s.wall)}
+		rep := nsReply{WallNs: int64(s.wall), CPUNs: int64(s.cpu), Faults: s.faults}
 		if err != nil {
 			rep = nsReply{Error: err.Error()}
 		}
@@ -917,9 +951,11 @@ type caseReport struct {
 	MinMs      float64 `json:"min_ms,omitempty"`
 	MaxMs      float64 `json:"max_ms,omitempty"`
 	MeanMs     float64 `json:"mean_ms,omitempty"`
-	// CPUMs is the launcher's median CPU time (user + system, with every
-	// process of the domain it waited for).
-	CPUMs float64 `json:"cpu_median_ms,omitempty"`
+	// CPUMs is the median CPU time (user + system) of the contender's
+	// process and every process it waited for (for the launcher: the
+	// whole domain); Faults the median of their page faults.
+	CPUMs  float64 `json:"cpu_median_ms,omitempty"`
+	Faults int64   `json:"page_faults_median,omitempty"`
 	// Phases are the launcher's medians from exec to its started frame,
 	// to its exited frame, and to its reaping (= median_ms).
 	Phases map[string]float64 `json:"phases_median_ms,omitempty"`
@@ -1003,12 +1039,13 @@ func (b *bench) report(cases []*bcase, rss rssResult) report {
 			cr.Measurable = true
 			med, p90, lo, hi, mean := stats(c.samples, func(s sample) time.Duration { return s.wall })
 			cr.MedianMs, cr.P90Ms, cr.MinMs, cr.MaxMs, cr.MeanMs = ms(med), ms(p90), ms(lo), ms(hi), ms(mean)
+			cpu, _, _, _, _ := stats(c.samples, func(s sample) time.Duration { return s.cpu })
+			faults, _, _, _, _ := stats(c.samples, func(s sample) time.Duration { return time.Duration(s.faults) })
+			cr.CPUMs, cr.Faults = ms(cpu), int64(faults)
 			if c.samples[0].started > 0 {
 				st, _, _, _, _ := stats(c.samples, func(s sample) time.Duration { return s.started })
 				ex, _, _, _, _ := stats(c.samples, func(s sample) time.Duration { return s.exited })
-				cpu, _, _, _, _ := stats(c.samples, func(s sample) time.Duration { return s.cpu })
 				cr.Phases = map[string]float64{"started_frame": ms(st), "exited_frame": ms(ex), "reaped": ms(med)}
-				cr.CPUMs = ms(cpu)
 			}
 			if c.samples[0].phases != nil {
 				order, meds := phaseMedians(c.samples)
@@ -1090,18 +1127,18 @@ func hostInfo() map[string]string {
 func printTable(w io.Writer, rep report) {
 	fmt.Fprintf(w, "One-shot create → /bin/true → destroyed, %d timed runs each (kernel %s, %s CPUs, load %s)\n\n",
 		rep.Runs, rep.Host["kernel"], rep.Host["cpus"], rep.Host["loadavg_at_report"])
-	fmt.Fprintf(w, "%-24s %5s %10s %10s %10s  %s\n", "contender", "runs", "median ms", "p90 ms", "min ms", "notes")
+	fmt.Fprintf(w, "%-24s %5s %10s %10s %10s %8s %7s  %s\n", "contender", "runs", "median ms", "p90 ms", "min ms", "CPU ms", "faults", "notes")
 	for _, name := range rep.Order {
 		c := rep.Cases[name]
 		if !c.Measurable {
-			fmt.Fprintf(w, "%-24s %5s %10s %10s %10s  not measurable: %s\n", name, "-", "-", "-", "-", c.Reason)
+			fmt.Fprintf(w, "%-24s %5s %10s %10s %10s %8s %7s  not measurable: %s\n", name, "-", "-", "-", "-", "-", "-", c.Reason)
 			continue
 		}
 		note := c.Note
 		if c.Phases != nil {
-			note = fmt.Sprintf("started frame at %.2f, exited frame at %.2f, CPU %.2f (medians)", c.Phases["started_frame"], c.Phases["exited_frame"], c.CPUMs)
+			note = fmt.Sprintf("started frame at %.2f, exited frame at %.2f (medians)", c.Phases["started_frame"], c.Phases["exited_frame"])
 		}
-		fmt.Fprintf(w, "%-24s %5d %10.2f %10.2f %10.2f  %s\n", name, c.Runs, c.MedianMs, c.P90Ms, c.MinMs, note)
+		fmt.Fprintf(w, "%-24s %5d %10.2f %10.2f %10.2f %8.2f %7d  %s\n", name, c.Runs, c.MedianMs, c.P90Ms, c.MinMs, c.CPUMs, c.Faults, note)
 	}
 	for _, name := range rep.Order {
 		c := rep.Cases[name]
