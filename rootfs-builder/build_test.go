@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/autonomic-kernel/autonomic/internal/privileged"
 )
 
 func loadMinimal(t *testing.T) *Spec {
@@ -189,8 +191,8 @@ func TestVerifyReportsTampering(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.kind == "owner" && os.Geteuid() != 0 {
-				t.Skip("chown needs root")
+			if tc.kind == "owner" {
+				privileged.Require(t) // chown
 			}
 			dest, _ := buildMinimal(t, Options{})
 			if err := tc.tamper(dest); err != nil {

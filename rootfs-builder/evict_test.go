@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/autonomic-kernel/autonomic/internal/privileged"
 )
 
 // cachedEntry builds the minimal spec into cache with one --add whose
@@ -195,12 +197,7 @@ func TestEvictRefuses(t *testing.T) {
 // A live domain's root is a bind mount of its rootfs in the domain's own
 // mount namespace: that entry is kept though nothing names it.
 func TestEvictKeepsMounted(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("AUTONOMIC_REQUIRE_PRIVILEGED") == "1" {
-			t.Fatal("AUTONOMIC_REQUIRE_PRIVILEGED=1 but not running as root")
-		}
-		t.Skip("needs root")
-	}
+	privileged.Require(t)
 	cache := t.TempDir()
 	a := cachedEntry(t, cache, "a")
 	b := cachedEntry(t, cache, "b")

@@ -92,8 +92,9 @@ func allowed(from, imp string) bool {
 		return !ours(imp) || under(imp, "seccomp") || under(imp, "internal/privileged") || under(imp, "protocol")
 	case under(from, "rootfs-builder"):
 		// Standalone, but its specs and manifests are read by the one
-		// strict-JSON reader, protocol's.
-		return !ours(imp) || under(imp, "rootfs-builder") || under(imp, "protocol")
+		// strict-JSON reader, protocol's; its root-only tests skip
+		// through internal/privileged, like every other package's.
+		return !ours(imp) || under(imp, "rootfs-builder") || under(imp, "protocol") || under(imp, "internal/privileged")
 	case under(from, "internal/privileged"):
 		return std(imp)
 	case under(from, "entry"):
