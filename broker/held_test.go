@@ -45,11 +45,11 @@ func (h *heldConn) recv(wait time.Duration) (*protocol.WorkerResponse, error) {
 	return protocol.DecodeWorkerResponse(b)
 }
 
-// closed asserts that the broker ended the connection without another
-// answer.
-func (h *heldConn) closed() {
+// closed asserts that the broker ended the connection within wait,
+// without another answer.
+func (h *heldConn) closed(wait time.Duration) {
 	h.t.Helper()
-	if r, err := h.recv(5 * time.Second); !protocol.IsEOF(err) {
+	if r, err := h.recv(wait); !protocol.IsEOF(err) {
 		h.t.Fatalf("connection not closed by the broker: %+v %v", r, err)
 	}
 }
@@ -148,7 +148,7 @@ func TestHeldConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantErr(t, r, protocol.CodePeerRefused)
-		h.closed()
+		h.closed(e.server.IdleTimeout / 2)
 		// No generation bound: refused at once, without waiting for one.
 		e.cgroup.Store(self)
 		h = dialHeld(t, e.socket)
@@ -166,7 +166,7 @@ func TestHeldConnection(t *testing.T) {
 		if waited := time.Since(began); waited >= e.server.BindWait {
 			t.Errorf("refused after %v: it waited for a binding", waited)
 		}
-		h.closed()
+		h.closed(e.server.IdleTimeout / 2)
 	})
 
 	t.Run("idle held connection closed at IdleTimeout", func(t *testing.T) {
@@ -175,7 +175,7 @@ func TestHeldConnection(t *testing.T) {
 		r, err := h.recv(5 * time.Second)
 		served(t, r, err, "a")
 		began := time.Now()
-		h.closed()
+		h.closed(5 * time.Second)
 		if d := time.Since(began); d < e.server.IdleTimeout*9/10 || d > e.server.IdleTimeout+2*time.Second {
 			t.Fatalf("closed after %v, idle timeout %v", d, e.server.IdleTimeout)
 		}
@@ -204,7 +204,7 @@ func TestHeldConnection(t *testing.T) {
 				if r.OK || r.Error.Code != tc.want || r.RequestID != "" {
 					t.Fatalf("got %+v %+v, want %s", r, r.Error, tc.want)
 				}
-				h.closed()
+				h.closed(e.server.IdleTimeout / 2)
 			})
 		}
 	})

@@ -26,8 +26,9 @@ type Binding struct {
 	// Cgroup returns the cgroup v2 path (as /proc/<pid>/cgroup names it,
 	// e.g. "/autonomic/ep-1-g2") of the episode's current domain
 	// generation, or false while no generation runs. It is consulted on
-	// every accept, so a repair that replaces the generation cuts off the
-	// old one at once.
+	// every accept and before every later request on a held connection,
+	// so a repair that replaces the generation cuts off the old one at
+	// once.
 	Cgroup func() (string, bool)
 }
 
@@ -36,11 +37,12 @@ type Server struct {
 	Broker  *Broker
 	Binding Binding
 	// Concurrency is effect_concurrency: connections served at once
-	// (default 8). The next is refused at once.
+	// (default 8), held ones included. The next is refused at once.
 	Concurrency int
-	// IdleTimeout bounds the wait for a request's first byte, ReadTimeout
-	// the whole request frame, WriteTimeout the answer, RequestTimeout
-	// the broker's work (defaults 5 s, 10 s, 5 s, 60 s).
+	// IdleTimeout bounds the wait for a request's first byte (on a held
+	// connection, for the next request), ReadTimeout the whole request
+	// frame, WriteTimeout the answer, RequestTimeout the broker's work
+	// (defaults 5 s, 10 s, 5 s, 60 s), each per request.
 	IdleTimeout, ReadTimeout, WriteTimeout, RequestTimeout time.Duration
 	// BindWait bounds how long a connection waits for the episode's
 	// generation to be bound (default 10 s): the worker runs as soon as
