@@ -83,8 +83,8 @@ func BenchmarkBroker(b *testing.B) {
 		roundTrips(b, func() (*protocol.WorkerResponse, error) { return client.Call(ctx, e.socket, status) })
 	})
 	// The status's one database round trip alone (the ownership read),
-	// so that the rest of status_round_trip (socket, peer check, frames,
-	// scheduling) can be told from it.
+	// so that the rest of the round trips (frames, scheduling, and for
+	// the connect one the socket and the peer check) can be told from it.
 	b.Run("status_store_read", func(b *testing.B) {
 		id := uuid.MustParse(p.ID)
 		ds := make([]time.Duration, 0, b.N)
