@@ -45,28 +45,46 @@ func BenchmarkBroker(b *testing.B) {
 	p := mustOK(b, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "status-probe"}, []byte("x"))))
 	body := []byte("artifact body")
 
-	b.Run("status_round_trip", func(b *testing.B) {
-		req := &protocol.WorkerRequest{Protocol: 1, RequestID: "s", Epoch: e.epoch(), Action: protocol.WorkerStatus, EffectID: p.ID}
+	status := &protocol.WorkerRequest{Protocol: 1, RequestID: "s", Epoch: e.epoch(), Action: protocol.WorkerStatus, EffectID: p.ID}
+	// roundTrips times call b.N times and reports p50, p99 and the
+	// process's CPU (worker and broker sides, not PostgreSQL's) per call:
+	// on a loaded host the latency is mostly waiting for a core, and this
+	// is what a call asks of one.
+	roundTrips := func(b *testing.B, call func() (*protocol.WorkerResponse, error)) {
 		ds := make([]time.Duration, 0, b.N)
-		ctx := ctxT(b)
 		cpu0 := cpuTime()
 		for b.Loop() {
 			start := time.Now()
-			r, err := client.Call(ctx, e.socket, req)
+			r, err := call()
 			ds = append(ds, time.Since(start))
 			if err != nil || !r.OK {
 				b.Fatal(err, r)
 			}
 		}
-		// The process's CPU (worker and broker sides, not PostgreSQL's)
-		// per call: on a loaded host the latency is mostly waiting for a
-		// core, and this is what a call asks of one.
 		b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(len(ds)), "cpu-µs/op")
 		reportQuantiles(b, ds)
+	}
+	// A round trip on a held connection (client.Conn): the worker pays
+	// the connect and the peer check once, then a request and its answer
+	// per call.
+	b.Run("status_round_trip", func(b *testing.B) {
+		ctx := ctxT(b)
+		c, err := client.Dial(ctx, e.socket)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		roundTrips(b, func() (*protocol.WorkerResponse, error) { return c.Call(ctx, status) })
+	})
+	// The same on a connection of its own per call (client.Call): socket,
+	// connect, accept, the peer check and the close on top.
+	b.Run("status_connect_round_trip", func(b *testing.B) {
+		ctx := ctxT(b)
+		roundTrips(b, func() (*protocol.WorkerResponse, error) { return client.Call(ctx, e.socket, status) })
 	})
 	// The status's one database round trip alone (the ownership read),
-	// so that the rest of status_round_trip (socket, peer check, frames,
-	// scheduling) can be told from it.
+	// so that the rest of the round trips (frames, scheduling, and for
+	// the connect one the socket and the peer check) can be told from it.
 	b.Run("status_store_read", func(b *testing.B) {
 		id := uuid.MustParse(p.ID)
 		ds := make([]time.Duration, 0, b.N)

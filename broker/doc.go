@@ -10,7 +10,9 @@
 //   - A connection is bound to the episode's current domain generation by
 //     the kernel's view of the peer (SO_PEERCRED, a pidfd — SO_PEERPIDFD, or
 //     pidfd_open and the start time where the kernel lacks it — and the
-//     peer's cgroup), never by anything a frame claims.
+//     peer's cgroup), never by anything a frame claims. It may carry
+//     requests in sequence; each later one is served only while that
+//     generation is still the bound one.
 //   - Prepare is fenced first: a prepare refused for its epoch, its lease,
 //     the lease's grant or the episode's quotas has applied no patch,
 //     stored no payload and written no row.

@@ -152,6 +152,12 @@ func (e *env) grantSpec(epoch int64, spec authority.Spec) {
 // serve starts the episode's socket server, bound to e.cgroup.
 func (e *env) serve(concurrency int) {
 	e.t.Helper()
+	e.serveWith(concurrency, nil)
+}
+
+// serveWith is serve with adjust applied to the server before it starts.
+func (e *env) serveWith(concurrency int, adjust func(*Server)) {
+	e.t.Helper()
 	sockDir := filepath.Join(e.dir, "sockets")
 	if err := os.Mkdir(sockDir, 0o700); err != nil {
 		e.t.Fatal(err)
@@ -166,6 +172,9 @@ func (e *env) serve(concurrency int) {
 			cg := e.cgroup.Load().(string)
 			return cg, cg != ""
 		}}}
+	if adjust != nil {
+		adjust(e.server)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.server.Serve(ctx, ln) }()

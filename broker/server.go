@@ -26,8 +26,9 @@ type Binding struct {
 	// Cgroup returns the cgroup v2 path (as /proc/<pid>/cgroup names it,
 	// e.g. "/autonomic/ep-1-g2") of the episode's current domain
 	// generation, or false while no generation runs. It is consulted on
-	// every accept, so a repair that replaces the generation cuts off the
-	// old one at once.
+	// every accept and before every later request on a held connection,
+	// so a repair that replaces the generation cuts off the old one at
+	// once.
 	Cgroup func() (string, bool)
 }
 
@@ -36,11 +37,12 @@ type Server struct {
 	Broker  *Broker
 	Binding Binding
 	// Concurrency is effect_concurrency: connections served at once
-	// (default 8). The next is refused at once.
+	// (default 8), held ones included. The next is refused at once.
 	Concurrency int
-	// IdleTimeout bounds the wait for a request's first byte, ReadTimeout
-	// the whole request frame, WriteTimeout the answer, RequestTimeout
-	// the broker's work (defaults 5 s, 10 s, 5 s, 60 s).
+	// IdleTimeout bounds the wait for a request's first byte (on a held
+	// connection, for the next request), ReadTimeout the whole request
+	// frame, WriteTimeout the answer, RequestTimeout the broker's work
+	// (defaults 5 s, 10 s, 5 s, 60 s), each per request.
 	IdleTimeout, ReadTimeout, WriteTimeout, RequestTimeout time.Duration
 	// BindWait bounds how long a connection waits for the episode's
 	// generation to be bound (default 10 s): the worker runs as soon as
@@ -148,28 +150,72 @@ func (s *Server) refuse(c *net.UnixConn, e *protocol.Error) {
 	c.Close()
 }
 
-func (s *Server) answer(c *net.UnixConn, r *protocol.WorkerResponse) {
+// answer writes one answer frame under the write deadline. An error means
+// the frame may be half written, so the connection can carry nothing more.
+func (s *Server) answer(c *net.UnixConn, r *protocol.WorkerResponse) error {
 	b, err := protocol.Encode(r)
 	if err != nil {
-		return
+		return err
 	}
 	_ = c.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
-	_ = protocol.WriteFrame(c, b, protocol.WorkerResponseMax)
+	return protocol.WriteFrame(c, b, protocol.WorkerResponseMax)
 }
 
+func (s *Server) fail(c *net.UnixConn, err error) {
+	_ = s.answer(c, &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, Error: protocol.AsWire(err)})
+}
+
+// serve checks the peer once, then answers its requests one after another
+// until it closes, stays idle past IdleTimeout, sends what does not decode,
+// or is no longer the bound generation. Each request gets its own idle,
+// read and request deadlines; nothing is kept from one request to the
+// next but the reader's fixed buffer and the cgroup found at accept.
 func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
-	if err := s.checkPeer(ctx, c); err != nil {
+	peer, err := s.checkPeer(ctx, c)
+	if err != nil {
 		s.Broker.log.Warn("peer refused", "episode", s.Binding.EpisodeID, "reason", err)
-		s.answer(c, &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, Error: protocol.AsWire(err)})
+		s.fail(c, err)
 		return
 	}
-	start := time.Now()
+	// Shutdown interrupts the wait for a next request; a request already
+	// read is finished (its context ends with ctx) and answered.
+	stop := context.AfterFunc(ctx, func() { _ = c.SetReadDeadline(time.Now()) })
+	defer stop()
 	br := bufio.NewReaderSize(c, 4096)
+	for first := true; ; first = false {
+		if !s.serveOne(ctx, c, br, peer, first) {
+			return
+		}
+	}
+}
+
+// serveOne reads and answers one request; false means the connection is
+// done.
+func (s *Server) serveOne(ctx context.Context, c *net.UnixConn, br *bufio.Reader, peer string, first bool) bool {
+	start := time.Now()
 	_ = c.SetReadDeadline(start.Add(s.IdleTimeout))
+	if ctx.Err() != nil {
+		return false
+	}
 	if _, err := br.Peek(1); err != nil {
-		s.answer(c, &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, Error: protocol.E(protocol.CodeFrameTimeout)})
-		return
+		// A held connection that goes quiet (or is closed by its client)
+		// between requests is closed without an answer: there is no
+		// request to answer, and an unasked frame would be read as the
+		// answer to the client's next one.
+		if first && ctx.Err() == nil {
+			s.fail(c, protocol.E(protocol.CodeFrameTimeout))
+		}
+		return false
+	}
+	// The connection was bound to a generation at accept; a repair that
+	// binds another since cuts it off here, before its frame is read.
+	if !first {
+		if err := s.stillBound(peer); err != nil {
+			s.Broker.log.Warn("peer refused", "episode", s.Binding.EpisodeID, "reason", err)
+			s.fail(c, err)
+			return false
+		}
 	}
 	_ = c.SetReadDeadline(start.Add(s.ReadTimeout))
 	frame, err := protocol.ReadFrame(br, protocol.WorkerRequestMax, time.Time{})
@@ -177,34 +223,65 @@ func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			err = protocol.E(protocol.CodeFrameTimeout)
 		}
-		s.answer(c, &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, Error: protocol.AsWire(err)})
-		return
+		s.fail(c, err)
+		return false
 	}
 	req, err := protocol.DecodeWorkerRequest(frame)
 	if err != nil {
-		s.answer(c, &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, Error: protocol.AsWire(err)})
-		return
+		s.fail(c, err)
+		return false
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.RequestTimeout)
-	defer cancel()
-	s.answer(c, s.Broker.Handle(rctx, s.Binding.EpisodeID, req))
+	resp := s.Broker.Handle(rctx, s.Binding.EpisodeID, req)
+	cancel()
+	// A client that sends without reading fills the socket's buffer; the
+	// write deadline then ends the connection, so what a connection holds
+	// is the kernel's socket buffer and one answer, however many frames
+	// it pipelines.
+	return s.answer(c, resp) == nil && ctx.Err() == nil
 }
 
 // checkPeer binds the connection to the episode's current domain: the
 // peer's cgroup (see peerCgroup) must be the bound generation's or below it.
-func (s *Server) checkPeer(ctx context.Context, c *net.UnixConn) error {
+// It returns the peer's cgroup, against which later requests on the
+// connection are checked (see stillBound).
+func (s *Server) checkPeer(ctx context.Context, c *net.UnixConn) (string, error) {
 	want, ok := s.bound(ctx)
 	if !ok {
-		return protocol.Errorf(protocol.CodePeerRefused, "no live domain generation")
+		return "", protocol.Errorf(protocol.CodePeerRefused, "no live domain generation")
 	}
 	pid, got, err := peerCgroup(c)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if got != want && !strings.HasPrefix(got, want+"/") {
-		return protocol.Errorf(protocol.CodePeerRefused, "peer pid %d in cgroup %q", pid, got)
+	if !within(got, want) {
+		return "", protocol.Errorf(protocol.CodePeerRefused, "peer pid %d in cgroup %q", pid, got)
+	}
+	return got, nil
+}
+
+// stillBound re-checks, for a later request on a connection, that the
+// cgroup its peer was identified in at accept is still within the bound
+// generation: the connection stays bound to the generation that opened it,
+// so once a repair binds another, the old one's held connections are cut
+// off as its new connections are. No /proc read: what is checked is the
+// accept-time identity against the current binding. It does not wait for a
+// binding (BindWait is for a new generation's first call).
+func (s *Server) stillBound(peer string) error {
+	want, ok := s.Binding.Cgroup()
+	if !ok || !strings.HasPrefix(want, "/") {
+		return protocol.Errorf(protocol.CodePeerRefused, "no live domain generation")
+	}
+	if !within(peer, want) {
+		return protocol.Errorf(protocol.CodePeerRefused, "peer's cgroup %q is no longer the bound generation", peer)
 	}
 	return nil
+}
+
+// within: cgroup got is want or a descendant of it (a path ancestor, not a
+// string prefix).
+func within(got, want string) bool {
+	return got == want || strings.HasPrefix(got, want+"/")
 }
 
 // peerFallback forces the path for kernels without SO_PEERPIDFD (tests);

@@ -71,7 +71,7 @@ func Table() []Gate {
 			{"./kernel/cmd/autonomic", []string{"TestServeDBOutageBlocksAuthority"}},
 		}, Scope: "the store, and the composed kernel (serve in-process, real launcher), against a real postmaster stopped and killed inside a commit"},
 		{Name: "af_unix_effect_broker", Proves: "worker ingress honours epoch, framing and bounds", Tests: []Run{
-			{"./broker", []string{"TestAFUnixEffectBroker", "TestPeerPidfdFallback", "TestPrepareFencedFirst",
+			{"./broker", []string{"TestAFUnixEffectBroker", "TestHeldConnection", "TestHeldConnectionsAndSaturation", "TestPeerPidfdFallback", "TestPrepareFencedFirst",
 				"TestHTTPPathNormalisation", "TestSpecialUseAddressesRefused", "TestHostileHTTPTargets",
 				"TestPolicyEnforcedWithoutVerification", "TestRepairNarrowingEnforcedAtCommit", "TestBudgetTotalsEnforcedUnderRace",
 				"TestEffectsPerMinuteEnforced"}},
