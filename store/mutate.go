@@ -26,9 +26,8 @@ type target struct {
 	what string // for not_found
 	// effect: also lock the effect (via == "effects"), or, with
 	// effectID, the effect effectID if it is the episode id's (via ==
-	// ""): absent from mtx.locked when it is not.
-	// Such a target takes no lease, decisions or spend (they name the
-	// effect by id).
+	// ""): absent from mtx.locked when it is not (and then its lease and
+	// decisions are not read either).
 	effect   bool
 	effectID uuid.UUID
 	// leaseMode, when set ("FOR SHARE" or "FOR UPDATE"), also locks a
@@ -296,17 +295,24 @@ func queueLocks(b *pgx.Batch, tg target) {
 	case tg.effect:
 		b.Queue(`SELECT `+effectCols+` FROM effects WHERE id = $1 FOR UPDATE`, tg.id)
 	}
+	// The effect whose lease and decisions are read: tg.id, or effectID
+	// if it is the episode's.
+	effectIs, decisionIs, eargs := `id = $1`, `d.effect_id = $1`, []any{tg.id}
+	if tg.effect && tg.effectID != uuid.Nil {
+		effectIs, decisionIs = `id = $1 AND episode_id = $2`, `d.effect_id = $1 AND e.episode_id = $2`
+		eargs = []any{tg.effectID, tg.id}
+	}
 	if tg.leaseMode != "" {
 		if tg.leaseID != uuid.Nil {
 			b.Queue(`SELECT `+leaseCols+` FROM leases WHERE id = $1 `+tg.leaseMode, tg.leaseID)
 		} else {
-			b.Queue(`SELECT `+leaseCols+` FROM leases WHERE id = (SELECT lease_id FROM effects WHERE id = $1) `+tg.leaseMode, tg.id)
+			b.Queue(`SELECT `+leaseCols+` FROM leases WHERE id = (SELECT lease_id FROM effects WHERE `+effectIs+`) `+tg.leaseMode, eargs...)
 		}
 	}
 	if tg.decisions {
 		b.Queue(`SELECT `+prefixed("d", decisionCols)+` FROM decisions d
 			JOIN effects e ON e.id = d.effect_id AND e.revision = d.revision AND e.epoch = d.epoch
-			WHERE d.effect_id = $1 ORDER BY d.created_at, d.id`, tg.id)
+			WHERE `+decisionIs+` ORDER BY d.created_at, d.id`, eargs...)
 	}
 	if tg.spend {
 		b.Queue(spendSQL(tg.episodeID()), tg.id, SpendWindow.Microseconds())
