@@ -592,6 +592,11 @@ func (b *Broker) commitInEpisode(ctx context.Context, episodeID, id uuid.UUID, r
 			return store.CommitRequest{}, nil, &slowCommit{error: protocol.Errorf(protocol.CodeInternal, "commit needs the touches"), e: e}
 		}
 		if ar, err = b.request(e); err != nil {
+			// Internal, as it reached the worker before: a bare error
+			// here would read to the store as a broken connection.
+			if pe := (*protocol.Error)(nil); !errors.As(err, &pe) {
+				err = protocol.Errorf(protocol.CodeInternal, "payload: %w", err)
+			}
 			return store.CommitRequest{}, nil, err
 		}
 		return store.CommitRequest{EffectID: e.ID, Revision: revision, Epoch: epoch, Bytes: int64(len(ar.Payload))},

@@ -73,3 +73,32 @@ func TestCommitOwnershipInItsTransaction(t *testing.T) {
 		t.Fatal(c.State)
 	}
 }
+
+// TestCommitPayloadUnreadable: a payload the store cannot read at commit
+// (here a directory where its file was) is refused as internal, as before
+// the read moved under commit_intent's locks, not as an unavailable
+// database, and the effect stays ready.
+func TestCommitPayloadUnreadable(t *testing.T) {
+	e, pub := artifactEnv(t)
+	p := mustOK(t, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "gone.bin"}, []byte("gone"))))
+	ev := byEffectReq(e, protocol.WorkerEvaluate, p)
+	ev.Approval = e.approve(p.ID)
+	mustOK(t, e.do(ev))
+	path, err := e.payloads.path(p.PayloadDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, e.do(byEffectReq(e, protocol.WorkerCommit, p)), protocol.CodeInternal)
+	if eff, err := e.store.Effect(ctxT(t), mustUUID(p.ID)); err != nil || eff.State != store.Ready {
+		t.Fatalf("effect %v %v", eff.State, err)
+	}
+	if _, err := os.Stat(filepath.Join(pub, "gone.bin")); !os.IsNotExist(err) {
+		t.Fatal("published")
+	}
+}
