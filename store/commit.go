@@ -62,8 +62,10 @@ func (p *Postgres) EnterCommit(ctx context.Context, req CommitRequest, check Com
 // from plan ends the transaction with nothing written.
 func (p *Postgres) EnterCommitInEpisode(ctx context.Context, episodeID, effectID uuid.UUID, epoch int64,
 	plan func(Effect) (CommitRequest, CommitCheck, error), afterIntent func(CommitView)) (CommitView, error) {
-	tg := target{id: episodeID, what: "episode", effect: true, effectID: effectID,
-		leaseMode: "FOR UPDATE", decisions: true, spend: true, lossy: true}
+	// commit_intent's locks and reads, on the worker's episode, the
+	// effect only if it is that episode's.
+	tg := commitTarget(CommitRequest{EffectID: effectID})
+	tg.via, tg.id, tg.what, tg.effectID = "", episodeID, "episode", effectID
 	var view CommitView
 	return p.enterCommit(ctx, tg, effectID, func(m *mtx) (CommitRequest, error) {
 		if err := m.requireEpoch(epoch); err != nil {
