@@ -210,9 +210,10 @@ func TestEvaluateInEpisode(t *testing.T) {
 
 // TestEnterCommitInEpisode: EnterCommit with the ownership read in
 // commit_intent's transaction keeps EffectInEpisode's answers in its order
-// (the request's epoch, then the effect's episode) before plan runs; the
-// lease, decisions and spend it reads are the effect's; a refusing plan
-// records nothing; otherwise it is EnterCommit, hook and ledger alike.
+// (the request's epoch, then the effect's episode) before plan runs,
+// without waiting on another episode's rows; the lease, decisions and
+// spend it reads are the effect's; a refusing plan records nothing;
+// otherwise it is EnterCommit, hook and ledger alike.
 func TestEnterCommitInEpisode(t *testing.T) {
 	e := newEnv(t)
 	s, ctx := e.store, ctxT(t)
@@ -256,6 +257,28 @@ func TestEnterCommitInEpisode(t *testing.T) {
 	wantCode(t, err, protocol.CodeForbidden)
 	if got, _ := s.Effect(ctx, eff.ID); got.State != Ready || hooked || events() != before {
 		t.Fatalf("refused commit: state %s, hook ran %v, %d events", got.State, hooked, events()-before)
+	}
+
+	// Another episode's worker neither waits on nor locks the effect's
+	// rows: with its effect and lease held FOR UPDATE elsewhere, the
+	// answer is not_found at once.
+	admin := e.admin()
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM effects WHERE id = $1 FOR UPDATE`, eff.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM leases WHERE id = $1 FOR UPDATE`, f.lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	quick, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = s.EnterCommitInEpisode(quick, other.ep.ID, eff.ID, 1, plan(allow), nil)
+	cancel()
+	wantCode(t, err, protocol.CodeNotFound)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	var between EffectState
