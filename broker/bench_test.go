@@ -9,6 +9,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/broker/client"
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/google/uuid"
 )
 
@@ -17,6 +18,31 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// walkSplit is the wall-clock split of walks: the three requests, and the
+// commit's steps between the broker's hooks — to commit_intent (the
+// ownership read, the payload read and verified, touches, the checks and
+// commit_intent), committing (durable), the adapter, and the outcome
+// recorded (durable).
+type walkSplit [7][]time.Duration
+
+var walkSplitUnits = [7]string{"prepare-p50-µs", "evaluate-p50-µs", "commit-p50-µs",
+	"c.intent-p50-µs", "c.committing-p50-µs", "c.adapter-p50-µs", "c.outcome-p50-µs"}
+
+func (w *walkSplit) add(ds ...time.Duration) {
+	for i, d := range ds {
+		w[i] = append(w[i], d)
+	}
+}
+
+func (w *walkSplit) report(b *testing.B) {
+	for i, ds := range w {
+		if len(ds) > 0 {
+			slices.Sort(ds)
+			b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), walkSplitUnits[i])
+		}
+	}
 }
 
 func reportQuantiles(b *testing.B, ds []time.Duration) {
@@ -34,12 +60,19 @@ func reportQuantiles(b *testing.B, ds []time.Duration) {
 // to (two fsync'd store transactions plus the artifact adapter's own
 // commit, with its fsyncs, of an artifact of the same size; target ≤ 2×
 // the reference), and the bare store floor (the two transactions alone).
+// The walk also reports its wall-clock split (walkSplit), so that a cut
+// shows where it landed.
 func BenchmarkBroker(b *testing.B) {
 	pub := b.TempDir()
+	// The commit's marks, by the broker's hooks (see walkSplit).
+	var marks [3]time.Time
 	e := newEnv(b, func(e *env, cfg *Config) {
 		cfg.Adapters = append(cfg.Adapters, &Artifact{Targets: map[string]ArtifactTarget{"releases": {Dir: pub}}})
 		// The benchmark measures the horizon, not the prepare quota.
 		cfg.Quota = Quota{PreparesPerEpisode: 1 << 40, PreparesPerMinute: 1 << 30}
+		cfg.Hooks = &Hooks{AfterIntent: func(store.Effect) { marks[0] = time.Now() },
+			BeforeAdapter: func(store.Effect) { marks[1] = time.Now() },
+			AfterAdapter:  func(store.Effect, Result) { marks[2] = time.Now() }}
 	})
 	e.serve(8)
 	p := mustOK(b, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "status-probe"}, []byte("x"))))
@@ -104,22 +137,26 @@ func BenchmarkBroker(b *testing.B) {
 	// approval is a store read and a signature; those are the harness's,
 	// not the broker's.
 	seq := 0
+	var split walkSplit
 	walk := func(b *testing.B) time.Duration {
 		seq++
 		prep := prepareReq(e, "artifact", "releases", map[string]string{"name": "a" + strconv.Itoa(seq)}, body)
 		start := time.Now()
 		pr := mustOK(b, e.do(prep))
-		elapsed := time.Since(start)
+		prepared := time.Since(start)
 		ap := e.approve(pr.ID)
 		req := byEffectReq(e, protocol.WorkerEvaluate, pr)
 		req.Approval = ap
 		commit := byEffectReq(e, protocol.WorkerCommit, pr)
 		t0 := time.Now()
 		mustOK(b, e.do(req))
+		t1 := time.Now()
 		if c := mustOK(b, e.do(commit)); c.State != "committed" {
 			b.Fatal(c.State)
 		}
-		return elapsed + time.Since(t0)
+		end := time.Now()
+		split.add(prepared, t1.Sub(t0), end.Sub(t1), marks[0].Sub(t1), marks[1].Sub(marks[0]), marks[2].Sub(marks[1]), end.Sub(marks[2]))
+		return prepared + end.Sub(t0)
 	}
 	// reference is what the horizon cannot do without, the ≤ 2× goal's
 	// unit: the durable intent and the durable outcome (two fsync'd
@@ -145,10 +182,12 @@ func BenchmarkBroker(b *testing.B) {
 	}
 	b.Run("artifact_prepare_evaluate_commit", func(b *testing.B) {
 		ds := make([]time.Duration, 0, b.N)
+		split = walkSplit{}
 		for b.Loop() {
 			ds = append(ds, walk(b))
 		}
 		reportQuantiles(b, ds)
+		split.report(b)
 	})
 	b.Run("reference_two_transactions_and_adapter", func(b *testing.B) {
 		ds := make([]time.Duration, 0, b.N)

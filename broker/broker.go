@@ -181,12 +181,30 @@ func (b *Broker) handle(ctx context.Context, episodeID uuid.UUID, req *protocol.
 			return result(e), nil
 		}
 	}
+	if req.Action == protocol.WorkerCommit {
+		// The ownership check and commit_intent in one transaction,
+		// unless the effect's adapter reports touches (commitInEpisode).
+		e, err := b.commitInEpisode(ctx, episodeID, id, req.Revision, req.Epoch)
+		var slow *slowCommit
+		if !errors.As(err, &slow) {
+			if err != nil {
+				return nil, err
+			}
+			return result(e), nil
+		}
+		// The effect as read under the locks, its ownership checked:
+		// as good as own's read.
+		if e, err = b.Commit(ctx, slow.e, req.Revision, req.Epoch); err != nil {
+			return nil, err
+		}
+		return result(e), nil
+	}
 	e, err := b.own(ctx, episodeID, id, req.Epoch)
 	if err != nil {
 		return nil, err
 	}
 	switch req.Action {
-	case protocol.WorkerEvaluate, protocol.WorkerCommit, protocol.WorkerAbort:
+	case protocol.WorkerEvaluate, protocol.WorkerAbort:
 		if req.Revision != e.Revision {
 			return nil, protocol.Errorf(protocol.CodeStaleAuthority, "revision %d superseded by %d", req.Revision, e.Revision)
 		}
@@ -194,11 +212,6 @@ func (b *Broker) handle(ctx context.Context, episodeID uuid.UUID, req *protocol.
 	switch req.Action {
 	case protocol.WorkerEvaluate:
 		e, err = b.Evaluate(ctx, e, req.Revision, req.Epoch, req.Approval)
-	case protocol.WorkerCommit:
-		if e.Class == 4 && e.State == store.Evaluating {
-			return nil, protocol.Errorf(protocol.CodeApprovalRequired, "class 4 effect awaits its approval")
-		}
-		e, err = b.Commit(ctx, e, req.Revision, req.Epoch)
 	case protocol.WorkerAbort:
 		e, err = b.cfg.Store.Transition(ctx, store.Transition{EffectID: e.ID, Revision: req.Revision, Epoch: req.Epoch,
 			To: store.Aborted, Reason: "worker aborted"})
@@ -532,6 +545,69 @@ func (b *Broker) decisionsSuffice(e store.Effect, ds []store.Decision) error {
 	return nil
 }
 
+// commitCheckable is what the worker's commit requires of the effect
+// before the horizon's checks: the request's revision is the current one,
+// and a class 4 effect is not still awaiting its approval.
+func commitCheckable(e store.Effect, revision int) error {
+	if revision != e.Revision {
+		return protocol.Errorf(protocol.CodeStaleAuthority, "revision %d superseded by %d", revision, e.Revision)
+	}
+	if e.Class == 4 && e.State == store.Evaluating {
+		return protocol.Errorf(protocol.CodeApprovalRequired, "class 4 effect awaits its approval")
+	}
+	return nil
+}
+
+// slowCommit: the effect's adapter reports touches, which Commit computes
+// before the commit transaction, not under the episode's lock. It carries
+// the effect as read under the locks, its ownership and commitCheckable
+// checked. It never reaches a worker; it is a catalogue error only so that
+// the store keeps the connection it was raised on.
+type slowCommit struct {
+	error
+	e store.Effect
+}
+
+func (s *slowCommit) Unwrap() error { return s.error }
+
+// commitInEpisode is the worker's commit: the ownership read (own), the
+// effect's checks, the payload read and verified and commit_intent in one
+// transaction (store.EnterCommitInEpisode), one round trip fewer than own
+// and then Commit; then as Commit. The payload (at most
+// protocol.MaxWorkerPayload) is read and hashed under the episode's lock,
+// as the adapter's Precondition reads the target; an adapter that reports
+// touches is answered with a slowCommit before anything is read.
+func (b *Broker) commitInEpisode(ctx context.Context, episodeID, id uuid.UUID, revision int, epoch int64) (store.Effect, error) {
+	var a Adapter
+	var ar Request
+	view, err := b.cfg.Store.EnterCommitInEpisode(ctx, episodeID, id, epoch, func(e store.Effect) (store.CommitRequest, store.CommitCheck, error) {
+		if err := commitCheckable(e, revision); err != nil {
+			return store.CommitRequest{}, nil, err
+		}
+		var err error
+		if a, _, err = b.adapter(e.Kind, e.TargetID); err != nil {
+			return store.CommitRequest{}, nil, err
+		}
+		if _, ok := unwrap(a).(Toucher); ok {
+			return store.CommitRequest{}, nil, &slowCommit{error: protocol.Errorf(protocol.CodeInternal, "commit needs the touches"), e: e}
+		}
+		if ar, err = b.request(e); err != nil {
+			// Internal, as it reached the worker before: a bare error
+			// here would read to the store as a broken connection.
+			if pe := (*protocol.Error)(nil); !errors.As(err, &pe) {
+				err = protocol.Errorf(protocol.CodeInternal, "payload: %w", err)
+			}
+			return store.CommitRequest{}, nil, err
+		}
+		return store.CommitRequest{EffectID: e.ID, Revision: revision, Epoch: epoch, Bytes: int64(len(ar.Payload))},
+			b.commitCheck(a, &ar, nil), nil
+	}, b.afterIntent())
+	if err != nil {
+		return store.Effect{}, err
+	}
+	return b.cross(ctx, a, ar, view.Effect)
+}
+
 func (b *Broker) request(e store.Effect) (Request, error) {
 	payload, err := b.cfg.Payloads.Get(e.PayloadDigest, protocol.MaxWorkerPayload)
 	if err != nil {
@@ -559,20 +635,28 @@ func (b *Broker) Commit(ctx context.Context, e store.Effect, revision int, epoch
 	if err != nil {
 		return store.Effect{}, err
 	}
-	var afterIntent func(store.CommitView)
-	if h := b.cfg.Hooks; h != nil && h.AfterIntent != nil {
-		afterIntent = func(v store.CommitView) { h.AfterIntent(v.Effect) }
-	}
 	// commit_intent and committing: two transactions, one round trip
 	// apart (store.EnterCommit). An error after commit_intent leaves the
 	// effect there; reconciliation aborts it, since the adapter provably
 	// never ran.
 	view, err := b.cfg.Store.EnterCommit(ctx, store.CommitRequest{EffectID: e.ID, Revision: revision, Epoch: epoch, Bytes: int64(len(ar.Payload))},
-		b.commitCheck(a, &ar, touches), afterIntent)
+		b.commitCheck(a, &ar, touches), b.afterIntent())
 	if err != nil {
 		return store.Effect{}, err
 	}
-	e = view.Effect
+	return b.cross(ctx, a, ar, view.Effect)
+}
+
+func (b *Broker) afterIntent() func(store.CommitView) {
+	if h := b.cfg.Hooks; h != nil && h.AfterIntent != nil {
+		return func(v store.CommitView) { h.AfterIntent(v.Effect) }
+	}
+	return nil
+}
+
+// cross is the horizon's far side, with committing durable for e: the
+// adapter acts and its outcome is recorded.
+func (b *Broker) cross(ctx context.Context, a Adapter, ar Request, e store.Effect) (store.Effect, error) {
 	// From here on the adapter may act: the outcome must be recorded even if
 	// the worker's request is cancelled, so the rest runs on a context that
 	// keeps the deadline but not the cancellation of the caller.

@@ -37,6 +37,10 @@ type crashSpec struct {
 	RemoteURL     string
 	ReadURL       string
 	DecisionKey   ed25519.PublicKey
+	// Worker: commit as the episode's worker does (Broker.Handle), not
+	// as the kernel does (Broker.Commit): the two reach commit_intent by
+	// different transactions (commitInEpisode).
+	Worker bool
 }
 
 func (s crashSpec) adapters(pl *Payloads) []Adapter {
@@ -109,6 +113,14 @@ func crashChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
 	}
+	if spec.Worker {
+		// The parent reconciled before it started this child.
+		b.reconciled.Store(true)
+		r := b.Handle(ctx, e.EpisodeID, &protocol.WorkerRequest{Protocol: protocol.WorkerVersion, RequestID: "crash",
+			Epoch: e.Epoch, Action: protocol.WorkerCommit, EffectID: e.ID.String(), Revision: e.Revision})
+		fmt.Fprintln(os.Stderr, "child survived:", r.Error)
+		return 0
+	}
 	_, err = b.Commit(ctx, e, e.Revision, e.Epoch)
 	fmt.Fprintln(os.Stderr, "child survived:", err)
 	return 0
@@ -143,8 +155,9 @@ func (e *env) runCrash(spec crashSpec) {
 // TestBrokerCrashAfterExternalMutationReconciliation is the
 // broker_crash_after_external_mutation_reconciliation gate: for each
 // adapter, the kernel dies between the adapter's action and the record of
-// its outcome (and at the two points before it); a restarted broker
-// reconciles to the provable outcome and never acts twice.
+// its outcome (and at the two points before it), committing as the kernel
+// and as the episode's worker; a restarted broker reconciles to the
+// provable outcome and never acts twice.
 func TestBrokerCrashAfterExternalMutationReconciliation(t *testing.T) {
 	type adapterCase struct {
 		name   string
@@ -280,44 +293,46 @@ func TestBrokerCrashAfterExternalMutationReconciliation(t *testing.T) {
 			spec, mk, check := ac.setup(t)
 			e := newEnv(t, func(e *env, cfg *Config) { cfg.Adapters = spec.adapters(e.payloads) })
 			seq := 0
-			for _, point := range []string{"after_intent", "before_adapter", "after_adapter"} {
-				t.Run(point, func(t *testing.T) {
-					seq++
-					p := mk(e, seq)
-					s := spec
-					s.EffectID, s.Point = mustUUID(p.ID), point
-					e.runCrash(s)
-					before, _ := e.store.Effect(ctxT(t), s.EffectID)
-					if !before.State.Unsettled() {
-						t.Fatalf("after the crash the effect is %s", before.State)
-					}
-					// The restarted kernel: a new broker admits nothing
-					// before reconciliation.
-					b2, err := New(e.cfg)
-					if err != nil {
-						t.Fatal(err)
-					}
-					r := b2.Handle(ctxT(t), e.ep.ID, &protocol.WorkerRequest{Protocol: 1, RequestID: "x", Epoch: e.epoch(), Action: protocol.WorkerStatus, EffectID: p.ID})
-					wantErr(t, r, protocol.CodeAuthorityUnavailable)
-					st, err := b2.Reconcile(ctxT(t), uuid.Nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					want := points[point]
-					if ac.readOnly && want == store.Committed {
-						want = store.Failed
-					}
-					if len(st) != 1 || st[0].To != want {
-						t.Fatalf("reconciled %+v, want %s", st, want)
-					}
-					check(t, acts[point])
-					// A second reconciliation finds nothing to do and acts
-					// on nothing.
-					if st, err := b2.Reconcile(ctxT(t), uuid.Nil); err != nil || len(st) != 0 {
-						t.Fatalf("second reconciliation: %+v %v", st, err)
-					}
-					check(t, acts[point])
-				})
+			for _, via := range []string{"kernel", "worker"} {
+				for _, point := range []string{"after_intent", "before_adapter", "after_adapter"} {
+					t.Run(via+"/"+point, func(t *testing.T) {
+						seq++
+						p := mk(e, seq)
+						s := spec
+						s.EffectID, s.Point, s.Worker = mustUUID(p.ID), point, via == "worker"
+						e.runCrash(s)
+						before, _ := e.store.Effect(ctxT(t), s.EffectID)
+						if !before.State.Unsettled() {
+							t.Fatalf("after the crash the effect is %s", before.State)
+						}
+						// The restarted kernel: a new broker admits nothing
+						// before reconciliation.
+						b2, err := New(e.cfg)
+						if err != nil {
+							t.Fatal(err)
+						}
+						r := b2.Handle(ctxT(t), e.ep.ID, &protocol.WorkerRequest{Protocol: 1, RequestID: "x", Epoch: e.epoch(), Action: protocol.WorkerStatus, EffectID: p.ID})
+						wantErr(t, r, protocol.CodeAuthorityUnavailable)
+						st, err := b2.Reconcile(ctxT(t), uuid.Nil)
+						if err != nil {
+							t.Fatal(err)
+						}
+						want := points[point]
+						if ac.readOnly && want == store.Committed {
+							want = store.Failed
+						}
+						if len(st) != 1 || st[0].To != want {
+							t.Fatalf("reconciled %+v, want %s", st, want)
+						}
+						check(t, acts[point])
+						// A second reconciliation finds nothing to do and acts
+						// on nothing.
+						if st, err := b2.Reconcile(ctxT(t), uuid.Nil); err != nil || len(st) != 0 {
+							t.Fatalf("second reconciliation: %+v %v", st, err)
+						}
+						check(t, acts[point])
+					})
+				}
 			}
 		})
 	}

@@ -47,21 +47,70 @@ func (p *Postgres) EnterCommit(ctx context.Context, req CommitRequest, check Com
 		return CommitView{}, invalid("commit check is required")
 	}
 	var view CommitView
+	return p.enterCommit(ctx, commitTarget(req), req.EffectID, func(m *mtx) (CommitRequest, error) {
+		return req, beginCommitFn(ctx, req, check, &view)(m)
+	}, &view, afterIntent)
+}
+
+// EnterCommitInEpisode is EnterCommit for the worker of episodeID with the
+// broker's ownership read (EffectInEpisode) folded into commit_intent's
+// transaction, one round trip fewer: under the locks, first the request's
+// epoch must be the episode's current one (stale_request_epoch), then the
+// effect must be the episode's (not_found) — EffectInEpisode's answers, in
+// its order. plan then runs on the effect as locked and returns the
+// request and the check; BeginCommit's checks follow, unchanged. An error
+// from plan ends the transaction with nothing written.
+func (p *Postgres) EnterCommitInEpisode(ctx context.Context, episodeID, effectID uuid.UUID, epoch int64,
+	plan func(Effect) (CommitRequest, CommitCheck, error), afterIntent func(CommitView)) (CommitView, error) {
+	// commit_intent's locks and reads, on the worker's episode, the
+	// effect only if it is that episode's.
+	tg := commitTarget(CommitRequest{EffectID: effectID})
+	tg.via, tg.id, tg.what, tg.effectID = "", episodeID, "episode", effectID
+	var view CommitView
+	return p.enterCommit(ctx, tg, effectID, func(m *mtx) (CommitRequest, error) {
+		if err := m.requireEpoch(epoch); err != nil {
+			return CommitRequest{}, err
+		}
+		e, ok := m.locked[effectID]
+		if !ok {
+			return CommitRequest{}, notFound("effect")
+		}
+		req, check, err := plan(e)
+		if err != nil {
+			return CommitRequest{}, err
+		}
+		if req.EffectID != effectID || req.Epoch != epoch {
+			return CommitRequest{}, invalid("a commit plan names another effect or epoch than its request")
+		}
+		if check == nil {
+			return CommitRequest{}, invalid("commit check is required")
+		}
+		return req, beginCommitFn(ctx, req, check, &view)(m)
+	}, &view, afterIntent)
+}
+
+// enterCommit runs first (commit_intent) on tg and then committing on the
+// effect, as EnterCommit describes; view is what first filled in.
+func (p *Postgres) enterCommit(ctx context.Context, tg target, effectID uuid.UUID, first func(*mtx) (CommitRequest, error),
+	view *CommitView, afterIntent func(CommitView)) (CommitView, error) {
 	var between func()
 	if afterIntent != nil {
-		between = func() { afterIntent(view) }
+		between = func() { afterIntent(*view) }
 	}
 	var committing Effect
-	tr := Transition{EffectID: req.EffectID, Revision: req.Revision, Epoch: req.Epoch, To: Committing}
+	tr := Transition{EffectID: effectID, To: Committing}
 	// The revision committing is checked against is the one commit_intent
 	// was recorded at, as the broker's separate call passed it.
-	err := p.mutateThen(ctx, "begin_commit", commitTarget(req), beginCommitFn(ctx, req, check, &view),
-		between, "effect_transition", transitionTarget(tr), transitionFn(tr, &committing))
+	err := p.mutateThen(ctx, "begin_commit", tg, func(m *mtx) error {
+		req, err := first(m)
+		tr.Revision, tr.Epoch = req.Revision, req.Epoch
+		return err
+	}, between, "effect_transition", transitionTarget(tr), func(m *mtx) error { return transitionFn(tr, &committing)(m) })
 	if err != nil {
 		return CommitView{}, err
 	}
 	view.Effect = committing
-	return view, nil
+	return *view, nil
 }
 
 func commitTarget(req CommitRequest) target {

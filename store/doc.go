@@ -40,6 +40,8 @@
 //     and committing as these two transactions on one connection, the
 //     second's BEGIN and locks sent behind the first's COMMIT: one round
 //     trip fewer, the same two commits and the same re-checks.
+//     EnterCommitInEpisode also reads the worker's ownership of the effect
+//     (EffectInEpisode's answers) under commit_intent's locks.
 //   - When the database cannot be reached, or a commit's outcome is
 //     unknown, every call fails with protocol.CodeAuthorityUnavailable.
 //     Nothing is cached: every answer is read in the transaction that

@@ -207,3 +207,96 @@ func TestEvaluateInEpisode(t *testing.T) {
 	mustVerify(t, s, mine.ep.ID)
 	mustVerify(t, s, other.ep.ID)
 }
+
+// TestEnterCommitInEpisode: EnterCommit with the ownership read in
+// commit_intent's transaction keeps EffectInEpisode's answers in its order
+// (the request's epoch, then the effect's episode) before plan runs,
+// without waiting on another episode's rows; the lease, decisions and
+// spend it reads are the effect's; a refusing plan records nothing;
+// otherwise it is EnterCommit, hook and ledger alike.
+func TestEnterCommitInEpisode(t *testing.T) {
+	e := newEnv(t)
+	s, ctx := e.store, ctxT(t)
+	f, other := e.episode(s), e.episode(s)
+	eff, err := readyEffect(ctx, s, f.ep.ID, 1, f.lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planned := 0
+	plan := func(check CommitCheck) func(Effect) (CommitRequest, CommitCheck, error) {
+		return func(got Effect) (CommitRequest, CommitCheck, error) {
+			planned++
+			return CommitRequest{EffectID: got.ID, Revision: got.Revision, Epoch: got.Epoch}, check, nil
+		}
+	}
+	events := func() int {
+		n := 0
+		for _, ep := range []fixture{f, other} {
+			es, err := s.Events(ctx, ep.ep.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(es)
+		}
+		return n
+	}
+	before := events()
+	_, err = s.EnterCommitInEpisode(ctx, other.ep.ID, eff.ID, 2, plan(allow), nil)
+	wantCode(t, err, protocol.CodeStaleRequestEpoch)
+	_, err = s.EnterCommitInEpisode(ctx, other.ep.ID, eff.ID, 1, plan(allow), nil)
+	wantCode(t, err, protocol.CodeNotFound)
+	_, err = s.EnterCommitInEpisode(ctx, f.ep.ID, eff.ID, 2, plan(allow), nil)
+	wantCode(t, err, protocol.CodeStaleRequestEpoch)
+	if planned != 0 {
+		t.Fatalf("plan ran %d times for refused requests", planned)
+	}
+	hooked := false
+	_, err = s.EnterCommitInEpisode(ctx, f.ep.ID, eff.ID, 1, func(Effect) (CommitRequest, CommitCheck, error) {
+		return CommitRequest{}, nil, protocol.E(protocol.CodeForbidden)
+	}, func(CommitView) { hooked = true })
+	wantCode(t, err, protocol.CodeForbidden)
+	if got, _ := s.Effect(ctx, eff.ID); got.State != Ready || hooked || events() != before {
+		t.Fatalf("refused commit: state %s, hook ran %v, %d events", got.State, hooked, events()-before)
+	}
+
+	// Another episode's worker neither waits on nor locks the effect's
+	// rows: with its effect and lease held FOR UPDATE elsewhere, the
+	// answer is not_found at once.
+	admin := e.admin()
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM effects WHERE id = $1 FOR UPDATE`, eff.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM leases WHERE id = $1 FOR UPDATE`, f.lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	quick, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = s.EnterCommitInEpisode(quick, other.ep.ID, eff.ID, 1, plan(allow), nil)
+	cancel()
+	wantCode(t, err, protocol.CodeNotFound)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var between EffectState
+	view, err := s.EnterCommitInEpisode(ctx, f.ep.ID, eff.ID, 1, plan(func(_ context.Context, v CommitView) error {
+		if v.Lease.ID != f.lease.ID || v.Effect.ID != eff.ID || v.Episode.ID != f.ep.ID {
+			t.Errorf("view: lease %s, effect %s, episode %s", v.Lease.ID, v.Effect.ID, v.Episode.ID)
+		}
+		return nil
+	}), func(v CommitView) { between = v.Effect.State })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if between != CommitIntent || view.Effect.State != Committing || planned != 1 {
+		t.Fatalf("between %s, after %s, planned %d", between, view.Effect.State, planned)
+	}
+	tos := transitionsOf(t, s, f, eff.ID.String())
+	if n := len(tos); n < 2 || tos[n-2] != string(CommitIntent) || tos[n-1] != string(Committing) {
+		t.Fatalf("transitions %v", tos)
+	}
+	mustVerify(t, s, f.ep.ID)
+}

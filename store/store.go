@@ -50,6 +50,8 @@ type Store interface {
 
 	BeginCommit(ctx context.Context, req CommitRequest, check CommitCheck) (CommitView, error)
 	EnterCommit(ctx context.Context, req CommitRequest, check CommitCheck, afterIntent func(CommitView)) (CommitView, error)
+	EnterCommitInEpisode(ctx context.Context, episodeID, effectID uuid.UUID, epoch int64,
+		plan func(Effect) (CommitRequest, CommitCheck, error), afterIntent func(CommitView)) (CommitView, error)
 	// Spend is an episode's durable spend now (a reading; BeginCommit
 	// reads it again under its locks, which is what decides).
 	Spend(ctx context.Context, episodeID uuid.UUID) (Spend, error)
