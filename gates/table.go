@@ -56,7 +56,7 @@ func Table() []Gate {
 		}, Scope: "the store's fence on a real cluster"},
 		{Name: "broker_crash_after_external_mutation_reconciliation", Proves: "a crash inside the commit window reconciles to a provable outcome", Tests: []Run{
 			{"./broker", []string{"TestBrokerCrashAfterExternalMutationReconciliation", "TestHorizonSurvivesDatabaseCrash"}},
-			{"./store", []string{"TestEnterCommitIsTwoTransactions", "TestEnterCommitRedoesCommittingOnANewConnection"}},
+			{"./store", []string{"TestEnterCommitIsTwoTransactions", "TestEnterCommitRedoesCommittingOnANewConnection", "TestEnterCommitInEpisode"}},
 			// A kernel process restarted under the same instance id fences
 			// the older one at once.
 			{"./store", []string{"TestSameInstanceOlderProcessFenced"}},
@@ -72,6 +72,7 @@ func Table() []Gate {
 		}, Scope: "the store, and the composed kernel (serve in-process, real launcher), against a real postmaster stopped and killed inside a commit"},
 		{Name: "af_unix_effect_broker", Proves: "worker ingress honours epoch, framing and bounds", Tests: []Run{
 			{"./broker", []string{"TestAFUnixEffectBroker", "TestHeldConnection", "TestHeldConnectionsAndSaturation", "TestPeerPidfdFallback", "TestPrepareFencedFirst",
+				"TestCommitOwnershipInItsTransaction",
 				"TestHTTPPathNormalisation", "TestSpecialUseAddressesRefused", "TestHostileHTTPTargets",
 				"TestPolicyEnforcedWithoutVerification", "TestRepairNarrowingEnforcedAtCommit", "TestBudgetTotalsEnforcedUnderRace",
 				"TestEffectsPerMinuteEnforced"}},
