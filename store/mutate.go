@@ -148,22 +148,32 @@ func once(f func() error) error {
 }
 
 func (p *Postgres) mutateOnce(ctx context.Context, op string, tg target, fn func(*mtx) error) error {
-	conn, err := p.pool.acquire(ctx)
-	if err != nil {
+	conn, m, _, committed, err := p.transact(ctx, tg, fn, nil)
+	if conn == nil {
 		return classify(op, err)
 	}
-	m, err := begin(ctx, conn, tg)
+	return p.end(conn, m, op, committed, err)
+}
+
+// transact is one mutation on a pooled connection: BEGIN and tg's locks,
+// the ownership check, fn, COMMIT. With next, the next transaction's BEGIN
+// and locks travel behind the COMMIT and m2 holds them. conn is nil when
+// none could be acquired; otherwise the caller ends it (end).
+func (p *Postgres) transact(ctx context.Context, tg target, fn func(*mtx) error, next *target) (conn *pgx.Conn, m, m2 *mtx, committed bool, err error) {
+	if conn, err = p.pool.acquire(ctx); err != nil {
+		return nil, nil, nil, false, err
+	}
+	m, err = begin(ctx, conn, tg)
 	if err == nil {
 		err = p.owns(m)
 	}
 	if err == nil {
 		err = fn(m)
 	}
-	committed := false
 	if err == nil {
-		committed, _, err = m.commit(nil)
+		committed, m2, err = m.commit(next)
 	}
-	return p.end(conn, m, op, committed, err)
+	return conn, m, m2, committed, err
 }
 
 // owns refuses a mutation unless this process holds the episode's
@@ -212,21 +222,11 @@ func (p *Postgres) mutateThen(ctx context.Context, op string, tg target, fn func
 	var conn *pgx.Conn
 	var m2 *mtx
 	err := once(func() error {
-		c, err := p.pool.acquire(ctx)
-		if err != nil {
+		c, m, next, committed, err := p.transact(ctx, tg, fn, &tg2)
+		if c == nil {
 			return classify(op, err)
 		}
-		m, err := begin(ctx, c, tg)
-		if err == nil {
-			err = p.owns(m)
-		}
-		if err == nil {
-			err = fn(m)
-		}
-		committed := false
-		if err == nil {
-			committed, m2, err = m.commit(&tg2)
-		}
+		m2 = next
 		if err != nil {
 			return p.end(c, m, op, committed, err)
 		}
