@@ -39,10 +39,8 @@ func TestEnterCommitIsTwoTransactions(t *testing.T) {
 	e := newEnv(t)
 	s, ctx := e.store, ctxT(t)
 	f := e.episode(s)
-	eff, err := readyEffect(ctx, s, f.ep.ID, 1, f.lease.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eff := f.ready(t, s)
+	var err error
 	req := CommitRequest{EffectID: eff.ID, Revision: 1, Epoch: 1}
 
 	// Refused: nothing recorded, the hook never runs.
@@ -99,10 +97,7 @@ func TestEnterCommitRedoesCommittingOnANewConnection(t *testing.T) {
 	e := newEnv(t)
 	s, ctx := e.store, ctxT(t)
 	f := e.episode(s)
-	eff, err := readyEffect(ctx, s, f.ep.ID, 1, f.lease.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eff := f.ready(t, s)
 	admin := e.admin()
 	view, err := s.EnterCommit(ctx, CommitRequest{EffectID: eff.ID, Revision: 1, Epoch: 1}, allow, func(CommitView) {
 		// The only backend idle in a transaction is the one holding
@@ -218,10 +213,8 @@ func TestEnterCommitInEpisode(t *testing.T) {
 	e := newEnv(t)
 	s, ctx := e.store, ctxT(t)
 	f, other := e.episode(s), e.episode(s)
-	eff, err := readyEffect(ctx, s, f.ep.ID, 1, f.lease.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eff := f.ready(t, s)
+	var err error
 	planned := 0
 	plan := func(check CommitCheck) func(Effect) (CommitRequest, CommitCheck, error) {
 		return func(got Effect) (CommitRequest, CommitCheck, error) {

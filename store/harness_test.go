@@ -123,6 +123,17 @@ func (e *env) episode(s *Postgres) fixture {
 	return fixture{ep: ep, lease: l}
 }
 
+// ready is readyEffect for the fixture's episode in epoch 1, failing t on
+// error.
+func (f fixture) ready(t testing.TB, s *Postgres) Effect {
+	t.Helper()
+	eff, err := readyEffect(ctxT(t), s, f.ep.ID, 1, f.lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eff
+}
+
 // readyEffect proposes an effect in epoch under lease and walks it to ready.
 func readyEffect(ctx context.Context, s *Postgres, ep uuid.UUID, epoch int64, lease uuid.UUID) (Effect, error) {
 	eff, err := s.ProposeEffect(ctx, Proposal{EpisodeID: ep, Epoch: epoch, LeaseID: lease, Kind: "git_commit", Class: 3,

@@ -13,10 +13,7 @@ func TestCommitLifecycle(t *testing.T) {
 	e := newEnv(t)
 	s, ctx := e.store, ctxT(t)
 	f := e.episode(s)
-	eff, err := readyEffect(ctx, s, f.ep.ID, 1, f.lease.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eff := f.ready(t, s)
 	if eff.State != Ready || eff.VersionVector == nil || eff.VersionVector.PolicyVersion != 1 || eff.VersionVector.LeaseID != f.lease.ID {
 		t.Fatalf("ready effect: %+v", eff)
 	}
@@ -73,10 +70,8 @@ func TestCommitCheckRefusal(t *testing.T) {
 	e := newEnv(t)
 	s, ctx := e.store, ctxT(t)
 	f := e.episode(s)
-	eff, err := readyEffect(ctx, s, f.ep.ID, 1, f.lease.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eff := f.ready(t, s)
+	var err error
 	req := CommitRequest{EffectID: eff.ID, Revision: 1, Epoch: 1}
 	_, err = s.BeginCommit(ctx, req, func(context.Context, CommitView) error { return errors.New("regime forbids class 3") })
 	wantCode(t, err, protocol.CodeStaleAuthority)

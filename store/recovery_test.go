@@ -86,10 +86,8 @@ func TestRevisionSupersedesDecisions(t *testing.T) {
 	e := newEnv(t)
 	s, ctx := e.store, ctxT(t)
 	f := e.episode(s)
-	eff, err := readyEffect(ctx, s, f.ep.ID, 1, f.lease.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eff := f.ready(t, s)
+	var err error
 	_, err = s.RecordDecision(ctx, NewDecision{EffectID: eff.ID, Revision: 1, Epoch: 1, Kind: DecisionHuman, Verdict: VerdictAllow})
 	wantCode(t, err, protocol.CodeInvalidField) // unsigned human approval
 	if _, err := s.RecordDecision(ctx, NewDecision{EffectID: eff.ID, Revision: 1, Epoch: 1, Kind: DecisionHuman,
