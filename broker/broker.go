@@ -268,7 +268,9 @@ func (b *Broker) adapter(kind, target string) (Adapter, int, error) {
 // checked before the adapter looks at the request, so a refused prepare
 // applies no patch, stores no payload and writes no row. Nothing reaches
 // the store unless the adapter accepted the request against trusted
-// configuration; the store then checks epoch and lease again, atomically.
+// configuration; the store then checks epoch and lease again, atomically
+// (a prepare refused there, by a race with the fence, leaves a payload no
+// effect holds, which the sweep removes).
 func (b *Broker) Prepare(ctx context.Context, episodeID uuid.UUID, req *protocol.WorkerRequest) (store.Effect, error) {
 	a, class, err := b.adapter(req.Kind, req.TargetID)
 	if err != nil {
@@ -310,21 +312,48 @@ func (b *Broker) Prepare(ctx context.Context, episodeID uuid.UUID, req *protocol
 	if err := diskReserve(b.cfg.Payloads.dir, int64(len(payload)), b.cfg.Quota.DiskReserveBytes); err != nil {
 		return store.Effect{}, err
 	}
-	if _, err := b.cfg.Payloads.Put(payload); err != nil {
-		return store.Effect{}, fmt.Errorf("storing payload: %w", err)
-	}
-	stored = true
+	// The payload is stored (written, fsynced, renamed, its directory
+	// fsynced) while the proposal's transaction runs. The two need no
+	// order: no worker can name the effect before this call answers, and
+	// every later read of the payload verifies it against the digest the
+	// effect records (Payloads.Get), so an effect whose payload is missing
+	// can never commit. Prepared is answered only once both are done.
+	put := make(chan error, 1)
+	go func() {
+		_, err := b.cfg.Payloads.Put(payload)
+		put <- err
+	}()
 	// Proposal (or revision) and prepare are one transaction: an effect
 	// is recorded prepared, with its version vector, or not at all.
 	tv, regime := b.cfg.Trajectory(ctx, episodeID)
 	tr := &store.Trajectory{Version: tv, Regime: regime}
+	var e store.Effect
 	if revise != uuid.Nil {
-		return b.cfg.Store.ReviseEffect(ctx, store.Revision{EffectID: revise, FromRevision: req.Revision, Epoch: req.Epoch,
+		e, err = b.cfg.Store.ReviseEffect(ctx, store.Revision{EffectID: revise, FromRevision: req.Revision, Epoch: req.Epoch,
 			Target: req.Target, PayloadDigest: digest, Prepare: tr})
+	} else {
+		e, err = b.cfg.Store.ProposeEffect(ctx, store.Proposal{EpisodeID: episodeID, Epoch: req.Epoch, LeaseID: lease.ID,
+			Kind: req.Kind, Class: class, TargetID: req.TargetID, Target: req.Target, PayloadDigest: digest, TTL: b.cfg.EffectTTL,
+			Prepare: tr})
 	}
-	return b.cfg.Store.ProposeEffect(ctx, store.Proposal{EpisodeID: episodeID, Epoch: req.Epoch, LeaseID: lease.ID,
-		Kind: req.Kind, Class: class, TargetID: req.TargetID, Target: req.Target, PayloadDigest: digest, TTL: b.cfg.EffectTTL,
-		Prepare: tr})
+	if perr := <-put; perr != nil {
+		if err == nil {
+			b.abandon(ctx, e, "payload not stored")
+		}
+		return store.Effect{}, fmt.Errorf("storing payload: %w", perr)
+	}
+	stored = true
+	return e, err
+}
+
+// abandon aborts an effect recorded prepared whose payload could not be
+// stored. If that fails too, the effect stays prepared until it expires:
+// its commit reads the payload first and finds none.
+func (b *Broker) abandon(ctx context.Context, e store.Effect, reason string) {
+	if _, err := b.cfg.Store.Transition(ctx, store.Transition{EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch,
+		To: store.Aborted, Reason: reason}); err != nil {
+		b.log.Error("effect left prepared without its payload", "effect", e.ID, "error", err)
+	}
 }
 
 // fence is prepare's first check, read-only: the request's epoch is the

@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
+	"golang.org/x/sys/unix"
 )
 
 // snapshot is everything a prepare could write: the repository's object
@@ -152,4 +154,57 @@ func TestGitCommitRefusesHiddenNames(t *testing.T) {
 	mustOK(t, e.do(prepareReq(e, "git_commit", "repo", gitTarget(f.head()), f.patch(func(d string) {
 		_ = os.WriteFile(filepath.Join(d, "lib", "naïve café.go"), []byte("package lib\n"), 0o644)
 	}))))
+}
+
+// TestPreparePayloadNotStored: the payload is stored while the proposal's
+// transaction runs; when storing it fails the prepare fails and the effect
+// the transaction recorded is aborted, never left prepared without its
+// payload. The payload directory is made immutable (FS_IMMUTABLE_FL binds
+// root too), so the store's write fails as a full or broken disk would.
+func TestPreparePayloadNotStored(t *testing.T) {
+	const immutable = 0x10 // FS_IMMUTABLE_FL, <linux/fs.h>
+	privileged.Require(t)
+	pub := t.TempDir()
+	e := newEnv(t, func(e *env, cfg *Config) {
+		cfg.Adapters = append(cfg.Adapters, &Artifact{Targets: map[string]ArtifactTarget{"releases": {Dir: pub}}})
+	})
+	setImmutable := func(on bool) {
+		fd, err := unix.Open(e.payloads.dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+		if err != nil {
+			t.Skipf("FS_IOC_GETFLAGS: %v", err)
+		}
+		if on {
+			flags |= immutable
+		} else {
+			flags &^= immutable
+		}
+		if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags)); err != nil {
+			t.Fatalf("FS_IOC_SETFLAGS: %v", err)
+		}
+	}
+	setImmutable(true)
+	t.Cleanup(func() { setImmutable(false) })
+	body := []byte("a body the payload store cannot take")
+	wantErr(t, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "refused"}, body)), protocol.CodeInternal)
+	effects, err := e.store.ListEffects(ctxT(t), e.ep.ID, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(effects) != 1 || effects[0].State != store.Aborted {
+		t.Fatalf("after a failed payload store the recorded effect must be aborted: %+v", effects)
+	}
+	// Once the store takes writes again the same body prepares and commits.
+	setImmutable(false)
+	p := mustOK(t, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "stored"}, body)))
+	ev := byEffectReq(e, protocol.WorkerEvaluate, p)
+	ev.Approval = e.approve(p.ID)
+	mustOK(t, e.do(ev))
+	if c := mustOK(t, e.do(byEffectReq(e, protocol.WorkerCommit, p))); c.State != "committed" {
+		t.Fatalf("commit: %s", c.State)
+	}
 }
