@@ -72,7 +72,7 @@ func Table() []Gate {
 		}, Scope: "the store, and the composed kernel (serve in-process, real launcher), against a real postmaster stopped and killed inside a commit"},
 		{Name: "af_unix_effect_broker", Proves: "worker ingress honours epoch, framing and bounds", Tests: []Run{
 			{"./broker", []string{"TestAFUnixEffectBroker", "TestHeldConnection", "TestHeldConnectionsAndSaturation", "TestPeerPidfdFallback", "TestPrepareFencedFirst",
-				"TestCommitOwnershipInItsTransaction",
+				"TestPreparePayloadNotStored", "TestCommitOwnershipInItsTransaction",
 				"TestHTTPPathNormalisation", "TestSpecialUseAddressesRefused", "TestHostileHTTPTargets",
 				"TestPolicyEnforcedWithoutVerification", "TestRepairNarrowingEnforcedAtCommit", "TestBudgetTotalsEnforcedUnderRace",
 				"TestEffectsPerMinuteEnforced"}},
@@ -82,7 +82,7 @@ func Table() []Gate {
 			// The inference relay: the other socket a domain holds (issue 13).
 			{"./kernel/relay", []string{"TestRouteTable", "TestKeyInjection", "TestStreamPassesThrough", "TestBudgetReserveSettleExhaust",
 				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile", "TestLogCarriesNoContent", "TestRefusalsRecordedUpToTheCap"}},
-			{"./store", []string{"TestRelayChargeRace", "TestRelayBudgetSurvivesRestart"}},
+			{"./store", []string{"TestRelayChargeRace", "TestRelayBudgetSurvivesRestart", "TestSpendTotals"}},
 			// The egress proxy (issue 14): the worker's other way out, read
 			// only, allowlisted, recorded and capped.
 			{"./kernel/egress", []string{"TestDependenciesThroughTheProxy", "TestPinningRefusesReservedAddresses", "TestRefusals", "TestCapStopsFetches",

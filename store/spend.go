@@ -29,12 +29,16 @@ const SpendWindow = time.Minute
 // is evaluated once). begin sends it right behind the episode's lock
 // statement, so it reads under the lock (READ COMMITTED: its snapshot is
 // taken once the lock is held) in the same round trip, and that clock
-// becomes the transaction's now.
+// becomes the transaction's now. The totals are episode_spend's, kept by
+// the database as effect_spend rows are written (migration 0006); only
+// the last minute's rows are counted, so a commit costs the same however
+// many effects its episode made before.
 func spendSQL(episode string) string {
 	return `WITH c AS (SELECT clock_timestamp() AS now)
-	SELECT c.now, COALESCE(sum(s.bytes), 0), count(s.effect_id),
-		count(s.effect_id) FILTER (WHERE s.at > c.now - $2::bigint * interval '1 microsecond')
-	FROM c LEFT JOIN effect_spend s ON s.episode_id = ` + episode + ` GROUP BY c.now`
+	SELECT c.now, COALESCE(t.bytes, 0), COALESCE(t.effects, 0),
+		(SELECT count(*) FROM effect_spend s WHERE s.episode_id = ` + episode + `
+			AND s.at > c.now - $2::bigint * interval '1 microsecond')
+	FROM c LEFT JOIN episode_spend t ON t.episode_id = ` + episode
 }
 
 func recordSpend(m *mtx, e Effect, bytes int64) error {
@@ -49,9 +53,9 @@ func recordSpend(m *mtx, e Effect, bytes int64) error {
 // Spend implements Store.
 func (p *Postgres) Spend(ctx context.Context, episodeID uuid.UUID) (Spend, error) {
 	var s Spend
+	var now time.Time
 	err := p.query(ctx, "spend", func(tx querier) error {
-		return tx.QueryRow(ctx, `SELECT COALESCE(sum(bytes), 0), count(*), count(*) FILTER (WHERE at > clock_timestamp() - $2 * interval '1 second')
-			FROM effect_spend WHERE episode_id = $1`, episodeID, int64(SpendWindow/time.Second)).Scan(&s.Bytes, &s.Effects, &s.LastMinute)
+		return tx.QueryRow(ctx, spendSQL(`$1::uuid`), episodeID, SpendWindow.Microseconds()).Scan(&now, &s.Bytes, &s.Effects, &s.LastMinute)
 	})
 	return s, err
 }
