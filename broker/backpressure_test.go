@@ -13,11 +13,14 @@ import (
 // TestBackpressureLoad is the backpressure_load gate: 100× effect_concurrency
 // clients at once; those beyond the bound are refused at once with
 // effect_broker_saturated, and goroutines and memory return to where they
-// were.
+// were. "At once" without a clock: the held clients keep every slot for
+// the whole test (an idle timeout of a minute), so a client the broker
+// queued instead of refusing would get no answer before its own read
+// deadline, and fail.
 func TestBackpressureLoad(t *testing.T) {
 	const concurrency = 8
 	e, _ := artifactEnv(t)
-	e.serve(concurrency)
+	e.serveWith(concurrency, func(s *Server) { s.IdleTimeout = time.Minute })
 	status := frame([]byte(`{"protocol":1,"request_id":"r","epoch":1,"action":"status","effect_id":"` + tUUIDb + `"}`))
 
 	measure := func() (int, uint64) {
@@ -80,11 +83,6 @@ func TestBackpressureLoad(t *testing.T) {
 			t.Fatalf("client %d: %s, want effect_broker_saturated", i, c)
 		}
 		worst = max(worst, lat[i])
-	}
-	// "At once": nobody waited for a slot (the held clients keep theirs for
-	// the whole idle timeout of 1 s).
-	if worst > 900*time.Millisecond {
-		t.Fatalf("a refusal took %v: the broker queued", worst)
 	}
 	// The held clients are still served when they speak.
 	for _, c := range held {
