@@ -114,8 +114,13 @@ func crashChild() int {
 		return 3
 	}
 	if spec.Worker {
-		// The parent reconciled before it started this child.
-		b.reconciled.Store(true)
+		// As a kernel starts: reconciliation first (the parent settled
+		// everything before it started this child, so this finds nothing),
+		// and only then does the broker admit a worker's request.
+		if _, err := b.Reconcile(ctx, uuid.Nil); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 3
+		}
 		r := b.Handle(ctx, e.EpisodeID, &protocol.WorkerRequest{Protocol: protocol.WorkerVersion, RequestID: "crash",
 			Epoch: e.Epoch, Action: protocol.WorkerCommit, EffectID: e.ID.String(), Revision: e.Revision})
 		fmt.Fprintln(os.Stderr, "child survived:", r.Error)
