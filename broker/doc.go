@@ -15,7 +15,11 @@
 //     generation is still the bound one.
 //   - Prepare is fenced first: a prepare refused for its epoch, its lease,
 //     the lease's grant or the episode's quotas has applied no patch,
-//     stored no payload and written no row.
+//     stored no payload and written no row. An admitted prepare stores its
+//     payload while its transaction runs and answers prepared only when
+//     both are done; an effect recorded whose payload was not stored is
+//     aborted, and every read of a payload verifies its digest, so no
+//     adapter acts on bytes other than the ones the effect names.
 //   - No adapter acts unless the store has durably recorded commit_intent
 //     and then committing for that exact effect revision, under the current
 //     epoch, after the nine commit checks and the whole-lease check
