@@ -13,6 +13,7 @@ import (
 // The seed corpora live in testdata/fuzz/<FuzzName>/; these targets state
 // the properties every decoder must keep on any input:
 //   - it never panics;
+//   - it answers as its oracle (oracle_test.go), the code and the value;
 //   - every refusal is a catalogue code other than internal;
 //   - whatever it admits re-encodes to something it admits again, with the
 //     same meaning (encoding is a fixed point after one round);
@@ -98,6 +99,8 @@ func FuzzAdmitLauncherRequest(f *testing.F) {
 	s := LauncherRequestSchema()
 	f.Fuzz(func(t *testing.T, in []byte) {
 		a, err := s.Admit(in)
+		old, oldErr := oldAdmit(s, in)
+		sameAnswer(t, in, a, err, old, oldErr)
 		if err != nil {
 			wantCatalogued(t, err)
 			return
@@ -138,6 +141,8 @@ func FuzzDecodeLauncherRequest(f *testing.F) {
 	f.Add([]byte(`{"protocol":1,"action":"destroy","request_id":"r","domain_id":"d"}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r, err := DecodeLauncherRequest(in)
+		old, oldErr := oldDecodeLauncherRequest(in)
+		sameAnswer(t, in, r, err, old, oldErr)
 		if err != nil {
 			wantCatalogued(t, err)
 			return
@@ -172,6 +177,8 @@ func FuzzDecodeLauncherResponse(f *testing.F) {
 	f.Add([]byte(`{"protocol":1,"request_id":"r","type":"domain","domain":{"domain_id":"d","exists":false,"populated":false,"frozen":false,"processes":0,"has_upper":false}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r, err := DecodeLauncherResponse(in)
+		old, oldErr := oldDecodeLauncherResponse(in)
+		sameAnswer(t, in, r, err, old, oldErr)
 		if err != nil {
 			wantCatalogued(t, err)
 			return
