@@ -55,7 +55,9 @@ type Admission struct {
 // Order matters: the cheap structural checks run before anything looks at
 // field values, so a hostile document is refused before it can steer us.
 func (s *Schema) Admit(b []byte) (Admission, error) {
-	sc := scanner{b: b, lim: s.Limits, shape: true, utf8: true, collect: true}
+	sc := newScanner(b, s.Limits)
+	defer sc.release()
+	sc.shape, sc.utf8, sc.collect = true, true, true
 	if err := sc.scan(); err != nil {
 		return Admission{}, err
 	}
@@ -67,7 +69,9 @@ func (s *Schema) Admit(b []byte) (Admission, error) {
 // fault it found (if any) is reported only after admission, where
 // DecodeStrict would have found it.
 func (s *Schema) decode(b []byte, v any) (Admission, error) {
-	sc := scanner{b: b, lim: s.Limits, shape: true, utf8: true, collect: true, check: keyCheckOf(reflect.TypeOf(v))}
+	sc := newScanner(b, s.Limits)
+	defer sc.release()
+	sc.shape, sc.utf8, sc.collect, sc.check = true, true, true, keyCheckOf(reflect.TypeOf(v))
 	if err := sc.scan(); err != nil {
 		return Admission{}, err
 	}
@@ -78,19 +82,21 @@ func (s *Schema) decode(b []byte, v any) (Admission, error) {
 	if sc.fault != nil {
 		return Admission{}, sc.fault
 	}
-	return a, decodeTyped(b, v)
+	return a, decodeTyped(b, v, sc.check)
 }
 
 // checkDecode is CheckShape, then DecodeStrict into v, from one walk of b.
 func checkDecode(b []byte, lim Limits, v any) error {
-	sc := scanner{b: b, lim: lim, shape: true, check: keyCheckOf(reflect.TypeOf(v))}
+	sc := newScanner(b, lim)
+	defer sc.release()
+	sc.shape, sc.check = true, keyCheckOf(reflect.TypeOf(v))
 	if err := sc.run(); err != nil {
 		return err
 	}
 	if sc.fault != nil {
 		return sc.fault
 	}
-	return decodeTyped(b, v)
+	return decodeTyped(b, v, sc.check)
 }
 
 // admit judges the top-level members of a document the walk found to be
@@ -123,8 +129,13 @@ func (s *Schema) admit(b []byte, top []member) (Admission, error) {
 	if !ok {
 		return Admission{}, Errorf(CodeMissingField, "%s", s.Discriminator)
 	}
-	var kind string
-	if len(k) == 0 || k[0] != '"' || json.Unmarshal(k, &kind) != nil {
+	if len(k) == 0 || k[0] != '"' {
+		return Admission{}, Errorf(CodeInvalidField, "%s", s.Discriminator)
+	}
+	// Without an escape, the walk has proved the string's bytes are what
+	// it decodes to.
+	kind := string(k[1 : len(k)-1])
+	if bytes.IndexByte(k, '\\') >= 0 && json.Unmarshal(k, &kind) != nil {
 		return Admission{}, Errorf(CodeInvalidField, "%s", s.Discriminator)
 	}
 	fields, ok := s.Kinds[kind]
@@ -187,21 +198,32 @@ func versionOf(raw json.RawMessage) (int, bool) {
 // unknown_field for a field encoding/json does not take (as when two
 // embedded structs at one depth declare it).
 func DecodeStrict(b []byte, v any) error {
-	sc := scanner{b: b, lim: Limits{MaxDepth: maxNesting, MaxNodes: math.MaxInt}, check: keyCheckOf(reflect.TypeOf(v))}
+	sc := newScanner(b, Limits{MaxDepth: maxNesting, MaxNodes: math.MaxInt})
+	defer sc.release()
+	sc.check = keyCheckOf(reflect.TypeOf(v))
 	if err := sc.run(); err != nil {
 		return err
 	}
 	if sc.fault != nil {
 		return sc.fault
 	}
-	return decodeTyped(b[:sc.i], v)
+	return decodeTyped(b[:sc.i], v, sc.check)
 }
 
-// decodeTyped is the one typed decode of a walked document.
-func decodeTyped(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+// decodeTyped is the one typed decode of a document the walk checked
+// against c, v's check. Unknown fields are refused: by the walk alone when
+// c is closed (json.Unmarshal then takes every key the walk let through,
+// at half a Decoder's cost), else by the Decoder's rule as well.
+func decodeTyped(b []byte, v any, c *keyCheck) error {
+	var err error
+	if c != nil && c.closed {
+		err = json.Unmarshal(b, v)
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(v)
+	}
+	if err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
 			return Errorf(CodeInvalidField, "%s: %w", ute.Field, err)
@@ -223,6 +245,12 @@ type keyCheck struct {
 	object bool                 // a struct or map (decoded from an object), else a slice or array
 	fields map[string]*keyCheck // a struct's wire names (jsonFields), each its field's check; nil for a map
 	elem   *keyCheck            // a map's, slice's or array's element
+
+	// plain: encoding/json takes exactly this struct's jsonFields as its
+	// fields (plainStruct), and nothing directly below is an interface,
+	// whose dynamic value the walk cannot see. closed: so is every check
+	// reachable from this one.
+	plain, closed bool
 }
 
 var (
@@ -243,11 +271,75 @@ func keyCheckOf(t reflect.Type) *keyCheck {
 	defer keyChecksMu.Unlock()
 	built := map[reflect.Type]*keyCheck{}
 	c := buildKeyCheck(t, built)
+	for _, c := range built {
+		if c != nil {
+			c.closed = allPlain(c, map[*keyCheck]bool{})
+		}
+	}
 	// Published only when whole: a reader never sees a node being filled.
 	for t, c := range built {
 		keyChecks.Store(t, c)
 	}
 	return c
+}
+
+func allPlain(c *keyCheck, seen map[*keyCheck]bool) bool {
+	if c == nil || seen[c] {
+		return true
+	}
+	seen[c] = true
+	if !c.plain || !allPlain(c.elem, seen) {
+		return false
+	}
+	for _, f := range c.fields {
+		if !allPlain(f, seen) {
+			return false
+		}
+	}
+	return true
+}
+
+// plainStruct reports whether encoding/json's fields of t are exactly
+// jsonFields(t): no embedded field (where the two differ on conflicts and
+// unexported types), no two fields of one name (which encoding/json
+// drops), and every tag name of the letters, digits, '_' and '-' that
+// encoding/json accepts as written (it ignores a tag name it finds
+// invalid).
+func plainStruct(t reflect.Type) bool {
+	names := map[string]bool{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous {
+			return false
+		}
+		tag := f.Tag.Get("json")
+		if tag == "-" || !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if name == "" {
+			name = f.Name
+		}
+		for _, r := range name {
+			if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '_' || r == '-') {
+				return false
+			}
+		}
+		if names[name] {
+			return false
+		}
+		names[name] = true
+	}
+	return true
+}
+
+// holdsInterface reports whether values of t are interfaces (through
+// pointers).
+func holdsInterface(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Kind() == reflect.Interface
 }
 
 func buildKeyCheck(t reflect.Type, built map[reflect.Type]*keyCheck) *keyCheck {
@@ -268,17 +360,18 @@ func buildKeyCheck(t reflect.Type, built map[reflect.Type]*keyCheck) *keyCheck {
 	var c *keyCheck
 	switch u.Kind() {
 	case reflect.Struct:
-		c = &keyCheck{object: true, fields: map[string]*keyCheck{}}
+		c = &keyCheck{object: true, fields: map[string]*keyCheck{}, plain: plainStruct(u)}
 		built[t] = c
 		for name, ft := range jsonFields(u) {
 			c.fields[name] = buildKeyCheck(ft, built)
+			c.plain = c.plain && !holdsInterface(ft)
 		}
 	case reflect.Map:
-		c = &keyCheck{object: true}
+		c = &keyCheck{object: true, plain: !holdsInterface(u.Elem())}
 		built[t] = c
 		c.elem = buildKeyCheck(u.Elem(), built)
 	case reflect.Slice, reflect.Array:
-		c = &keyCheck{}
+		c = &keyCheck{plain: !holdsInterface(u.Elem())}
 		built[t] = c
 		c.elem = buildKeyCheck(u.Elem(), built)
 	default:

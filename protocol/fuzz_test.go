@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -65,6 +66,11 @@ func FuzzCheckShape(f *testing.F) {
 			// verdict on every input.
 			if got, want := codeOf(err), codeOf(tokenWalk(in, lim)); got != want {
 				t.Fatalf("%q under %+v: CheckShape %q, Token walk %q (%v)", in, lim, got, want, err)
+			}
+			// The scanner that now also serves Admit and DecodeStrict
+			// answers CheckShape as the one before it did, word for word.
+			if old := oldCheckShape(in, lim); fmt.Sprint(err) != fmt.Sprint(old) {
+				t.Fatalf("%q under %+v: CheckShape %v, before %v", in, lim, err, old)
 			}
 			if err != nil {
 				wantCatalogued(t, err)

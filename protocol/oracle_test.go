@@ -16,14 +16,14 @@ import (
 // The decoders as they were before one walk served admission and the
 // exact-key check: the oracle the differential fuzz targets hold the
 // decoders to (same code for every input, the same value when admitted),
-// and the "old" side of the benchmarks. Shape is the Token walk
-// (tokenWalk), CheckShape's own reference.
+// and the "old" side of the benchmarks. Its shape check is the old scanner
+// (oldshape_test.go), itself held to the Token walk by FuzzCheckShape.
 
 func oldAdmit(s *Schema, b []byte) (Admission, error) {
 	if !utf8.Valid(b) {
 		return Admission{}, E(CodeNotUTF8)
 	}
-	if err := tokenWalk(b, s.Limits); err != nil {
+	if err := oldCheckShape(b, s.Limits); err != nil {
 		return Admission{}, err
 	}
 	var top map[string]json.RawMessage
@@ -157,7 +157,7 @@ func oldDecodeWorkerRequest(b []byte) (*WorkerRequest, error) {
 }
 
 func oldDecodeWorkerResponse(b []byte) (*WorkerResponse, error) {
-	if err := tokenWalk(b, WorkerResponseLimits()); err != nil {
+	if err := oldCheckShape(b, WorkerResponseLimits()); err != nil {
 		return nil, err
 	}
 	var r WorkerResponse
@@ -401,5 +401,33 @@ func TestDecodeStrictUnknownFieldNamesThePath(t *testing.T) {
 	err := DecodeStrict([]byte(`{"l":[{"b":1},{"next":{"B":1}}]}`), new(strictOuter))
 	if codeOf(err) != CodeUnknownField || !strings.HasSuffix(err.Error(), strconv.Quote("l.next.B")) {
 		t.Fatal(err)
+	}
+}
+
+// TestKeyCheckClosed: the wire types take the one-pass typed decode
+// (json.Unmarshal; the walk alone refuses unknown fields); a type whose
+// encoding/json fields may differ from jsonFields keeps the Decoder's
+// unknown-field rule.
+func TestKeyCheckClosed(t *testing.T) {
+	for _, v := range []any{new(WorkerRequest), new(WorkerResponse), new(LauncherRequest), new(LauncherResponse), new([]map[string]*ResourceLimits)} {
+		if c := keyCheckOf(reflect.TypeOf(v)); c == nil || !c.closed {
+			t.Errorf("%T: not closed", v)
+		}
+	}
+	type tagged struct {
+		A int `json:"a b"`
+	}
+	// Two fields of one name, which vet would refuse as a literal.
+	twice := reflect.StructOf([]reflect.StructField{
+		{Name: "A", Type: reflect.TypeFor[int](), Tag: `json:"x"`},
+		{Name: "B", Type: reflect.TypeFor[int](), Tag: `json:"x"`},
+	})
+	type holds struct {
+		L []any `json:"l"`
+	}
+	for _, v := range []any{new(strictOuter), new(map[string]any), new(tagged), reflect.New(twice).Interface(), new(holds), new([]strictOuter)} {
+		if c := keyCheckOf(reflect.TypeOf(v)); c == nil || c.closed {
+			t.Errorf("%T: closed", v)
+		}
 	}
 }

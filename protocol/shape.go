@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -21,7 +22,9 @@ import (
 //
 // A refusal's local cause is a *ShapeError naming where the fault is.
 func CheckShape(b []byte, lim Limits) error {
-	s := scanner{b: b, lim: lim, shape: true}
+	s := newScanner(b, lim)
+	defer s.release()
+	s.shape = true
 	return s.run()
 }
 
@@ -69,6 +72,8 @@ func (e *ShapeError) Error() string {
 
 // smallObject is how many keys an object holds before its duplicate check
 // moves from a linear scan (no allocation) to a map.
+// smallObject is how many keys an object holds before its duplicate check
+// moves from a linear scan (no allocation) to a map.
 const smallObject = 16
 
 // scanner is the one pass every strict-JSON check makes over a document.
@@ -82,7 +87,8 @@ const smallObject = 16
 //   - check: the Go type the document decodes into; the first object key
 //     that is not byte-exactly a field name of the type at its place is
 //     kept in fault, to be reported after everything the walk decides;
-//   - members: Admit's top-level keys and the raw bytes of their values.
+//   - collect: Admit's top-level keys and the raw bytes of their values,
+//     in members.
 type scanner struct {
 	b     []byte
 	i     int
@@ -97,6 +103,35 @@ type scanner struct {
 	fault   error
 	collect bool
 	members []member
+
+	// keys holds the keys of every open small object, innermost last, for
+	// the duplicate check: one slice for the whole walk, not one per
+	// object.
+	keys [][]byte
+}
+
+// scanners keeps walks' buffers for the next walk, so a frame's walk
+// allocates nothing.
+var scanners = sync.Pool{New: func() any { return new(scanner) }}
+
+// newScanner returns a scanner of b from the pool, its buffers emptied.
+func newScanner(b []byte, lim Limits) *scanner {
+	s := scanners.Get().(*scanner)
+	*s = scanner{b: b, lim: lim, stack: s.stack[:0], keys: s.keys[:0], members: s.members[:0]}
+	return s
+}
+
+// release returns s to the pool without its references into the document
+// it walked; buffers grown past a frame's size are left to the collector.
+func (s *scanner) release() {
+	if cap(s.stack) > 64 || cap(s.keys) > 1024 || cap(s.members) > 1024 {
+		return
+	}
+	clear(s.stack[:cap(s.stack)])
+	clear(s.keys[:cap(s.keys)])
+	clear(s.members[:cap(s.members)])
+	*s = scanner{stack: s.stack[:0], keys: s.keys[:0], members: s.members[:0]}
+	scanners.Put(s)
 }
 
 type shapeLevel struct {
@@ -104,7 +139,7 @@ type shapeLevel struct {
 	index  int
 	key    []byte // the member being read, as decoded
 	hasKey bool
-	keys   [][]byte // keys seen so far, while the object is small
+	keys   int // where the object's keys begin in scanner.keys, while it is small
 	set    map[string]struct{}
 	check  *keyCheck // the type the container decodes into; nil: no key check
 }
@@ -228,7 +263,7 @@ func (s *scanner) member() (byte, *keyCheck, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	dup := s.shape && top.seen(key)
+	dup := s.shape && s.seen(top, key)
 	top.key, top.hasKey = key, true
 	if dup {
 		return 0, nil, Errorf(CodeDuplicateKey, "%w", s.shapeError(""))
@@ -313,43 +348,34 @@ func (s *scanner) push(object bool, check *keyCheck) {
 	if check != nil && check.object != object {
 		check = nil
 	}
-	if n := len(s.stack); n < cap(s.stack) {
-		s.stack = s.stack[:n+1]
-		l := &s.stack[n]
-		l.object, l.index, l.key, l.hasKey, l.keys, l.check = object, 0, nil, false, l.keys[:0], check
-		clear(l.set)
-		return
-	}
-	if s.stack == nil {
-		s.stack = make([]shapeLevel, 0, 8)
-	}
-	l := shapeLevel{object: object, check: check}
-	if s.shape {
-		l.keys = make([][]byte, 0, smallObject)
-	}
-	s.stack = append(s.stack, l)
+	s.stack = append(s.stack, shapeLevel{object: object, keys: len(s.keys), check: check})
 }
 
-func (s *scanner) pop() { s.stack = s.stack[:len(s.stack)-1] }
+func (s *scanner) pop() {
+	l := &s.stack[len(s.stack)-1]
+	if l.set == nil {
+		s.keys = s.keys[:l.keys]
+	}
+	s.stack = s.stack[:len(s.stack)-1]
+}
 
-// seen records key in the object and reports whether it was there.
-func (l *shapeLevel) seen(key []byte) bool {
-	if len(l.set) == 0 { // still small
-		for _, k := range l.keys {
+// seen records key in object l and reports whether it was there.
+func (s *scanner) seen(l *shapeLevel, key []byte) bool {
+	if l.set == nil { // still small
+		for _, k := range s.keys[l.keys:] {
 			if bytes.Equal(k, key) {
 				return true
 			}
 		}
-		if len(l.keys) < smallObject {
-			l.keys = append(l.keys, key)
+		if len(s.keys)-l.keys < smallObject {
+			s.keys = append(s.keys, key)
 			return false
 		}
-		if l.set == nil {
-			l.set = make(map[string]struct{}, 2*smallObject)
-		}
-		for _, k := range l.keys {
+		l.set = make(map[string]struct{}, 2*smallObject)
+		for _, k := range s.keys[l.keys:] {
 			l.set[string(k)] = struct{}{}
 		}
+		s.keys = s.keys[:l.keys]
 	}
 	if _, dup := l.set[string(key)]; dup {
 		return true
