@@ -45,6 +45,19 @@ func (f Fields) allowsKey(key []byte) bool {
 	return false
 }
 
+// schemaOnce holds a schema built on first use. Its zero value is ready
+// and refers to nothing, so a binary that never decodes a protocol (the
+// launcher and the worker protocol) links none of that protocol's table.
+type schemaOnce struct {
+	once sync.Once
+	s    *Schema
+}
+
+func (o *schemaOnce) get(build func() *Schema) *Schema {
+	o.once.Do(func() { o.s = build() })
+	return o.s
+}
+
 // Admission is what Admit learned about an admitted document.
 type Admission struct {
 	Version int

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"path"
 	"strings"
-	"sync"
 )
 
 // LauncherVersion is the launcher protocol version this build speaks.
@@ -118,10 +117,11 @@ var lifecycle = Fields{Required: []string{"request_id", "domain_id"}}
 
 // launcherRequests and launcherResponses are the schemas built once, for
 // the decoders: the exported functions return tables the caller may change.
-var (
-	launcherRequests  = sync.OnceValue(LauncherRequestSchema)
-	launcherResponses = sync.OnceValue(LauncherResponseSchema)
-)
+func launcherRequests() *Schema { return launcherRequestTable.get(LauncherRequestSchema) }
+
+func launcherResponses() *Schema { return launcherResponseTable.get(LauncherResponseSchema) }
+
+var launcherRequestTable, launcherResponseTable schemaOnce
 
 // LauncherRequestSchema is the launcher's admission table: one row per
 // action, listing the exact fields that action accepts.

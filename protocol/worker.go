@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"sync"
 )
 
 // WorkerVersion is the worker (broker) protocol version this build speaks.
@@ -94,7 +93,9 @@ var byEffect = []string{"request_id", "epoch", "effect_id", "revision"}
 
 // workerRequests is WorkerRequestSchema built once, for the decoder: the
 // exported function returns a table the caller may change.
-var workerRequests = sync.OnceValue(WorkerRequestSchema)
+func workerRequests() *Schema { return workerRequestTable.get(WorkerRequestSchema) }
+
+var workerRequestTable schemaOnce
 
 // WorkerRequestSchema is the broker's admission table: one row per action,
 // listing the exact fields that action accepts.
