@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 // The seed corpora live in testdata/fuzz/<FuzzName>/; these targets state
 // the properties every decoder must keep on any input:
 //   - it never panics;
+//   - it answers as its oracle (oracle_test.go), the code and the value;
 //   - every refusal is a catalogue code other than internal;
 //   - whatever it admits re-encodes to something it admits again, with the
 //     same meaning (encoding is a fixed point after one round);
@@ -65,6 +67,11 @@ func FuzzCheckShape(f *testing.F) {
 			if got, want := codeOf(err), codeOf(tokenWalk(in, lim)); got != want {
 				t.Fatalf("%q under %+v: CheckShape %q, Token walk %q (%v)", in, lim, got, want, err)
 			}
+			// The scanner that now also serves Admit and DecodeStrict
+			// answers CheckShape as the one before it did, word for word.
+			if old := oldCheckShape(in, lim); fmt.Sprint(err) != fmt.Sprint(old) {
+				t.Fatalf("%q under %+v: CheckShape %v, before %v", in, lim, err, old)
+			}
 			if err != nil {
 				wantCatalogued(t, err)
 				continue
@@ -98,6 +105,8 @@ func FuzzAdmitLauncherRequest(f *testing.F) {
 	s := LauncherRequestSchema()
 	f.Fuzz(func(t *testing.T, in []byte) {
 		a, err := s.Admit(in)
+		old, oldErr := oldAdmit(s, in)
+		sameAnswer(t, in, a, err, old, oldErr)
 		if err != nil {
 			wantCatalogued(t, err)
 			return
@@ -138,6 +147,8 @@ func FuzzDecodeLauncherRequest(f *testing.F) {
 	f.Add([]byte(`{"protocol":1,"action":"destroy","request_id":"r","domain_id":"d"}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r, err := DecodeLauncherRequest(in)
+		old, oldErr := oldDecodeLauncherRequest(in)
+		sameAnswer(t, in, r, err, old, oldErr)
 		if err != nil {
 			wantCatalogued(t, err)
 			return
@@ -172,6 +183,8 @@ func FuzzDecodeLauncherResponse(f *testing.F) {
 	f.Add([]byte(`{"protocol":1,"request_id":"r","type":"domain","domain":{"domain_id":"d","exists":false,"populated":false,"frozen":false,"processes":0,"has_upper":false}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r, err := DecodeLauncherResponse(in)
+		old, oldErr := oldDecodeLauncherResponse(in)
+		sameAnswer(t, in, r, err, old, oldErr)
 		if err != nil {
 			wantCatalogued(t, err)
 			return

@@ -115,6 +115,14 @@ type SeccompProgram struct {
 
 var lifecycle = Fields{Required: []string{"request_id", "domain_id"}}
 
+// launcherRequests and launcherResponses are the schemas built once, for
+// the decoders: the exported functions return tables the caller may change.
+func launcherRequests() *Schema { return launcherRequestTable.get(LauncherRequestSchema) }
+
+func launcherResponses() *Schema { return launcherResponseTable.get(LauncherResponseSchema) }
+
+var launcherRequestTable, launcherResponseTable schemaOnce
+
 // LauncherRequestSchema is the launcher's admission table: one row per
 // action, listing the exact fields that action accepts.
 func LauncherRequestSchema() *Schema {
@@ -139,11 +147,8 @@ func LauncherRequestSchema() *Schema {
 
 // DecodeLauncherRequest admits, decodes and validates one request frame.
 func DecodeLauncherRequest(b []byte) (*LauncherRequest, error) {
-	if _, err := LauncherRequestSchema().Admit(b); err != nil {
-		return nil, err
-	}
 	var r LauncherRequest
-	if err := DecodeStrict(b, &r); err != nil {
+	if _, err := launcherRequests().decode(b, &r); err != nil {
 		return nil, err
 	}
 	if err := r.Validate(); err != nil {
@@ -155,7 +160,7 @@ func DecodeLauncherRequest(b []byte) (*LauncherRequest, error) {
 // Validate checks every field value. It is called on decode and again by
 // the kernel before sending, so both sides agree on what is well-formed.
 func (r *LauncherRequest) Validate() error {
-	if _, ok := LauncherRequestSchema().Kinds[r.Action]; !ok {
+	if _, ok := launcherRequests().Kinds[r.Action]; !ok {
 		return Errorf(CodeUnknownAction, "%q", r.Action)
 	}
 	if !requestIDPattern.MatchString(r.RequestID) {
@@ -286,16 +291,21 @@ func LauncherResponseSchema() *Schema {
 // DecodeLauncherResponse admits and decodes one launcher frame. An error
 // frame whose code is not in the catalogue is itself refused.
 func DecodeLauncherResponse(b []byte) (*LauncherResponse, error) {
-	if _, err := LauncherResponseSchema().Admit(b); err != nil {
-		return nil, err
-	}
 	var r LauncherResponse
-	if err := DecodeStrict(b, &r); err != nil {
+	if _, err := launcherResponses().decode(b, &r); err != nil {
 		return nil, err
 	}
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// check judges a decoded frame's values.
+func (r *LauncherResponse) check() error {
 	if r.Type == TypeError && r.Error != nil {
 		if !Known(r.Error.Code) {
-			return nil, Errorf(CodeInvalidField, "error.code")
+			return Errorf(CodeInvalidField, "error.code")
 		}
 		// The local catalogue's text, not the peer's: a message is fixed
 		// per code, and peer-supplied text never becomes our error.
@@ -304,14 +314,14 @@ func DecodeLauncherResponse(b []byte) (*LauncherResponse, error) {
 	// Admission proved the body field present; null would still leave the
 	// client holding a nil body.
 	if !r.hasBody() {
-		return nil, Errorf(CodeInvalidField, "%s", r.Type)
+		return Errorf(CodeInvalidField, "%s", r.Type)
 	}
 	// Only an error sent before the request was admitted has no request id
 	// to echo; every other frame answers one request.
 	if r.RequestID == "" && r.Type != TypeError || r.RequestID != "" && !requestIDPattern.MatchString(r.RequestID) {
-		return nil, Errorf(CodeInvalidField, "request_id")
+		return Errorf(CodeInvalidField, "request_id")
 	}
-	return &r, nil
+	return nil
 }
 
 func (r *LauncherResponse) hasBody() bool {

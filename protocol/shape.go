@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -15,11 +16,15 @@ import (
 // depth and node count, nothing after the object. The grammar is
 // encoding/json's; the scanner is hand-written because encoding/json's
 // Decoder.Token runs at about 15 MB/s and the relay checks bodies of up to
-// 16 MiB (FuzzCheckShape holds it to the Token walk's verdicts).
+// 16 MiB (FuzzCheckShape holds it to the Token walk's verdicts). The same
+// pass also serves Admit and DecodeStrict (see scanner), so a frame is
+// walked once before its one typed decode.
 //
 // A refusal's local cause is a *ShapeError naming where the fault is.
 func CheckShape(b []byte, lim Limits) error {
-	s := shapeScanner{b: b, lim: lim}
+	s := newScanner(b, lim)
+	defer s.release()
+	s.shape = true
 	return s.run()
 }
 
@@ -67,123 +72,256 @@ func (e *ShapeError) Error() string {
 
 // smallObject is how many keys an object holds before its duplicate check
 // moves from a linear scan (no allocation) to a map.
+// smallObject is how many keys an object holds before its duplicate check
+// moves from a linear scan (no allocation) to a map.
 const smallObject = 16
+
+// scanner is the one pass every strict-JSON check makes over a document.
+// What it checks beyond the grammar depends on its fields:
+//   - shape: CheckShape's rules (one top-level object, no duplicate key,
+//     lim, nothing after the object); without it, DecodeStrict's reading of
+//     the first JSON value of any kind, as encoding/json's Decoder reads
+//     it (no duplicate check, nesting capped at encoding/json's 10000, what
+//     follows the value unread);
+//   - utf8: Admit's not_utf8, which outranks every other refusal;
+//   - check: the Go type the document decodes into; the first object key
+//     that is not byte-exactly a field name of the type at its place is
+//     kept in fault, to be reported after everything the walk decides;
+//   - collect: Admit's top-level keys and the raw bytes of their values,
+//     in members.
+type scanner struct {
+	b     []byte
+	i     int
+	lim   Limits
+	stack []shapeLevel
+	nodes int
+
+	shape   bool
+	utf8    bool
+	badUTF8 bool // a string was not valid UTF-8
+	check   *keyCheck
+	fault   error
+	collect bool
+	members []member
+
+	// keys holds the keys of every open small object, innermost last, for
+	// the duplicate check: one slice for the whole walk, not one per
+	// object.
+	keys [][]byte
+}
+
+// scanners keeps walks' buffers for the next walk, so a frame's walk
+// allocates nothing.
+var scanners = sync.Pool{New: func() any { return new(scanner) }}
+
+// newScanner returns a scanner of b from the pool, its buffers emptied.
+func newScanner(b []byte, lim Limits) *scanner {
+	s := scanners.Get().(*scanner)
+	*s = scanner{b: b, lim: lim, stack: s.stack[:0], keys: s.keys[:0], members: s.members[:0]}
+	return s
+}
+
+// release returns s to the pool without its references into the document
+// it walked; buffers grown past a frame's size are left to the collector.
+func (s *scanner) release() {
+	if cap(s.stack) > 64 || cap(s.keys) > 1024 || cap(s.members) > 1024 {
+		return
+	}
+	clear(s.stack[:cap(s.stack)])
+	clear(s.keys[:cap(s.keys)])
+	clear(s.members[:cap(s.members)])
+	*s = scanner{stack: s.stack[:0], keys: s.keys[:0], members: s.members[:0]}
+	scanners.Put(s)
+}
 
 type shapeLevel struct {
 	object bool
 	index  int
 	key    []byte // the member being read, as decoded
 	hasKey bool
-	keys   [][]byte // keys seen so far, while the object is small
+	keys   int // where the object's keys begin in scanner.keys, while it is small
 	set    map[string]struct{}
+	check  *keyCheck // the type the container decodes into; nil: no key check
 }
 
-type shapeScanner struct {
-	b     []byte
-	i     int
-	lim   Limits
-	stack []shapeLevel
-	nodes int
+// member is one top-level member: its key as decoded and its value's raw
+// bytes b[start:end].
+type member struct {
+	key        []byte
+	start, end int
 }
 
-func (s *shapeScanner) run() error {
+// maxNesting is encoding/json's nesting limit: a deeper document is a
+// syntax error to its Decoder, so DecodeStrict refuses it as malformed.
+const maxNesting = 10000
+
+// scan is run with Admit's not_utf8 rule: a document that is not UTF-8 is
+// refused as such whatever else is wrong with it. Outside strings the
+// grammar admits only ASCII, so when the walk succeeds, its strings were
+// the only place left to look; when it fails, the whole document is.
+func (s *scanner) scan() error {
+	err := s.run()
+	if s.utf8 && (s.badUTF8 || err != nil && !utf8.Valid(s.b)) {
+		return E(CodeNotUTF8)
+	}
+	return err
+}
+
+func (s *scanner) run() error {
 	s.ws()
 	if s.i == len(s.b) {
 		return s.malformed("unexpected end of JSON input")
 	}
-	if s.b[s.i] != '{' {
+	c := s.b[s.i]
+	if s.shape && c != '{' {
 		return Errorf(CodeMalformedJSON, "top level is not an object")
 	}
-	s.i++
-	s.nodes = 1
-	s.push(true)
-	open := true // just after '{' or '[': a close is allowed at once
-	for len(s.stack) > 0 {
-		top := &s.stack[len(s.stack)-1]
-		s.ws()
-		if s.i == len(s.b) {
-			return s.malformed("unexpected end of JSON input")
-		}
-		c := s.b[s.i]
-		if open && (c == '}' && top.object || c == ']' && !top.object) {
-			s.i++
-			s.pop()
-			if err := s.afterValue(); err != nil {
-				return err
-			}
-			open = false
-			continue
-		}
-		if top.object {
-			if c != '"' {
-				return s.malformed("looking for beginning of object key string")
-			}
-			key, err := s.key()
-			if err != nil {
-				return err
-			}
-			dup := top.seen(key)
-			top.key, top.hasKey = key, true
-			if dup {
-				return Errorf(CodeDuplicateKey, "%w", s.shapeError(""))
-			}
-			s.ws()
-			if s.i == len(s.b) {
-				return s.malformed("unexpected end of JSON input")
-			}
-			if s.b[s.i] != ':' {
-				return s.malformed("after object key")
-			}
-			s.i++
-			s.ws()
-			if s.i == len(s.b) {
-				return s.malformed("unexpected end of JSON input")
-			}
-			c = s.b[s.i]
-		}
-		// A value. The token is checked before it is counted, as the
-		// Token walk does, so a malformed token is malformed_json even
-		// past the node limit.
+	check := s.check
+	for {
+		// c begins a value; check is the key check that applies to it.
 		if c == '{' || c == '[' {
 			s.i++
+			// The top-level value is not counted against the limits.
+			if len(s.stack) > 0 {
+				if s.nodes++; s.nodes > s.lim.MaxNodes {
+					return E(CodeTooManyNodes)
+				}
+				if len(s.stack)+1 > s.lim.MaxDepth {
+					if !s.shape {
+						return s.malformed("exceeded max depth")
+					}
+					return Errorf(CodeTooDeep, "%w", s.shapeError("nested deeper than the limit"))
+				}
+			} else {
+				s.nodes = 1
+			}
+			s.push(c == '{', check)
+			s.ws()
+			if s.i == len(s.b) {
+				return s.malformed("unexpected end of JSON input")
+			}
+			if d := s.b[s.i]; !(d == '}' && c == '{' || d == ']' && c == '[') {
+				var err error
+				if c, check, err = s.member(); err != nil {
+					return err
+				}
+				continue
+			}
+			s.i++
+			s.pop()
+		} else {
+			// The token is checked before it is counted, as the Token
+			// walk does, so a malformed token is malformed_json even past
+			// the node limit.
+			if err := s.scalar(c); err != nil {
+				return err
+			}
 			if s.nodes++; s.nodes > s.lim.MaxNodes {
 				return E(CodeTooManyNodes)
 			}
-			if len(s.stack)+1 > s.lim.MaxDepth {
-				return Errorf(CodeTooDeep, "%w", s.shapeError("nested deeper than the limit"))
-			}
-			s.push(c == '{')
-			open = true
-			continue
 		}
-		if err := s.scalar(c); err != nil {
+		more, err := s.afterValue()
+		if err != nil {
 			return err
 		}
-		if s.nodes++; s.nodes > s.lim.MaxNodes {
-			return E(CodeTooManyNodes)
+		if !more {
+			break
 		}
-		if err := s.afterValue(); err != nil {
+		if c, check, err = s.member(); err != nil {
 			return err
 		}
-		open = false
 	}
-	s.ws()
-	if s.i != len(s.b) {
-		return E(CodeTrailingData)
+	if s.shape {
+		s.ws()
+		if s.i != len(s.b) {
+			return E(CodeTrailingData)
+		}
 	}
 	return nil
 }
 
+// member reads up to the first byte of the next value of the innermost
+// container: for an object, its key and colon. It returns that byte and the
+// key check that applies to the value.
+func (s *scanner) member() (byte, *keyCheck, error) {
+	top := &s.stack[len(s.stack)-1]
+	s.ws()
+	if s.i == len(s.b) {
+		return 0, nil, s.malformed("unexpected end of JSON input")
+	}
+	c := s.b[s.i]
+	if !top.object {
+		if top.check == nil {
+			return c, nil, nil
+		}
+		return c, top.check.elem, nil
+	}
+	if c != '"' {
+		return 0, nil, s.malformed("looking for beginning of object key string")
+	}
+	key, err := s.key()
+	if err != nil {
+		return 0, nil, err
+	}
+	dup := s.shape && s.seen(top, key)
+	top.key, top.hasKey = key, true
+	if dup {
+		return 0, nil, Errorf(CodeDuplicateKey, "%w", s.shapeError(""))
+	}
+	s.ws()
+	if s.i == len(s.b) {
+		return 0, nil, s.malformed("unexpected end of JSON input")
+	}
+	if s.b[s.i] != ':' {
+		return 0, nil, s.malformed("after object key")
+	}
+	s.i++
+	s.ws()
+	if s.i == len(s.b) {
+		return 0, nil, s.malformed("unexpected end of JSON input")
+	}
+	if s.collect && len(s.stack) == 1 {
+		s.members = append(s.members, member{key: key, start: s.i})
+	}
+	return s.b[s.i], s.keyCheck(top, key), nil
+}
+
+// keyCheck returns the check of the value of key in object l, noting the
+// first key that is not exactly a field name of l's struct.
+func (s *scanner) keyCheck(l *shapeLevel, key []byte) *keyCheck {
+	c := l.check
+	switch {
+	case c == nil:
+		return nil
+	case c.fields == nil: // a map: any key, each value the element type
+		return c.elem
+	}
+	f, ok := c.fields[string(key)]
+	if !ok && s.fault == nil {
+		var path []string
+		for _, l := range s.stack {
+			if l.object {
+				path = append(path, string(l.key))
+			}
+		}
+		s.fault = Errorf(CodeUnknownField, "%q", strings.Join(path, "."))
+	}
+	return f
+}
+
 // afterValue consumes what may follow a value inside the enclosing
-// container: a comma (the loop then reads the next member), or the close,
-// which ends that container too. Closes cascade until a comma or the end
-// of the top-level object.
-func (s *shapeScanner) afterValue() error {
+// container: a comma (more: the caller reads the next member), or the
+// close, which ends that container too. Closes cascade until a comma or the
+// end of the top-level value.
+func (s *scanner) afterValue() (more bool, err error) {
 	for len(s.stack) > 0 {
+		if s.collect && len(s.stack) == 1 {
+			s.members[len(s.members)-1].end = s.i
+		}
 		top := &s.stack[len(s.stack)-1]
 		s.ws()
 		if s.i == len(s.b) {
-			return s.malformed("unexpected end of JSON input")
+			return false, s.malformed("unexpected end of JSON input")
 		}
 		switch c := s.b[s.i]; {
 		case c == ',':
@@ -191,51 +329,53 @@ func (s *shapeScanner) afterValue() error {
 			if !top.object {
 				top.index++
 			}
-			return nil
+			return true, nil
 		case c == '}' && top.object, c == ']' && !top.object:
 			s.i++
 			s.pop()
 		default:
-			return s.malformed("after a value")
+			return false, s.malformed("after a value")
 		}
 	}
-	return nil
+	return false, nil
 }
 
-func (s *shapeScanner) push(object bool) {
-	if n := len(s.stack); n < cap(s.stack) {
-		s.stack = s.stack[:n+1]
-		l := &s.stack[n]
-		l.object, l.index, l.key, l.hasKey, l.keys = object, 0, nil, false, l.keys[:0]
-		clear(l.set)
-		return
+// push opens a container; check applies to it only if it is of the kind
+// the type decodes from (an object for a struct or map, an array for a
+// slice or array): a value of the wrong kind is the typed decode's to
+// refuse.
+func (s *scanner) push(object bool, check *keyCheck) {
+	if check != nil && check.object != object {
+		check = nil
 	}
-	if s.stack == nil {
-		s.stack = make([]shapeLevel, 0, 8)
-	}
-	s.stack = append(s.stack, shapeLevel{object: object, keys: make([][]byte, 0, smallObject)})
+	s.stack = append(s.stack, shapeLevel{object: object, keys: len(s.keys), check: check})
 }
 
-func (s *shapeScanner) pop() { s.stack = s.stack[:len(s.stack)-1] }
+func (s *scanner) pop() {
+	l := &s.stack[len(s.stack)-1]
+	if l.set == nil {
+		s.keys = s.keys[:l.keys]
+	}
+	s.stack = s.stack[:len(s.stack)-1]
+}
 
-// seen records key in the object and reports whether it was there.
-func (l *shapeLevel) seen(key []byte) bool {
-	if len(l.set) == 0 { // still small
-		for _, k := range l.keys {
+// seen records key in object l and reports whether it was there.
+func (s *scanner) seen(l *shapeLevel, key []byte) bool {
+	if l.set == nil { // still small
+		for _, k := range s.keys[l.keys:] {
 			if bytes.Equal(k, key) {
 				return true
 			}
 		}
-		if len(l.keys) < smallObject {
-			l.keys = append(l.keys, key)
+		if len(s.keys)-l.keys < smallObject {
+			s.keys = append(s.keys, key)
 			return false
 		}
-		if l.set == nil {
-			l.set = make(map[string]struct{}, 2*smallObject)
-		}
-		for _, k := range l.keys {
+		l.set = make(map[string]struct{}, 2*smallObject)
+		for _, k := range s.keys[l.keys:] {
 			l.set[string(k)] = struct{}{}
 		}
+		s.keys = s.keys[:l.keys]
 	}
 	if _, dup := l.set[string(key)]; dup {
 		return true
@@ -248,7 +388,7 @@ func (l *shapeLevel) seen(key []byte) bool {
 // raw bytes when they are plain (no escape, valid UTF-8), which is
 // byte-identical to the decoded form, else encoding/json's own unquoting
 // (escapes resolved; invalid UTF-8 and lone surrogates become U+FFFD).
-func (s *shapeScanner) key() ([]byte, error) {
+func (s *scanner) key() ([]byte, error) {
 	start := s.i
 	plain, err := s.str()
 	if err != nil {
@@ -267,7 +407,7 @@ func (s *shapeScanner) key() ([]byte, error) {
 
 // str scans a string starting at its opening quote. plain reports that it
 // holds no escape and only valid UTF-8.
-func (s *shapeScanner) str() (plain bool, err error) {
+func (s *scanner) str() (plain bool, err error) {
 	b := s.b
 	start := s.i + 1
 	i := start
@@ -283,10 +423,11 @@ func (s *shapeScanner) str() (plain bool, err error) {
 		switch c := b[i]; {
 		case c == '"':
 			s.i = i + 1
-			if escaped {
-				return false, nil
+			valid := ascii || utf8.Valid(b[start:i])
+			if !valid {
+				s.badUTF8 = true
 			}
-			return ascii || utf8.Valid(b[start:i]), nil
+			return valid && !escaped, nil
 		case c == '\\':
 			escaped = true
 			if i+1 == len(b) {
@@ -328,7 +469,7 @@ var plainByte = func() (t [256]bool) {
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
 
 // scalar scans a string, number or literal value starting at c.
-func (s *shapeScanner) scalar(c byte) error {
+func (s *scanner) scalar(c byte) error {
 	switch {
 	case c == '"':
 		_, err := s.str()
@@ -345,7 +486,7 @@ func (s *shapeScanner) scalar(c byte) error {
 	return s.malformed("looking for beginning of value")
 }
 
-func (s *shapeScanner) literal(lit string) error {
+func (s *scanner) literal(lit string) error {
 	for j := 0; j < len(lit); j++ {
 		if s.i+j == len(s.b) {
 			return s.malformedAt(s.i+j, "unexpected end of JSON input")
@@ -360,7 +501,7 @@ func (s *shapeScanner) literal(lit string) error {
 
 // number scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?; what
 // follows it is for afterValue to judge.
-func (s *shapeScanner) number() error {
+func (s *scanner) number() error {
 	b, i := s.b, s.i
 	digits := func() bool {
 		start := i
@@ -397,7 +538,7 @@ func (s *shapeScanner) number() error {
 	return nil
 }
 
-func (s *shapeScanner) ws() {
+func (s *scanner) ws() {
 	for s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
@@ -408,11 +549,11 @@ func (s *shapeScanner) ws() {
 	}
 }
 
-func (s *shapeScanner) malformed(what string) error { return s.malformedAt(s.i, what) }
+func (s *scanner) malformed(what string) error { return s.malformedAt(s.i, what) }
 
 // malformedAt words a grammar fault as encoding/json would, with its
 // offset; the character is quoted, never more of the document.
-func (s *shapeScanner) malformedAt(i int, what string) error {
+func (s *scanner) malformedAt(i int, what string) error {
 	reason := what
 	if i < len(s.b) {
 		reason = fmt.Sprintf("invalid character %s %s (offset %d)", quoteByte(s.b[i]), what, i)
@@ -435,7 +576,7 @@ func quoteByte(c byte) string {
 }
 
 // shapeError captures the current path (the stack's keys and indices).
-func (s *shapeScanner) shapeError(reason string) *ShapeError {
+func (s *scanner) shapeError(reason string) *ShapeError {
 	e := &ShapeError{Reason: reason}
 	for _, l := range s.stack {
 		if l.object {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -87,6 +88,9 @@ func TestCheckShapeAgreesWithTokenWalk(t *testing.T) {
 		got, want := CheckShape([]byte(doc), lim), tokenWalk([]byte(doc), lim)
 		if gc, wc := codeOf(got), codeOf(want); gc != wc {
 			t.Errorf("%q: CheckShape %v, Token walk %v", doc, got, want)
+		}
+		if old := oldCheckShape([]byte(doc), lim); fmt.Sprint(got) != fmt.Sprint(old) {
+			t.Errorf("%q: CheckShape %v, before %v", doc, got, old)
 		}
 	}
 }
@@ -197,14 +201,15 @@ func relayBody() []byte {
 }
 
 // BenchmarkCheckShape16MiB is the cost the relay pays per maximal body; the
-// Token walk it replaced is beside it.
+// scanner before it also served Admit and DecodeStrict, and the Token walk
+// before that, are beside it.
 func BenchmarkCheckShape16MiB(b *testing.B) {
 	body := relayBody()
 	lim := Limits{MaxDepth: 64, MaxNodes: len(body) + 1}
 	for _, impl := range []struct {
 		name  string
 		check func([]byte, Limits) error
-	}{{"scanner", CheckShape}, {"token-walk", tokenWalk}} {
+	}{{"scanner", CheckShape}, {"scanner-before", oldCheckShape}, {"token-walk", tokenWalk}} {
 		b.Run(impl.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
@@ -228,7 +233,7 @@ func BenchmarkCheckShapeFrame(b *testing.B) {
 	for _, impl := range []struct {
 		name  string
 		check func([]byte, Limits) error
-	}{{"scanner", CheckShape}, {"token-walk", tokenWalk}} {
+	}{{"scanner", CheckShape}, {"scanner-before", oldCheckShape}, {"token-walk", tokenWalk}} {
 		b.Run(impl.name, func(b *testing.B) {
 			b.SetBytes(int64(len(frame)))
 			b.ReportAllocs()

@@ -91,6 +91,12 @@ const ApprovalContext = "autonomic.human-approval.v1\n"
 
 var byEffect = []string{"request_id", "epoch", "effect_id", "revision"}
 
+// workerRequests is WorkerRequestSchema built once, for the decoder: the
+// exported function returns a table the caller may change.
+func workerRequests() *Schema { return workerRequestTable.get(WorkerRequestSchema) }
+
+var workerRequestTable schemaOnce
+
 // WorkerRequestSchema is the broker's admission table: one row per action,
 // listing the exact fields that action accepts.
 func WorkerRequestSchema() *Schema {
@@ -114,11 +120,8 @@ func WorkerRequestSchema() *Schema {
 
 // DecodeWorkerRequest admits, decodes and validates one request frame.
 func DecodeWorkerRequest(b []byte) (*WorkerRequest, error) {
-	if _, err := WorkerRequestSchema().Admit(b); err != nil {
-		return nil, err
-	}
 	var r WorkerRequest
-	if err := DecodeStrict(b, &r); err != nil {
+	if _, err := workerRequests().decode(b, &r); err != nil {
 		return nil, err
 	}
 	if err := r.Validate(); err != nil {
@@ -133,7 +136,7 @@ func (r *WorkerRequest) Validate() error {
 	if r.Protocol != WorkerVersion {
 		return Errorf(CodeUnsupportedVersion, "version %d", r.Protocol)
 	}
-	if _, ok := WorkerRequestSchema().Kinds[r.Action]; !ok {
+	if _, ok := workerRequests().Kinds[r.Action]; !ok {
 		return Errorf(CodeUnknownAction, "%q", r.Action)
 	}
 	if !requestIDPattern.MatchString(r.RequestID) {
@@ -295,34 +298,36 @@ func WorkerResponseLimits() Limits { return Limits{MaxDepth: 8, MaxNodes: 4096} 
 // DecodeWorkerResponse admits and decodes one broker frame. An error whose
 // code is not in the catalogue is itself refused.
 func DecodeWorkerResponse(b []byte) (*WorkerResponse, error) {
-	if err := CheckShape(b, WorkerResponseLimits()); err != nil {
-		return nil, err
-	}
 	var r WorkerResponse
-	if err := DecodeStrict(b, &r); err != nil {
+	if err := checkDecode(b, WorkerResponseLimits(), &r); err != nil {
 		return nil, err
 	}
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// check judges a decoded response's values.
+func (r *WorkerResponse) check() error {
 	if r.Protocol != WorkerVersion {
-		return nil, Errorf(CodeUnsupportedVersion, "version %d", r.Protocol)
+		return Errorf(CodeUnsupportedVersion, "version %d", r.Protocol)
 	}
 	if r.RequestID != "" && !requestIDPattern.MatchString(r.RequestID) {
-		return nil, Errorf(CodeInvalidField, "request_id")
+		return Errorf(CodeInvalidField, "request_id")
 	}
 	if r.OK {
 		if r.Result == nil || r.Error != nil || r.RequestID == "" {
-			return nil, Errorf(CodeInvalidField, "result")
+			return Errorf(CodeInvalidField, "result")
 		}
-		if err := r.Result.validate(); err != nil {
-			return nil, err
-		}
-		return &r, nil
+		return r.Result.validate()
 	}
 	if r.Error == nil || r.Result != nil || !Known(r.Error.Code) {
-		return nil, Errorf(CodeInvalidField, "error")
+		return Errorf(CodeInvalidField, "error")
 	}
 	// The local catalogue's text, never the peer's.
 	r.Error = E(r.Error.Code)
-	return &r, nil
+	return nil
 }
 
 func (e *EffectResult) validate() error {

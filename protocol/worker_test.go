@@ -119,6 +119,8 @@ func FuzzDecodeWorkerRequest(f *testing.F) {
 	f.Add([]byte(`{"protocol":1,"request_id":"r","epoch":1,"action":"status","effect_id":"` + tUUID + `"}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r, err := DecodeWorkerRequest(in)
+		old, oldErr := oldDecodeWorkerRequest(in)
+		sameAnswer(t, in, r, err, old, oldErr)
 		if err != nil {
 			wantCatalogued(t, err)
 			return
@@ -148,6 +150,8 @@ func FuzzDecodeWorkerResponse(f *testing.F) {
 	f.Add([]byte(`{"protocol":1,"request_id":"r","ok":false,"error":{"code":"not_found","message":"","retryable":false}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r, err := DecodeWorkerResponse(in)
+		old, oldErr := oldDecodeWorkerResponse(in)
+		sameAnswer(t, in, r, err, old, oldErr)
 		if err != nil {
 			wantCatalogued(t, err)
 			return
