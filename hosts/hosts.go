@@ -27,7 +27,7 @@ type Guest struct {
 }
 
 // Steps every guest must complete with exit status 0, in order.
-var Steps = []string{"provision", "install", "preflight", "domain", "broker_peer", "scenario"}
+var Steps = []string{"provision", "install", "preflight", "domain", "broker_peer", "scenario", "systemd"}
 
 // Limits every guest must enforce (and prove, by its limits tests).
 var Limits = []string{"memory_bytes", "pids", "cpu_millis"}

@@ -26,6 +26,11 @@ install -o root -g root -m 0755 "$bin/autonomic-launcher" /usr/local/libexec/aut
 install -o root -g root -m 0755 "$bin/autonomic" "$bin/autonomic-rootfs" "$bin/autonomic-scenario" /usr/local/bin/
 visudo -cqf sudoers.d/autonomic
 install -o root -g root -m 0440 sudoers.d/autonomic /etc/sudoers.d/autonomic
+# The kernel's systemd unit (enabled by the operator once
+# /etc/autonomic/autonomic.json exists: systemctl enable --now autonomic).
+install -d -m 0755 /etc/systemd/system
+install -o root -g root -m 0644 config/systemd/autonomic.service /etc/systemd/system/autonomic.service
+if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 # Root's state (domains, uid slots, checkpoints) and the kernel's state. The kernel's group
 # only traverses root's to read checkpoints/ (0750, archives 0640: the harvest), which the

@@ -8,7 +8,7 @@ if [ "$(id -u)" != 0 ]; then
 	command -v sudo >/dev/null || { echo "provision: run as root (this host has no sudo yet)" >&2; exit 1; }
 	exec sudo -E "$0" "$@"
 fi
-pkgs=(postgresql libseccomp-dev libseccomp2 pkg-config gcc make git sudo file bubblewrap crun runc iproute2 ca-certificates util-linux)
+pkgs=(postgresql libseccomp-dev libseccomp2 pkg-config gcc make git sudo file bubblewrap crun runc iproute2 ca-certificates util-linux systemd)
 # The host matrix (hosts/, make test-hosts): Debian guests under QEMU, built
 # with debootstrap, booted on Debian's 6.1 kernel. A prebuilt install (a
 # guest of the matrix) runs no guests itself.

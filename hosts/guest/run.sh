@@ -88,6 +88,10 @@ done <"$payload/tests/plan"
 step scenario "$src" scripts/demo.sh
 cp /var/lib/autonomic/demo/runs/*.json "$res/" 2>/dev/null
 cp /var/lib/autonomic/demo/serve.log "$res/serve.log" 2>/dev/null
+
+# The kernel as the systemd unit install.sh installed: started, ready when
+# its API answers, stopped.
+step systemd "$src" sh hosts/guest/systemd.sh
 journalctl -k -b --no-pager >"$res/kernel.log" 2>&1
 
 echo "$(uptime)" >"$res/uptime_end"

@@ -37,10 +37,15 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "autonomic: %v\n", err)
 		return 2
 	}
+	notify := takeNotifier()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: stderr, JSONFormat: !isTerminalWriter(stderr), Level: hclog.LevelFromString(*level)})
-	if err := server.Serve(ctx, cfg, log, server.Hooks{}); err != nil {
+	go func() {
+		<-ctx.Done()
+		notify.send("STOPPING=1")
+	}()
+	if err := server.Serve(ctx, cfg, log, serveHooks(notify)); err != nil {
 		log.Error("kernel stopped", "error", err)
 		return 1
 	}
