@@ -41,6 +41,9 @@ commands:
   events tail EPISODE [-n N] [--follow] | verify EPISODE | egress EPISODE
                                         operator commands: talk to a running kernel over its API socket
                                         (--socket PATH or --config FILE; --json everywhere)
+  mcp [--socket PATH | --config FILE] [--listen UNIX_SOCKET]
+                                        the operator API's reads as MCP tools for an orchestrating agent (stdio, or
+                                        streamable HTTP on a 0600 Unix socket); no tool approves or grants anything
   egress nets [--config F]              the egress registries' addresses here that the proxy refuses by default
                                         (reserved ranges), one CIDR a line: what egress.allowed_nets would need
   domain run --workspace ID [--profile NAME|FILE] [--json] -- ARGV...
@@ -92,6 +95,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCmd(args[1:], stdout, stderr)
 	case "egress":
 		return egressCmd(args[1:], stdout, stderr)
+	case "mcp":
+		return mcpCmd(args[1:], os.Stdin, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2

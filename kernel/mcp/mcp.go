@@ -1,0 +1,183 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/autonomic-kernel/autonomic/kernel/api"
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+// Version is the server's implementation version reported to clients.
+const Version = "1"
+
+// Tools are the names of every tool the server offers, in the order listed.
+var Tools = []string{"episodes_list", "episode_show", "effects_list", "effect_show", "events_tail", "ledger_verify", "egress_list"}
+
+// maxLimit bounds a list a caller asks for.
+const maxLimit = 500
+
+// API is what the tools read: the operator API client (api.Client).
+type API interface {
+	Episodes(ctx context.Context, limit int) ([]api.EpisodeView, error)
+	Episode(ctx context.Context, id string) (api.EpisodeView, error)
+	Effects(ctx context.Context, episodeID string) ([]api.EffectView, error)
+	Effect(ctx context.Context, id string) (api.EffectView, error)
+	Events(ctx context.Context, episodeID string, after int64, limit int) ([]api.EventView, error)
+	Verify(ctx context.Context, episodeID string) (api.VerifyView, error)
+	Egress(ctx context.Context, episodeID string) ([]api.EgressView, error)
+}
+
+// ListIn is a list's input.
+type ListIn struct {
+	Limit int `json:"limit,omitempty" jsonschema:"how many, newest first (1 to 500; default 50)"`
+}
+
+// IDIn names one episode or effect.
+type IDIn struct {
+	ID string `json:"id" jsonschema:"the episode's or effect's id (a UUID)"`
+}
+
+// EpisodeIn names an episode.
+type EpisodeIn struct {
+	EpisodeID string `json:"episode_id" jsonschema:"the episode's id (a UUID)"`
+}
+
+// EventsIn reads an episode's ledger.
+type EventsIn struct {
+	EpisodeID string `json:"episode_id" jsonschema:"the episode's id (a UUID)"`
+	After     *int64 `json:"after,omitempty" jsonschema:"only entries after this sequence number; absent: the last ones"`
+	Limit     int    `json:"limit,omitempty" jsonschema:"how many entries (1 to 500; default 50)"`
+}
+
+// New is the MCP server over a.
+func New(a API) *sdk.Server {
+	s := sdk.NewServer(&sdk.Implementation{Name: "autonomic", Version: Version}, &sdk.ServerOptions{
+		Instructions: "Read-only view of an Autonomic kernel: episodes, their effects and decisions, their hash-chained ledgers and egress. " +
+			"No tool approves or grants anything; approvals are signed by an operator with `autonomic effect approve`.",
+	})
+	sdk.AddTool(s, &sdk.Tool{Name: "episodes_list", Description: "The newest episodes with their state, epoch and owner."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in ListIn) (*sdk.CallToolResult, any, error) {
+			n, err := limit(in.Limit)
+			if err != nil {
+				return nil, nil, err
+			}
+			v, err := a.Episodes(ctx, n)
+			return wrap(map[string]any{"episodes": nonNil(v)}, err)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "episode_show", Description: "One episode: its stored state, live view and outcome."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in IDIn) (*sdk.CallToolResult, any, error) {
+			if err := isID(in.ID); err != nil {
+				return nil, nil, err
+			}
+			v, err := a.Episode(ctx, in.ID)
+			return wrap(v, err)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "effects_list", Description: "An episode's effects: kind, class, state, target."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in EpisodeIn) (*sdk.CallToolResult, any, error) {
+			if err := isID(in.EpisodeID); err != nil {
+				return nil, nil, err
+			}
+			v, err := a.Effects(ctx, in.EpisodeID)
+			return wrap(map[string]any{"effects": nonNil(v)}, err)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "effect_show", Description: "One effect with every decision on it (verification, sensor readings, approvals)."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in IDIn) (*sdk.CallToolResult, any, error) {
+			if err := isID(in.ID); err != nil {
+				return nil, nil, err
+			}
+			v, err := a.Effect(ctx, in.ID)
+			return wrap(v, err)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "events_tail", Description: "An episode's ledger entries: the last ones, or those after a sequence number."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in EventsIn) (*sdk.CallToolResult, any, error) {
+			if err := isID(in.EpisodeID); err != nil {
+				return nil, nil, err
+			}
+			n, err := limit(in.Limit)
+			if err != nil {
+				return nil, nil, err
+			}
+			after := int64(-1)
+			if in.After != nil {
+				if *in.After < 0 {
+					return nil, nil, invalid("after must not be negative")
+				}
+				after = *in.After
+			}
+			v, err := a.Events(ctx, in.EpisodeID, after, n)
+			return wrap(map[string]any{"events": nonNil(v)}, err)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "ledger_verify", Description: "Verify an episode's hash-chained ledger from its first entry."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in EpisodeIn) (*sdk.CallToolResult, any, error) {
+			if err := isID(in.EpisodeID); err != nil {
+				return nil, nil, err
+			}
+			v, err := a.Verify(ctx, in.EpisodeID)
+			return wrap(v, err)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "egress_list", Description: "An episode's egress fetch ledger: host, path, outcome, bytes."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in EpisodeIn) (*sdk.CallToolResult, any, error) {
+			if err := isID(in.EpisodeID); err != nil {
+				return nil, nil, err
+			}
+			v, err := a.Egress(ctx, in.EpisodeID)
+			return wrap(map[string]any{"fetches": nonNil(v)}, err)
+		})
+	return s
+}
+
+// Error is a tool's failure: a catalogue code and its message.
+type Error struct {
+	Code    protocol.Code
+	Message string
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+func invalid(msg string) error {
+	return &Error{Code: protocol.CodeInvalidField, Message: msg}
+}
+
+// wrap turns an API answer into a tool answer; an API error keeps only its
+// catalogue code and message (AsWire), never the local cause.
+func wrap(v any, err error) (*sdk.CallToolResult, any, error) {
+	if err != nil {
+		var te *Error
+		if errors.As(err, &te) {
+			return nil, nil, te
+		}
+		w := protocol.AsWire(err)
+		return nil, nil, &Error{Code: w.Code, Message: w.Message}
+	}
+	return nil, v, nil
+}
+
+func isID(s string) error {
+	if _, err := uuid.Parse(s); err != nil || len(s) != 36 {
+		return invalid("id must be a UUID in its canonical 36-character form")
+	}
+	return nil
+}
+
+func limit(n int) (int, error) {
+	switch {
+	case n == 0:
+		return 50, nil
+	case n < 1 || n > maxLimit:
+		return 0, invalid(fmt.Sprintf("limit must be 1 to %d", maxLimit))
+	}
+	return n, nil
+}
+
+// nonNil makes an empty list a JSON [] rather than null.
+func nonNil[T any](v []T) []T {
+	if v == nil {
+		return []T{}
+	}
+	return v
+}
