@@ -2,8 +2,12 @@ package gates
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
@@ -50,4 +54,72 @@ func ReadBuilt(path string) (*Built, error) {
 		return nil, fmt.Errorf("%s: the launcher's preflight reports rootfs %s, the bed built %s", path, x.Preflight.RootfsDigest, x.RootfsDigest)
 	}
 	return &x, nil
+}
+
+// RecordBuilt writes x to path for qc, once per run: the first gate
+// process creates the record, and any later one (a re-run, a child
+// process, a second gate binary) must have built exactly the same
+// launcher, rootfs and kernel, or it fails instead of overwriting — the
+// report must never name one build while another ran. qc removes the
+// record before it starts the gates.
+func RecordBuilt(path string, x Built) error {
+	return withRecord(path, func(old *Built) (*Built, error) {
+		if old == nil {
+			return &x, nil
+		}
+		if old.LauncherSHA256 != x.LauncherSHA256 || old.RootfsDigest != x.RootfsDigest || old.KernelSHA256 != x.KernelSHA256 {
+			return nil, fmt.Errorf("%s records launcher %s, rootfs %s, kernel %s; this gate process built launcher %s, rootfs %s, kernel %s",
+				path, old.LauncherSHA256, old.RootfsDigest, old.KernelSHA256, x.LauncherSHA256, x.RootfsDigest, x.KernelSHA256)
+		}
+		return nil, nil
+	})
+}
+
+// RecordServiceLauncher adds the installed launcher a scenario reached
+// through sudo; two scenarios that reached different ones fail.
+func RecordServiceLauncher(path, sha string) error {
+	return withRecord(path, func(old *Built) (*Built, error) {
+		switch {
+		case old == nil:
+			return nil, fmt.Errorf("%s: no record of what the gates built", path)
+		case old.ServiceLauncherSHA256 == sha:
+			return nil, nil
+		case old.ServiceLauncherSHA256 != "":
+			return nil, fmt.Errorf("%s: a scenario reached launcher %s, another %s", path, old.ServiceLauncherSHA256, sha)
+		}
+		old.ServiceLauncherSHA256 = sha
+		return old, nil
+	})
+}
+
+// withRecord runs fn on the record at path under an exclusive lock of
+// path+".lock" (gate processes may run at once) and writes what fn
+// returns, whole (a temporary file renamed over), when it is not nil.
+func withRecord(path string, fn func(old *Built) (*Built, error)) error {
+	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return err
+	}
+	var old *Built
+	if _, err := os.Stat(path); err == nil {
+		if old, err = ReadBuilt(path); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	x, err := fn(old)
+	if err != nil || x == nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(x, "", "  ")
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

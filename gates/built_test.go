@@ -38,6 +38,22 @@ func TestBuiltRecordsWhatRan(t *testing.T) {
 	if y, err := ReadBuilt(path); err != nil || y.ServiceLauncherSHA256 != launcher || y.KernelSHA256 != kernel {
 		t.Fatalf("after the scenario's addition: %+v, %v", y, err)
 	}
+	// A second gate process that built the same: agreed, nothing changes.
+	if err := recordBuilt(path, shared.bed); err != nil {
+		t.Fatalf("a second process that built the same tree: %v", err)
+	}
+	// One that built something else fails instead of overwriting.
+	other := *x
+	other.KernelSHA256 = strings.Repeat("f", 64)
+	if err := RecordBuilt(path, other); err == nil {
+		t.Fatal("a gate process that built another kernel overwrote the record")
+	}
+	if y, err := ReadBuilt(path); err != nil || y.KernelSHA256 != kernel {
+		t.Fatalf("after a disagreeing process: %+v, %v", y, err)
+	}
+	if err := RecordServiceLauncher(path, strings.Repeat("e", 64)); err == nil {
+		t.Fatal("a second scenario that reached another launcher was recorded")
+	}
 	for _, bad := range []func(*Built){
 		func(b *Built) { b.Preflight.LauncherSHA256 = strings.Repeat("0", 64) },
 		func(b *Built) { b.Preflight.RootfsDigest = strings.Repeat("0", 64) },

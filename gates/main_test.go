@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -115,8 +114,7 @@ func recordBuilt(path string, bed *testbed.Bed) error {
 	if x.KernelSHA256, err = fileSHA256(shared.kernel); err != nil {
 		return err
 	}
-	b, _ := json.MarshalIndent(x, "", "  ")
-	return os.WriteFile(path, append(b, '\n'), 0o644)
+	return RecordBuilt(path, x)
 }
 
 func fileSHA256(path string) (string, error) {

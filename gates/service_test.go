@@ -175,14 +175,8 @@ func recordServiceLauncher(t *testing.T, sha string) {
 	if path == "" {
 		return
 	}
-	x, err := ReadBuilt(path)
-	if err != nil {
+	if err := RecordServiceLauncher(path, sha); err != nil {
 		t.Fatalf("record of what ran: %v", err)
-	}
-	x.ServiceLauncherSHA256 = sha
-	b, _ := json.MarshalIndent(x, "", "  ")
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
 

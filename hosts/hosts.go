@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/autonomic-kernel/autonomic/gates"
+	"github.com/autonomic-kernel/autonomic/internal/source"
 )
 
 // Guests are the matrix's guests, each a directory under hosts/.
@@ -86,7 +87,10 @@ type Host struct {
 // Matrix is artifacts/hosts.json.
 type Matrix struct {
 	GeneratedAt string `json:"generated_at"`
-	Hosts       []Host `json:"hosts"`
+	// Tree is the work tree whose build the guests ran (source.Of at the
+	// module root): qc reads the matrix only for that very tree.
+	Tree  source.Tree `json:"tree"`
+	Hosts []Host      `json:"hosts"`
 }
 
 var (

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
+	"github.com/autonomic-kernel/autonomic/internal/source"
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 )
 
@@ -42,7 +43,8 @@ func TestHostMatrix(t *testing.T) {
 	if !ok {
 		deadline = time.Now().Add(30 * time.Minute)
 	}
-	m := Matrix{GeneratedAt: time.Now().UTC().Format(time.RFC3339)}
+	// The tree is read before the payload is built from it.
+	m := Matrix{GeneratedAt: time.Now().UTC().Format(time.RFC3339), Tree: source.Of(mod)}
 	for _, g := range Guests {
 		dir := filepath.Join(mod, "artifacts", "hosts", g.Name)
 		ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-30*time.Second))

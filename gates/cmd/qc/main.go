@@ -27,8 +27,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +40,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/gates"
 	"github.com/autonomic-kernel/autonomic/hosts"
+	"github.com/autonomic-kernel/autonomic/internal/source"
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
@@ -74,6 +77,7 @@ type report struct {
 	GeneratedAt  string       `json:"generated_at"`
 	SourceSHA256 string       `json:"source_sha256"`
 	SourceDirty  bool         `json:"source_dirty"`
+	DirtyWhy     string       `json:"source_dirty_why,omitempty"`
 	Commit       string       `json:"git_commit"`
 	Host         hostFacts    `json:"host"`
 	Gates        []gateResult `json:"gates"`
@@ -109,9 +113,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "qc:", err)
 		os.Exit(2)
 	}
-	r := report{Mode: mode, GeneratedAt: time.Now().UTC().Format(time.RFC3339)}
-	r.SourceSHA256, r.SourceDirty = sourceDigest()
-	r.Commit = commit()
+	r := newReport(".", mode)
+	// A record left by an earlier run must never stand for this one.
+	if err := os.Remove(builtPath(logs)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintln(os.Stderr, "qc:", err)
+		os.Exit(2)
+	}
 	var others []string
 	r.Gates, others = runGates(logs)
 	r.Host = host(builtPath(logs))
@@ -125,9 +132,8 @@ func main() {
 		failed = failed || g.Status == "failed"
 	}
 	var guestsOK bool
-	r.Hosts, guestsOK = matrix(r.Host, r.Gates, filepath.Join(*out, "hosts.json"))
-	r.Blockers = blockers(r)
-	r.ReleaseReady = *strict && allPassed && guestsOK && len(r.Blockers) == 0
+	r.Hosts, guestsOK = matrix(r.Host, r.Gates, filepath.Join(*out, "hosts.json"), r.tree())
+	decide(&r, *strict, allPassed, guestsOK)
 	b, _ := json.MarshalIndent(r, "", "  ")
 	path := filepath.Join(*out, "conformance_report.json")
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
@@ -234,25 +240,25 @@ func lastLine(b []byte) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-// sourceDigest hashes every tracked file's path and content, in order.
-func sourceDigest() (string, bool) {
-	out, err := exec.Command("git", "ls-files", "-z").Output()
-	if err != nil {
-		return "", true
-	}
-	files := strings.Split(strings.TrimRight(string(out), "\x00"), "\x00")
-	sort.Strings(files)
-	h := sha256.New()
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // a tracked file deleted in the work tree shows as dirty below
-		}
-		sum := sha256.Sum256(b)
-		fmt.Fprintf(h, "%s\x00%x\n", f, sum)
-	}
-	status, _ := exec.Command("git", "status", "--porcelain").Output()
-	return hex.EncodeToString(h.Sum(nil)), len(bytes.TrimSpace(status)) > 0
+// newReport starts the report of the tree at dir: which commit and content
+// it speaks for, and whether the work tree is that commit (source.Of: a git
+// that cannot answer is a dirty tree).
+func newReport(dir, mode string) report {
+	t := source.Of(dir)
+	return report{Mode: mode, GeneratedAt: time.Now().UTC().Format(time.RFC3339),
+		SourceSHA256: t.SHA256, SourceDirty: t.Dirty, DirtyWhy: t.Why, Commit: t.Commit}
+}
+
+func (r report) tree() source.Tree {
+	return source.Tree{Commit: r.Commit, SHA256: r.SourceSHA256, Dirty: r.SourceDirty, Why: r.DirtyWhy}
+}
+
+// decide sets the blockers and release_ready: only a strict run whose
+// gates all passed, whose guests all passed on this very tree, and that
+// nothing else blocks.
+func decide(r *report, strict, allPassed, guestsOK bool) {
+	r.Blockers = blockers(*r)
+	r.ReleaseReady = strict && allPassed && guestsOK && len(r.Blockers) == 0
 }
 
 // host is this machine's facts and what the gates built and ran here:
@@ -290,22 +296,13 @@ func builtPath(logs string) string {
 	return p
 }
 
-// commit is the checked-out git commit.
-func commit() string {
-	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
-}
-
 // blockers are the reasons, other than a gate or a guest, that this run
 // cannot be release-ready: a tree that is not a commit, no record of what
 // ran, a limit this host does not enforce.
 func blockers(r report) []string {
 	var out []string
 	if r.SourceDirty {
-		out = append(out, "source_dirty: git status --porcelain is not empty")
+		out = append(out, "source_dirty: "+r.DirtyWhy)
 	}
 	if r.Commit == "" {
 		out = append(out, "no git commit")
@@ -361,7 +358,7 @@ func cgroupLayout() string {
 // matrix is the report's hosts section: this machine, then every guest of
 // hosts.Guests as artifacts/hosts.json recorded it (a guest missing there
 // is listed as not run). ok is true only when every guest passed.
-func matrix(here hostFacts, gs []gateResult, path string) ([]hosts.Host, bool) {
+func matrix(here hostFacts, gs []gateResult, path string, tree source.Tree) ([]hosts.Host, bool) {
 	self := hosts.Host{Name: "this-machine", Description: "the machine qc runs on", Kernel: here.Kernel, Passed: true, Tests: map[string]string{}}
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		self.CgroupLayout = hosts.CgroupLayout(string(b))
@@ -376,6 +373,13 @@ func matrix(here hostFacts, gs []gateResult, path string) ([]hosts.Host, bool) {
 	}
 	out := []hosts.Host{self}
 	m, err := hosts.Load(path)
+	if err == nil && !source.Same(m.Tree, tree) {
+		// Results of another tree (an earlier commit, or edits since) say
+		// nothing of this one.
+		err = fmt.Errorf("%s is of commit %q (source %.12s, dirty %v), this run of %q (source %.12s, dirty %v)",
+			path, m.Tree.Commit, m.Tree.SHA256, m.Tree.Dirty, tree.Commit, tree.SHA256, tree.Dirty)
+		m = nil
+	}
 	ok := err == nil
 	for _, g := range hosts.Guests {
 		var found *hosts.Host

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/autonomic-kernel/autonomic/hosts"
+	"github.com/autonomic-kernel/autonomic/internal/source"
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
@@ -23,26 +24,36 @@ func TestMatrixSection(t *testing.T) {
 		}
 		return p
 	}
+	tree := source.Tree{Commit: "c1", SHA256: "s1"}
 	good := hosts.Host{Name: hosts.Guests[0].Name, Kernel: "6.1.0-57-amd64", Passed: true,
 		Gates: []hosts.Gate{{Name: "overlay_rollback", Status: "passed"}}}
-	out, ok := matrix(here, gs, write(hosts.Matrix{Hosts: []hosts.Host{good}}))
+	out, ok := matrix(here, gs, write(hosts.Matrix{Tree: tree, Hosts: []hosts.Host{good}}), tree)
 	if !ok || len(out) != 2 || out[0].Name != "this-machine" || out[0].Kernel != "6.18.0" || out[0].Limits[0].Enforced || out[1].Kernel != "6.1.0-57-amd64" {
 		t.Fatalf("a passing guest: ok=%v %+v", ok, out)
 	}
-	if _, ok := matrix(here, gs, filepath.Join(t.TempDir(), "missing.json")); ok {
+	if _, ok := matrix(here, gs, filepath.Join(t.TempDir(), "missing.json"), tree); ok {
 		t.Error("no hosts.json, yet the matrix is ok")
 	}
-	if _, ok := matrix(here, gs, write(hosts.Matrix{Hosts: []hosts.Host{{Name: "another", Passed: true}}})); ok {
+	if _, ok := matrix(here, gs, write(hosts.Matrix{Tree: tree, Hosts: []hosts.Host{{Name: "another", Passed: true}}}), tree); ok {
 		t.Error("the guest missing from hosts.json, yet the matrix is ok")
+	}
+	// The matrix of another tree says nothing of this one.
+	for _, other := range []source.Tree{{Commit: "c0", SHA256: "s1"}, {Commit: "c1", SHA256: "s0"}, {Commit: "c1", SHA256: "s1", Dirty: true}, {}} {
+		if _, ok := matrix(here, gs, write(hosts.Matrix{Tree: other, Hosts: []hosts.Host{good}}), tree); ok {
+			t.Errorf("hosts.json of tree %+v read as this tree's (%+v)", other, tree)
+		}
+	}
+	if _, ok := matrix(here, gs, write(hosts.Matrix{Tree: tree, Hosts: []hosts.Host{good}}), source.Tree{Commit: "c1", SHA256: "s1", Dirty: true}); ok {
+		t.Error("a dirty tree read a matrix as its own")
 	}
 	failed := good
 	failed.Passed = false
-	if _, ok := matrix(here, gs, write(hosts.Matrix{Hosts: []hosts.Host{failed}})); ok {
+	if _, ok := matrix(here, gs, write(hosts.Matrix{Tree: tree, Hosts: []hosts.Host{failed}}), tree); ok {
 		t.Error("a failed guest, yet the matrix is ok")
 	}
 	gateFailed := good
 	gateFailed.Gates = []hosts.Gate{{Name: "overlay_rollback", Status: "failed"}}
-	if _, ok := matrix(here, gs, write(hosts.Matrix{Hosts: []hosts.Host{gateFailed}})); ok {
+	if _, ok := matrix(here, gs, write(hosts.Matrix{Tree: tree, Hosts: []hosts.Host{gateFailed}}), tree); ok {
 		t.Error("a gate failed in the guest, yet the matrix is ok")
 	}
 }
