@@ -69,6 +69,23 @@ func Build(ctx context.Context, spec *Spec, dest string, opts Options) (digest s
 	}
 	start := time.Now()
 	p := newPlanner(ctx, libDirs)
+	var env *Environment
+	if spec.OCI != nil || spec.Debian != nil {
+		// The environment's files stay in scratch until they are copied.
+		scratch, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dest)), ".environment-")
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", ErrDest, err)
+		}
+		defer os.RemoveAll(scratch)
+		t, rec, err := environmentTree(ctx, spec, scratch, opts)
+		if err != nil {
+			return "", err
+		}
+		if err := p.addTree(t); err != nil {
+			return "", err
+		}
+		env = rec
+	}
 	if err := p.addSpec(spec); err != nil {
 		return "", err
 	}
@@ -139,7 +156,7 @@ func Build(ctx context.Context, spec *Spec, dest string, opts Options) (digest s
 			return "", err
 		}
 	}
-	m := &Manifest{Format: ManifestFormat, Entries: entries, Packages: pkgs}
+	m := &Manifest{Format: ManifestFormat, Entries: entries, Packages: pkgs, Environment: env}
 	data, err := m.Encode()
 	if err != nil {
 		return "", err

@@ -25,6 +25,26 @@
 //     form, sorted by path. Verify accepts a tree only if it matches its
 //     manifest exactly; install runs it, and the launcher makes the same
 //     check itself before a rootfs's first use in each boot.
+//   - An environment (a spec's "oci" or "debian") is the base a rootfs is
+//     built on, and the host contributes nothing else to it but the spec's
+//     npm files and --add files. An OCI image is hostile input: pinned by
+//     its manifest digest, every layer read under the chain pin → manifest
+//     → config → diff_id (each layer's uncompressed bytes hashed as they
+//     are read), parsed in memory with each file's bytes copied to a file
+//     of the builder's — never extracted to a path the image chose — and
+//     refused whole for a device node, FIFO, unknown member type, a ".."
+//     name, an entry beneath a symlink or file, a hard link to anything but
+//     a regular file already unpacked, or any bound (entries, bytes, file
+//     size, layers) exceeded. Whiteouts and opaque directories apply to
+//     the layers below, as container runtimes apply them; setuid/setgid
+//     are dropped and ownership is root's as for every rootfs. A Debian
+//     environment is mmdebstrap's minbase plus named packages, in unshare
+//     mode (maintainer scripts never run with the host's root), its
+//     Release files checked against the Debian archive keyring. Either
+//     way the builder's paths win (mountpoints empty, generated /etc
+//     identity) and the denylist holds: an environment's denied paths
+//     (/etc/shadow, /root) are left out with a note, and the manifest
+//     records the image digest or every installed Debian package.
 //   - Cache eviction removes only what it can prove is unused: a
 //     directory directly in the cache named like an entry, not a symlink
 //     (never followed), named by no launcher configuration it was given

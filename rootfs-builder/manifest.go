@@ -44,6 +44,9 @@ type Manifest struct {
 	// version, npm integrity), sorted; absent when there were none, so a
 	// rootfs without npm keeps its identity.
 	Packages []Package `json:"packages,omitempty"`
+	// Environment is the image or Debian bootstrap the rootfs was built
+	// on; absent for host-copied rootfses, whose identity it keeps.
+	Environment *Environment `json:"environment,omitempty"`
 }
 
 // Encode returns the canonical bytes: RFC 8785 (keys in code-unit order, no
@@ -79,7 +82,14 @@ func (m *Manifest) Encode() ([]byte, error) {
 		b.WriteString(`,"type":` + jcsString(e.Type))
 		b.WriteString(`,"uid":` + strconv.Itoa(e.UID) + `}`)
 	}
-	b.WriteString(`],"format":` + strconv.Itoa(m.Format))
+	b.WriteString(`]`)
+	if m.Environment != nil {
+		b.WriteString(`,"environment":`)
+		if err := m.Environment.encode(&b); err != nil {
+			return nil, err
+		}
+	}
+	b.WriteString(`,"format":` + strconv.Itoa(m.Format))
 	if len(m.Packages) > 0 {
 		pkgs := append([]Package(nil), m.Packages...)
 		sortPackages(pkgs)

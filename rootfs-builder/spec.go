@@ -29,6 +29,14 @@ type Spec struct {
 	// NPM installs pinned npm packages at build time and copies chosen
 	// files out of them (see npm.go).
 	NPM *NPM `json:"npm,omitempty"`
+	// OCI or Debian (at most one) is the environment the rootfs is built
+	// on: the image's or the bootstrap's tree, with the spec's symlinks,
+	// npm files and --add files layered on top. A spec with an
+	// environment copies nothing else from the host (no executables,
+	// files, directories or library_dirs): the environment brings its
+	// own libraries, and host ones would mix two distributions.
+	OCI    *OCI    `json:"oci,omitempty"`
+	Debian *Debian `json:"debian,omitempty"`
 }
 
 // Entry names one host path. Optional entries that are absent on the host
@@ -146,6 +154,24 @@ func (s *Spec) Validate() error {
 	if s.NPM != nil {
 		if err := s.NPM.validate(); err != nil {
 			return bad("npm: %v", err)
+		}
+	}
+	if s.OCI != nil || s.Debian != nil {
+		switch {
+		case s.OCI != nil && s.Debian != nil:
+			return bad("oci and debian: a rootfs has one environment")
+		case len(s.Executables)+len(s.Files)+len(s.Directories)+len(s.LibraryDirs) > 0:
+			return bad("a spec with an environment copies nothing from the host: no executables, files, directories or library_dirs")
+		}
+	}
+	if s.OCI != nil {
+		if err := s.OCI.validate(); err != nil {
+			return bad("oci: %v", err)
+		}
+	}
+	if s.Debian != nil {
+		if err := s.Debian.validate(); err != nil {
+			return bad("debian: %v", err)
 		}
 	}
 	return nil

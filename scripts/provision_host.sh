@@ -14,6 +14,9 @@ pkgs=(postgresql libseccomp-dev libseccomp2 pkg-config gcc make git sudo file bu
 # guest of the matrix) runs no guests itself.
 if [ "${1:-}" != --prebuilt ]; then
 	pkgs+=(qemu-system-x86 qemu-utils linux-image-amd64 debootstrap cpio busybox-static e2fsprogs kmod)
+	# Debian environments (rootfs specs with "debian") are bootstrapped by
+	# mmdebstrap; the OCI-image test runs busybox-static in a domain.
+	pkgs+=(mmdebstrap debian-archive-keyring)
 	# The agents rootfs installs the agent CLIs with npm (install.sh); a
 	# host whose Node already brings npm (NodeSource's) keeps its own.
 	command -v npm >/dev/null || pkgs+=(nodejs npm)
