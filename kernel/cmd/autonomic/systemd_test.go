@@ -117,7 +117,9 @@ func TestSystemdUnitVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := filepath.Join(root, "config", "systemd", "autonomic.service")
-	out, err := exec.Command(bin, "verify", unit).CombinedOutput()
+	// --man=no: a stock server (the matrix's guest) has no man pages, and
+	// the unit must verify there too; so the unit names none.
+	out, err := exec.Command(bin, "verify", "--man=no", unit).CombinedOutput()
 	// verify warns about units it cannot load on a host without systemd
 	// as PID 1; only lines naming our unit count.
 	var ours []string
@@ -132,6 +134,9 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	b, err := os.ReadFile(unit)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "Documentation=man:") {
+		t.Fatal("the unit names a man page: systemd-analyze verify fails on a host without man (the Debian guest)")
 	}
 	// The sudo hop needs a setuid exec: no directive that sets or implies
 	// no_new_privs may creep in.
