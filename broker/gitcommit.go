@@ -87,10 +87,7 @@ func (g *GitCommit) parse(r Request) (GitTarget, gitCommitRequest, error) {
 		return t, req, protocol.Errorf(protocol.CodeInvalidField, "target.base_oid")
 	case !slices.Contains(t.AllowedRefs, req.Ref):
 		return t, req, protocol.Errorf(protocol.CodeForbidden, "ref not allowed")
-	case req.Message == "" || len(req.Message) > 4096 || !utf8.ValidString(req.Message) || strings.ContainsRune(req.Message, 0) ||
-		strings.Contains(req.Message, TrailerKey+":"):
-		// A worker-written trailer could make reconciliation find a
-		// commit that is not this effect's.
+	case messageRefusal(req.Message) != "":
 		return t, req, protocol.Errorf(protocol.CodeInvalidField, "target.message")
 	case len(r.Payload) == 0:
 		return t, req, protocol.Errorf(protocol.CodeInvalidField, "empty patch")

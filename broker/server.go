@@ -30,6 +30,27 @@ type Binding struct {
 	// so a repair that replaces the generation cuts off the old one at
 	// once.
 	Cgroup func() (string, bool)
+	// KernelOnly are the (kind, target) pairs the worker may not propose
+	// on this socket: effects the kernel makes on the episode's behalf
+	// (a harvest's git_commit), which a worker proposing them itself
+	// would pre-empt — its own patch and message, outside the harvest's
+	// rules. Refused at prepare, before anything is recorded.
+	KernelOnly []KindTarget
+}
+
+// KindTarget names an effect kind on one configured target.
+type KindTarget struct {
+	Kind, TargetID string
+}
+
+// kernelOnly reports whether the worker may not propose kind on target.
+func (b Binding) kernelOnly(kind, target string) bool {
+	for _, kt := range b.KernelOnly {
+		if kt.Kind == kind && kt.TargetID == target {
+			return true
+		}
+	}
+	return false
 }
 
 // Server serves the worker protocol for one episode on one socket.
@@ -231,9 +252,16 @@ func (s *Server) serveOne(ctx context.Context, c *net.UnixConn, br *bufio.Reader
 		s.fail(c, err)
 		return false
 	}
-	rctx, cancel := context.WithTimeout(ctx, s.RequestTimeout)
-	resp := s.Broker.Handle(rctx, s.Binding.EpisodeID, req)
-	cancel()
+	var resp *protocol.WorkerResponse
+	if req.Action == protocol.WorkerPrepare && s.Binding.kernelOnly(req.Kind, req.TargetID) {
+		s.Broker.log.Warn("worker proposed a kernel-only effect", "episode", s.Binding.EpisodeID, "kind", req.Kind, "target", req.TargetID)
+		resp = &protocol.WorkerResponse{Protocol: protocol.WorkerVersion, RequestID: req.RequestID,
+			Error: protocol.AsWire(protocol.Errorf(protocol.CodeForbidden, "kernel-only effect"))}
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, s.RequestTimeout)
+		resp = s.Broker.Handle(rctx, s.Binding.EpisodeID, req)
+		cancel()
+	}
 	// A client that sends without reading fills the socket's buffer; the
 	// write deadline then ends the connection, so what a connection holds
 	// is the kernel's socket buffer and one answer, however many frames

@@ -9,8 +9,6 @@ import (
 	"io"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -347,8 +345,11 @@ func (e *Episode) propose(ctx context.Context, h *HarvestSpec, patch []byte) Out
 	return Outcome{Kind: OutcomeLanded, Ref: receipt.Ref, Commit: receipt.OID, Effect: eff.ID.String()}
 }
 
-// committedByWorker finds the worker's last committed git_commit on the
-// harvest target, from the episode's ledger.
+// committedByWorker finds the last committed git_commit on the harvest's
+// target and ref, from the episode's ledger: the harvest's own before a
+// restart, or the worker's where the spec lets it commit. A commit to
+// another ref is never this episode's outcome (it would report a change
+// landed where the operator did not ask for one).
 func (e *Episode) committedByWorker(ctx context.Context) (Outcome, bool, error) {
 	evs, err := e.k.cfg.Store.Events(ctx, e.id)
 	if err != nil {
@@ -371,7 +372,10 @@ func (e *Episode) committedByWorker(ctx context.Context) (Outcome, bool, error) 
 		if err != nil {
 			return Outcome{}, false, err
 		}
-		if eff.State == store.Committed {
+		var t struct {
+			Ref string `json:"ref"`
+		}
+		if eff.State == store.Committed && json.Unmarshal(eff.Target, &t) == nil && t.Ref == e.spec.Harvest.Ref {
 			found = &eff
 		}
 	}
@@ -399,16 +403,23 @@ const maxMessage = 3000
 func commitMessage(intent string, episode uuid.UUID) string {
 	clean := strings.Map(func(r rune) rune {
 		switch {
-		case r == '\n':
-			return r
 		case r == '\t':
 			return ' '
-		case r == utf8.RuneError || !unicode.IsPrint(r):
+		case !broker.MessageRune(r):
 			return -1
 		}
 		return r
 	}, strings.ToValidUTF8(intent, ""))
 	clean = strings.ReplaceAll(clean, broker.TrailerKey, "Autonomic effect")
+	// A task line that reads as an identity trailer would make the
+	// adapter refuse the message: it is quoted instead.
+	lines := strings.Split(clean, "\n")
+	for i, l := range lines {
+		if broker.IdentityTrailer(l) {
+			lines[i] = "> " + strings.Replace(l, ":", " -", 1)
+		}
+	}
+	clean = strings.Join(lines, "\n")
 	clean = strings.TrimSpace(clean)
 	subject, _, _ := strings.Cut(clean, "\n")
 	if r := []rune(subject); len(r) > 72 {

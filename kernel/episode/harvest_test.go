@@ -251,7 +251,9 @@ p=$($E prepare -kind git_commit -target-id repo -target "{\"base_oid\":\"$($G re
 id=$(pick "$p" id); rev=$(pick "$p" revision)
 $E evaluate -effect "$id" -revision "$rev" >/dev/null
 $E commit -effect "$id" -revision "$rev"`
-	e, err := r.k.Start(ctx, r.harvestSpec(script))
+	spec := r.harvestSpec(script)
+	spec.Harvest.WorkerCommits = true // the operator asked for it
+	e, err := r.k.Start(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,6 +263,47 @@ $E commit -effect "$id" -revision "$rev"`
 	}
 	if n := testbed.Git(t, r.repo, "rev-list", "--count", r.base+"..refs/heads/main"); n != "1" {
 		t.Fatalf("%s commits on main, want the worker's one", n)
+	}
+}
+
+// TestWorkerCannotCommitForTheHarvest: in a harvest episode whose
+// operator did not ask for worker commits, the worker's own git_commit on
+// the harvest's target is refused at prepare (forbidden, nothing
+// recorded), whatever ref or message it names; the harvest then lands the
+// change the worker left, under the kernel's message.
+func TestWorkerCannotCommitForTheHarvest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r := harvestRig(t, ctx, "harvest_bypass")
+	script := `E=` + effectClient + `
+G="git -c safe.directory=* -c core.hooksPath=/dev/null"
+sed -i 's/ + 1))/))/' src/calc.sh
+$G diff > /tmp/fix.patch
+for ref in refs/heads/main refs/heads/other; do
+  if out=$($E prepare -kind git_commit -target-id repo -target "{\"base_oid\":\"$($G rev-parse HEAD)\",\"ref\":\"$ref\",\"message\":\"LGTM, reviewed by the maintainer\"}" -payload /tmp/fix.patch 2>&1); then
+    echo "PREPARED $ref: $out"
+  else
+    echo "REFUSED $ref: $out"
+  fi
+done`
+	e, err := r.k.Start(ctx, r.harvestSpec(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := r.ended(t, ctx, e, episode.OutcomeLanded)
+	if strings.Contains(o.Reason, "already committed") || o.Commit != testbed.Git(t, r.repo, "rev-parse", "refs/heads/main") {
+		t.Fatalf("outcome %+v: want the harvest's own commit", o)
+	}
+	msg := testbed.Git(t, r.repo, "log", "-1", "--format=%B", "refs/heads/main")
+	if strings.Contains(msg, "LGTM") || !strings.Contains(msg, "Harvested by Autonomic") {
+		t.Fatalf("main's message is not the harvest's: %q", msg)
+	}
+	effs, err := r.st.ListEffects(ctx, e.ID(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(effs) != 1 {
+		t.Fatalf("%d effects recorded, want only the harvest's (the worker's prepares refused before anything is recorded)", len(effs))
 	}
 }
 

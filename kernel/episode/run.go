@@ -248,7 +248,7 @@ func (e *Episode) run(ctx context.Context, checkpoint string) error {
 			return *p, true
 		}
 		return "", false
-	}}}
+	}, KernelOnly: e.spec.kernelOnly()}}
 	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	e.stop, e.done = stop, make(chan struct{})
 	started := make(chan error, 1)

@@ -3,6 +3,7 @@ package episode
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/autonomic-kernel/autonomic/broker"
 	"path/filepath"
 	"regexp"
 	"time"
@@ -64,6 +65,19 @@ type Spec struct {
 type HarvestSpec struct {
 	TargetID string `json:"target_id"`
 	Ref      string `json:"ref"`
+	// WorkerCommits lets the worker propose git_commit on the harvest's
+	// target itself (the operator asked for it). Without it the harvest
+	// is the only way the episode's change reaches the target: the
+	// worker's socket refuses that effect (broker.Binding.KernelOnly).
+	WorkerCommits bool `json:"worker_commits,omitempty"`
+}
+
+// kernelOnly are the effects the episode's worker may not propose.
+func (s *Spec) kernelOnly() []broker.KindTarget {
+	if s.Harvest == nil || s.Harvest.WorkerCommits {
+		return nil
+	}
+	return []broker.KindTarget{{Kind: "git_commit", TargetID: s.Harvest.TargetID}}
 }
 
 var oidPattern = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
