@@ -20,8 +20,11 @@ type request struct {
 	tunnel bool
 	method string // GET, HEAD or CONNECT
 	host   string // an allowlisted host name, lower case
-	path   string // escaped path, "" for a tunnel
+	path   string // escaped path (as sent upstream), "" for a tunnel
 	query  string // raw query, "" for a tunnel
+	// goModule is the module version a Go mirror request fetches; its
+	// success admits the version's checksum lookup (goRule).
+	goModule string
 }
 
 // refusal is why a request is not forwarded: a catalogue code, the HTTP

@@ -35,8 +35,17 @@
 //     cached, content-addressed, shared by every episode on the host, and
 //     checked against their digest while served; a cached object is
 //     still admitted, charged and recorded like any other fetch.
-//   - Tunnels are relayed, not inspected or cached: what an allowlisted
-//     host does inside TLS is between the tool and that host.
+//   - A registry host with rules (Config.Registries: the Go module mirror
+//     and checksum database by default) is held to its protocol and
+//     reached in plain HTTP only — a CONNECT to it is refused, since a
+//     tunnel hides the paths the rules read. On the Go mirror only the
+//     module protocol's shapes pass, for module paths under a listed code
+//     host (or, for a mirror that serves it, sent to /cached-only), so the
+//     mirror never fetches from an origin the worker names; the checksum
+//     database is asked only about module versions the mirror served in
+//     this episode, since a lookup of any other would make it fetch too.
+//   - Tunnels to other hosts are relayed, not inspected or cached: what an
+//     allowlisted host does inside TLS is between the tool and that host.
 //
 // The proxy never writes to a domain's filesystem, never holds a
 // credential, and never acts on anything but its own socket and the

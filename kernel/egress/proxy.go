@@ -71,6 +71,11 @@ type Config struct {
 	AllowedNets  []netip.Prefix
 	RootCAs      *x509.CertPool
 	UpstreamPort int
+	// Registries maps hosts to the registry protocol they are held to
+	// (nil: DefaultRegistries); GoCodeHosts are the first elements a Go
+	// module path may have on a GoProxy host (nil: DefaultGoCodeHosts).
+	Registries  map[string]Registry
+	GoCodeHosts []string
 }
 
 // Proxy is one episode's egress proxy.
@@ -90,6 +95,8 @@ type Proxy struct {
 	rowsMu     sync.RWMutex // held to queue a row (read) and to close the queue (write)
 	rowsClosed bool
 	tunnels    map[net.Conn]bool // hijacked: http.Server.Close does not see them
+	goSeen     goSeen
+	codeHosts  map[string]bool
 }
 
 // Allowlist is an episode's effective allow list: the policy's egress
@@ -126,8 +133,18 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 64
 	}
+	if cfg.Registries == nil {
+		cfg.Registries = DefaultRegistries()
+	}
+	if cfg.GoCodeHosts == nil {
+		cfg.GoCodeHosts = DefaultGoCodeHosts()
+	}
 	p := &Proxy{cfg: cfg, allow: map[string]bool{}, slots: make(chan struct{}, cfg.MaxConcurrent),
 		rows: make(chan store.EgressFetch, maxPendingRows), wrote: make(chan struct{})}
+	p.codeHosts = map[string]bool{}
+	for _, h := range cfg.GoCodeHosts {
+		p.codeHosts[h] = true
+	}
 	go p.writeRows()
 	p.bank = &bank{ledger: cfg.Ledger, p: p}
 	for _, h := range cfg.Allow {
@@ -185,6 +202,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.wg.Done()
 	start := time.Now()
 	q, ref := admit(r, p.allow)
+	if kind, ok := p.cfg.Registries[q.host]; ref == nil && ok {
+		// A registry host is reached in plain HTTP only: a tunnel would
+		// hide the paths its rules read.
+		if q.tunnel {
+			ref = refuse(protocol.CodeForbidden, "host "+q.host+" is a registry reached in plain http only (GOPROXY=http://...), where its protocol is checked")
+		} else {
+			ref = goRule(kind, &q, &p.goSeen, p.codeHosts)
+		}
+	}
 	if ref == nil {
 		select {
 		case p.slots <- struct{}{}:
@@ -371,6 +397,9 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 				panic(http.ErrAbortHandler)
 			}
 			f.SHA256 = e.SHA256
+			if q.goModule != "" {
+				p.goSeen.add(q.goModule)
+			}
 			p.record(ctx, f, start)
 			return
 		}
@@ -403,6 +432,9 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 	}
 	defer resp.Body.Close()
 	f.Status = resp.StatusCode
+	if q.goModule != "" && resp.StatusCode == http.StatusOK {
+		p.goSeen.add(q.goModule)
+	}
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.StatusCode != http.StatusNotModified {
 		loc, err := resp.Location()
 		if err != nil || (loc.Scheme != "https" && loc.Scheme != "http") || loc.User != nil || !allowed(loc.Hostname(), p.allow) {
