@@ -38,7 +38,7 @@ func TestGoProxyCannotFetchArbitraryOrigins(t *testing.T) {
 				"/golang.org/x/m/@v/v1.0.0.tar",
 				"/golang.org/x/m/@v/list?go-get=1",
 				"/sumdb/sum.golang.org/lookup/evil.example/c2vjcmv0@v1.0.0", // never served: the database would fetch it
-				"/sumdb/sum.golang.org/lookup/golang.org/x/m@v1.0.0",          // not served yet either
+				"/sumdb/sum.golang.org/lookup/golang.org/x/m@v1.0.0",        // not served yet either
 				"/sumdb/other.example/lookup/golang.org/x/m@v1.0.0",
 			} {
 				if code, body, _ := get(t, c, "http://example.com"+p); code != http.StatusForbidden {
