@@ -25,6 +25,32 @@ type Inference struct {
 	// millionths of a US dollar, priced by the provider's price table.
 	// 0 allows only models priced at zero.
 	MaxSpendMicroUSD int64 `json:"max_spend_micro_usd"`
+	// Lifts name the relay's body rules this policy lifts (InferenceLifts):
+	// each lets the provider do something on the episode's behalf that
+	// the relay otherwise refuses. None by default.
+	Lifts []string `json:"lifts,omitempty"`
+}
+
+// InferenceLifts are the relay rules a policy may lift, by name:
+//   - hosted_tools: server-side tools the provider runs (web search and
+//     fetch, code execution, file search, hosted MCP servers);
+//   - url_inputs: images, files and documents the provider fetches by URL
+//     or reads from its own file store by id;
+//   - stored_state: state the provider keeps between calls
+//     (previous_response_id, conversation, background responses).
+var InferenceLifts = []string{"hosted_tools", "url_inputs", "stored_state"}
+
+// Lifted reports whether the policy lifts the named rule.
+func (i *Inference) Lifted(name string) bool {
+	if i == nil {
+		return false
+	}
+	for _, l := range i.Lifts {
+		if l == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Bounds of an inference section.
@@ -38,6 +64,7 @@ type inferenceWire struct {
 	Models           []string `json:"models"`
 	MaxTokens        *int64   `json:"max_tokens"`
 	MaxSpendMicroUSD *int64   `json:"max_spend_micro_usd"`
+	Lifts            []string `json:"lifts"`
 }
 
 func (w *inferenceWire) check() (Inference, error) {
@@ -62,7 +89,17 @@ func (w *inferenceWire) check() (Inference, error) {
 	if err := checkNames("inference.models", "models", w.Models, MaxInferenceModels, ValidModel, "a model id"); err != nil {
 		return Inference{}, invalid("%w", err)
 	}
-	return Inference{Models: w.Models, MaxTokens: *w.MaxTokens, MaxSpendMicroUSD: *w.MaxSpendMicroUSD}, nil
+	if err := checkNames("inference.lifts", "lifts", w.Lifts, len(InferenceLifts), func(s string) bool {
+		for _, l := range InferenceLifts {
+			if s == l {
+				return true
+			}
+		}
+		return false
+	}, "a relay rule that can be lifted"); err != nil {
+		return Inference{}, invalid("%w", err)
+	}
+	return Inference{Models: w.Models, MaxTokens: *w.MaxTokens, MaxSpendMicroUSD: *w.MaxSpendMicroUSD, Lifts: w.Lifts}, nil
 }
 
 // checkNames checks a list of names a section grants (egress hosts,

@@ -22,6 +22,16 @@
 //     the episode's ledger before it is answered (inference_refused:
 //     method, raw path, model, code, status; never the body), up to 256
 //     per relay so that a worker cannot load the shared store with them.
+//   - The provider answers from what it is sent, and fetches nothing: a
+//     body asking it to act beyond that under the kernel's key is refused
+//     (403 forbidden, recorded) unless the episode's signed policy lifts
+//     the rule by name (policy.InferenceLifts) — hosted_tools (server-side
+//     tool types: web search and fetch, code execution, file search, MCP;
+//     mcp_servers; beta headers that turn such fetches on), url_inputs
+//     (images, files and documents by URL or provider file id; inline and
+//     base64 content pass), stored_state (previous_response_id,
+//     conversation, background). n other than 1 is always refused: the
+//     budget reserves one answer (bodypolicy.go).
 //   - Nothing is forwarded without a durable charge. Each call reserves a
 //     pessimistic amount (the body's bytes as input tokens plus the
 //     request's output cap, or the provider's ceiling, priced by the

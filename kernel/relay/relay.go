@@ -287,6 +287,12 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	c, err := admit(&r.rules, req.Method, req.RequestURI, req.Header, body)
+	if err == nil {
+		err = bodyPolicy(body, req.Header, r.opts.Budget)
+		if ref, ok := err.(*Refusal); ok {
+			ref.Model = c.model
+		}
+	}
 	if err != nil {
 		r.deny(w, req, err)
 		return
