@@ -19,7 +19,7 @@ import (
 func TestRelayRefusesProviderSideFetches(t *testing.T) {
 	type call struct {
 		name, wire, lift, body string
-		headers              []string
+		headers                []string
 	}
 	calls := []call{
 		{"responses web_search", config.WireResponses, "hosted_tools", `{"model":"gpt-5.5","input":"hi","tools":[{"type":"web_search"}]}`, nil},
