@@ -78,6 +78,8 @@ type upperFile struct {
 
 // upper is the upper layer as the archive describes it.
 type upper struct {
+	ignored  map[string]bool // the repository ignores these (and all below)
+	left     Ignored         // what was left out for it
 	files    map[string]upperFile
 	whiteout map[string]bool // deleted paths (a file, or a directory and all below)
 	opaque   map[string]bool // directories that hide everything below them in the base
@@ -90,13 +92,13 @@ var allowedPAX = map[string]bool{"path": true, "linkpath": true, "size": true, "
 
 // readUpper parses the archive, hashing every byte; it fails with
 // ErrDigest unless the whole stream hashes to digest (hex).
-func readUpper(r io.Reader, digest string, lim Limits) (*upper, error) {
+func readUpper(r io.Reader, digest string, lim Limits, ignored map[string]bool) (*upper, error) {
 	h := sha256.New()
 	// One byte more than the cap: reading it is how an oversized archive
 	// is told from one exactly at the cap.
 	lr := &io.LimitedReader{R: r, N: lim.ArchiveBytes + 1}
 	tee := io.TeeReader(lr, h)
-	u := &upper{files: map[string]upperFile{}, whiteout: map[string]bool{}, opaque: map[string]bool{}, dirs: map[string]bool{}}
+	u := &upper{ignored: ignored, files: map[string]upperFile{}, whiteout: map[string]bool{}, opaque: map[string]bool{}, dirs: map[string]bool{}}
 	tr := tar.NewReader(tee)
 	var kept int64
 	var refusal error
@@ -155,6 +157,16 @@ func (u *upper) add(tr *tar.Reader, hdr *tar.Header, lim Limits, kept *int64) er
 	}
 	if !plainName(name) {
 		return refuse("a path has control or invisible characters, quotes, backslashes or invalid UTF-8")
+	}
+	if ignoredPath(u.ignored, name) && hdr.Typeflag != tar.TypeChar {
+		// Ignored by the repository (node_modules, __pycache__, build
+		// output): not part of the change, whatever it is — npm's .bin
+		// symlinks refuse nothing. A whiteout is still read: deleting a
+		// tracked file is a change (git never ignores a tracked path).
+		if u.left.Count++; len(u.left.Sample) < ignoredSample {
+			u.left.Sample = append(u.left.Sample, name)
+		}
+		return nil
 	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:
@@ -267,6 +279,8 @@ func (u *upper) hidden(p string) bool {
 type Change struct {
 	Patch []byte   // a git patch; empty when nothing changed
 	Paths []string // the paths it touches, sorted
+	// Ignored is what the repository's ignore rules left out.
+	Ignored Ignored
 }
 
 // Harvest reads the checkpoint archive archive (whose SHA-256 must be
@@ -280,11 +294,29 @@ func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim
 	if !protocol.ValidID(c.ID) || !oidPattern.MatchString(c.BaseOID) || !protocol.ValidDigest(digest) {
 		return Change{}, fmt.Errorf("%w: id, base oid or digest", ErrInvalid)
 	}
-	u, err := readUpper(archive, digest, lim)
+	g := runner{git: c.Git, dir: path.Join(c.Root, c.ID)}
+	// The repository's ignore rules, as git applies them to the base's
+	// clone, decide what is not part of the change: a first pass lists
+	// the archive's names for git, the second (verified) pass leaves the
+	// ignored ones out. An archive that cannot be read twice is harvested
+	// whole.
+	var ignored map[string]bool
+	if s, ok := archive.(io.Seeker); ok {
+		names, err := archiveNames(archive, lim)
+		if err == nil {
+			ignored, err = g.ignoredNames(ctx, names)
+		}
+		if err != nil {
+			return Change{}, err
+		}
+		if _, err := s.Seek(0, io.SeekStart); err != nil {
+			return Change{}, err
+		}
+	}
+	u, err := readUpper(archive, digest, lim, ignored)
 	if err != nil {
 		return Change{}, err
 	}
-	g := runner{git: c.Git, dir: path.Join(c.Root, c.ID)}
 	base, err := baseTree(ctx, g, c.BaseOID)
 	if err != nil {
 		return Change{}, err
@@ -340,7 +372,7 @@ func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim
 			return Change{}, refuse("the patch is larger than %d bytes", lim.PatchBytes)
 		}
 	}
-	return Change{Patch: patch.Bytes(), Paths: paths}, nil
+	return Change{Patch: patch.Bytes(), Paths: paths, Ignored: u.left}, nil
 }
 
 // binary is git's own test: a NUL in the first 8000 bytes.

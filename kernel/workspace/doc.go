@@ -30,6 +30,16 @@
 //     kept files together and the patch are bounded; a header's size is
 //     checked before anything is allocated for it, and a sparse map (a
 //     PAX record the launcher never writes) is refused.
+//   - A path the repository ignores is not part of the change, whatever it
+//     is (npm's .bin symlinks in node_modules, __pycache__ binaries, build
+//     output): git itself answers (one `git check-ignore --stdin`, in the
+//     kernel's clone of the base, whose .gitignore files and index are the
+//     base's; no global or system configuration), after a first pass that
+//     only lists the archive's names; the second pass, digest-verified,
+//     leaves them out before any other rule applies (Change.Ignored counts
+//     them). Tracked paths are never ignored (git's rule), so deleting or
+//     editing one is always a change. The worker's own edits to .gitignore
+//     files do not widen what is ignored (the base's rules decide).
 //   - A path with a .git component (any case) is not part of the change:
 //     hooks, core.fsmonitor, includes, alternates, a gitdir file — the
 //     worker's repository metadata stays behind, and no git ever runs in

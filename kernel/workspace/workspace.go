@@ -108,6 +108,13 @@ var safety = []string{
 	"-c", "safe.directory=*",
 }
 
+// gitEnv is every git's fixed, minimal environment: no GIT_* from the
+// kernel's own environment can redirect a lookup, and no configuration
+// file but the repository's own (which a fresh clone does not copy) is
+// read.
+var gitEnv = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C",
+	"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0", "GIT_ATTR_NOSYSTEM=1"}
+
 func (r runner) run(ctx context.Context, args ...string) (string, error) {
 	git := r.git
 	if git == "" {
@@ -121,8 +128,7 @@ func (r runner) run(ctx context.Context, args ...string) (string, error) {
 	// A fixed, minimal environment: no GIT_* from the kernel's own
 	// environment can redirect a lookup, and no configuration file but
 	// the repository's own (which a fresh clone does not copy) is read.
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C",
-		"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0", "GIT_ATTR_NOSYSTEM=1"}
+	cmd.Env = gitEnv
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
