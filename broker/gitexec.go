@@ -97,6 +97,10 @@ var gitBaseConfig = []string{
 	"-c", "protocol.git.allow=always", "-c", "protocol.https.allow=always", "-c", "safe.directory=*", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
 	"-c", "core.packedGitWindowSize=32m", "-c", "core.packedGitLimit=256m", "-c", "core.autocrlf=false",
 	"-c", "credential.helper=", "-c", "core.askPass=",
+	// Refuse, whatever the repository says, the paths NTFS and HFS+ read
+	// as .git (GIT~1, ".git.", ".git::$INDEX_ALLOCATION", ignorable code
+	// points): a checkout of them on such a system writes into .git.
+	"-c", "core.protectNTFS=true", "-c", "core.protectHFS=true",
 }
 
 // run executes git with a fixed PATH and environment, under RLIMIT_AS,

@@ -31,10 +31,21 @@ var defaultRules = []struct {
 	name  string
 	globs []string
 }{
-	{LiftGitAttributes, []string{".gitattributes", "**/.gitattributes"}},
-	{LiftGitModules, []string{".gitmodules", "**/.gitmodules"}},
-	{LiftCI, []string{".github/workflows/**", ".github/actions/**", ".gitlab-ci.yml", ".circleci/**", ".travis.yml",
-		".drone.yml", ".buildkite/**", "azure-pipelines.yml", "Jenkinsfile"}},
+	// With the spellings NTFS and HFS+ read as the same file: a trailing
+	// dot, space or ":$DATA" stream suffix, and the 8.3 short names
+	// (compared folded, so GITMOD~1 too).
+	{LiftGitAttributes, []string{".gitattributes*", "**/.gitattributes*", "gitatt~*", "**/gitatt~*"}},
+	{LiftGitModules, []string{".gitmodules*", "**/.gitmodules*", "gitmod~*", "**/gitmod~*"}},
+	// Files that run elsewhere — in CI with its secrets, in a developer's
+	// editor, shell or package manager — on the next push or checkout.
+	{LiftCI, []string{".github/workflows/**", ".github/actions/**", ".gitlab-ci.yml", "**/.gitlab-ci.yml", ".gitlab/**",
+		".circleci/**", ".travis.yml", ".drone.yml", ".buildkite/**", "azure-pipelines.yml", ".azure-pipelines/**",
+		"Jenkinsfile", "**/Jenkinsfile", "bitbucket-pipelines.yml", ".woodpecker.yml", ".woodpecker.yaml", ".woodpecker/**",
+		"appveyor.yml", ".appveyor.yml", "cloudbuild.yaml", "cloudbuild.yml", "cloudbuild.json", ".cirrus.yml", ".cirrus.star",
+		".pre-commit-config.yaml", ".husky/**", ".devcontainer/**", ".devcontainer.json", "**/.devcontainer.json",
+		".vscode/tasks.json", ".vscode/launch.json", ".envrc", "**/.envrc", ".yarnrc.yml", ".yarnrc", "**/.yarnrc.yml",
+		".npmrc", "**/.npmrc", ".cargo/config.toml", ".cargo/config", "**/.cargo/config.toml", "**/.cargo/config",
+		".lfsconfig"}},
 	{LiftExecutable, nil},
 }
 

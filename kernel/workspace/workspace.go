@@ -106,6 +106,7 @@ var safety = []string{
 	"-c", "protocol.allow=never", "-c", "protocol.file.allow=always",
 	"-c", "advice.detachedHead=false",
 	"-c", "safe.directory=*",
+	"-c", "core.protectNTFS=true", "-c", "core.protectHFS=true",
 }
 
 // gitEnv is every git's fixed, minimal environment: no GIT_* from the
