@@ -32,6 +32,13 @@
 //     base64 content pass), stored_state (previous_response_id,
 //     conversation, background). n other than 1 is always refused: the
 //     budget reserves one answer (bodypolicy.go).
+//   - A call's reservation bounds what it can cost. The provider is sent
+//     the output cap the call was reserved for where the request named
+//     none (the provider's max_output_tokens), and a streamed chat
+//     completion is made to report its usage (include_usage, inserted;
+//     explicitly off is refused); a stream cut after it reported its
+//     input (a Messages message_start) is charged that input and the whole
+//     output cap when that is more than the reservation (bound.go).
 //   - Nothing is forwarded without a durable charge. Each call reserves a
 //     pessimistic amount (the body's bytes as input tokens plus the
 //     request's output cap, or the provider's ceiling, priced by the

@@ -307,6 +307,15 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			outCap = config.DefaultRelayMaxOutputTokens
 		}
 	}
+	// The provider is held to the cap reserved for: a request without
+	// one gets the provider's, so no answer can outgrow its reservation;
+	// a chat stream is made to report its usage.
+	if body, err = boundBody(body, r.opts.Provider.WireAPI, c, outCap); err != nil {
+		r.deny(w, req, err)
+		return
+	}
+	sum = sha256.Sum256(body)
+	reqDigest = "sha256:" + hex.EncodeToString(sum[:])
 	// Pessimistic: every byte of the body a token (an upper bound for
 	// text under byte-level tokenizers), and the whole output cap.
 	inEst := int64(len(body))
@@ -326,7 +335,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	out.start, out.end, out.reqDigest = start, time.Now(), reqDigest
 	// The unused part of the reservation goes back to the pool at once,
 	// before the next call on this connection is admitted.
-	charged := r.charged(res, price, out)
+	charged := r.charged(res, price, out, outCap)
 	// The worker's answer ends when this handler returns; the ledger
 	// write must not delay it (nor a stream's end).
 	r.mu.Lock()
@@ -473,14 +482,19 @@ func (r *Relay) take(ctx context.Context, res store.RelayAmount) error {
 // the whole reservation when it reported none, or nothing when it never
 // reached the provider). What it did not use returns to the pool; usage
 // beyond the reservation is charged durably, whatever the limit.
-func (r *Relay) charged(res store.RelayAmount, price config.Price, o outcome) store.RelayAmount {
+func (r *Relay) charged(res store.RelayAmount, price config.Price, o outcome, outCap int64) store.RelayAmount {
 	u := o.usage
 	if o.notSent {
 		u = usage{reported: true}
 	}
 	used := res
-	if u.reported {
+	switch {
+	case u.reported:
 		used = store.RelayAmount{Tokens: u.input + u.output, Spend: spend(price, u.input, u.output)}
+	case u.seenInput > 0:
+		// Cut before its final usage: the input it reported and the
+		// whole output cap, if that is more than was reserved.
+		used = store.RelayAmount{Tokens: max(res.Tokens, u.seenInput+outCap), Spend: max(res.Spend, spend(price, u.seenInput, outCap))}
 	}
 	back := store.RelayAmount{Tokens: max(res.Tokens-used.Tokens, 0), Spend: max(res.Spend-used.Spend, 0)}
 	over := store.RelayAmount{Tokens: max(used.Tokens-res.Tokens, 0), Spend: max(used.Spend-res.Spend, 0)}

@@ -12,6 +12,10 @@ type usage struct {
 	reported bool
 	input    int64 // including cache reads and writes
 	output   int64
+	// seenInput is the input a stream reported before it was cut (a
+	// Messages message_start with no message_delta after it): not a
+	// settlement, but a floor the charge may not go under.
+	seenInput int64
 }
 
 // maxLine bounds one SSE line (or a whole JSON answer) the tracker keeps to
@@ -78,7 +82,7 @@ func (t *tracker) finish() usage {
 		}
 	}
 	if t.partial {
-		return usage{}
+		return usage{seenInput: t.usage.input}
 	}
 	return t.usage
 }

@@ -25,17 +25,17 @@ func TestUsageFromEachWireAPI(t *testing.T) {
 	}{
 		{"responses stream", config.WireResponses, true, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\n" +
 			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":3,\"total_tokens\":13}}}\n\n",
-			usage{true, 10, 3}},
+			usage{reported: true, input: 10, output: 3}},
 		{"chat stream", config.WireChat, true, "data: {\"choices\":[{\"delta\":{\"content\":\"usage\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n",
-			usage{true, 7, 2}},
+			usage{reported: true, input: 7, output: 2}},
 		{"messages stream", config.WireMessages, true, "event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"cache_read_input_tokens\":100,\"output_tokens\":1}}}\r\n\r\n" +
 			"event: message_delta\r\ndata: {\"type\":\"message_delta\",\"delta\":{},\"usage\":{\"output_tokens\":40}}\r\n\r\n",
-			usage{true, 105, 40}},
-		{"messages cut before message_delta", config.WireMessages, true, "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n", usage{}},
+			usage{reported: true, input: 105, output: 40}},
+		{"messages cut before message_delta", config.WireMessages, true, "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n", usage{seenInput: 5}},
 		{"responses without completed", config.WireResponses, true, "data: {\"type\":\"response.output_item.done\",\"item\":{\"usage\":{\"input_tokens\":1}}}\n\n", usage{}},
-		{"json answer", config.WireChat, false, `{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`, usage{true, 3, 4}},
+		{"json answer", config.WireChat, false, `{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`, usage{reported: true, input: 3, output: 4}},
 		{"json without usage", config.WireResponses, false, `{"output":[]}`, usage{}},
-		{"negative counts", config.WireChat, false, `{"usage":{"prompt_tokens":-3,"completion_tokens":4}}`, usage{true, 0, 4}},
+		{"negative counts", config.WireChat, false, `{"usage":{"prompt_tokens":-3,"completion_tokens":4}}`, usage{reported: true, input: 0, output: 4}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
