@@ -2,7 +2,12 @@ package relay
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 
 	"github.com/tidwall/gjson"
@@ -56,3 +61,31 @@ func boundBody(body []byte, wire string, c call, outCap int64) ([]byte, error) {
 	}
 	return append(out, rest...), nil
 }
+
+// upstreamError is the body the worker gets for an upstream error: the
+// provider's error type and code when they are short tokens (what agents
+// branch on: rate_limit_error, overloaded_error, context_length_exceeded),
+// never its message.
+func upstreamError(resp *http.Response) []byte {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	doc := gjson.ParseBytes(raw)
+	token := func(paths ...string) string {
+		for _, p := range paths {
+			if v := doc.Get(p); v.Type == gjson.String && tokenRE.MatchString(v.Str) {
+				return v.Str
+			}
+		}
+		return ""
+	}
+	typ := cmp.Or(token("error.type", "type"), "upstream_error")
+	if typ == "error" {
+		typ = "upstream_error"
+	}
+	b, _ := json.Marshal(errorBody{Type: "error", Error: errorInfo{Type: typ, Code: cmp.Or(token("error.code"), typ),
+		Message: fmt.Sprintf("autonomic relay: the provider answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode)),
+		Retryable: resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500}})
+	return b
+}
+
+// tokenRE is the shape of an error type or code a provider names.
+var tokenRE = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)

@@ -39,6 +39,15 @@
 //     explicitly off is refused); a stream cut after it reported its
 //     input (a Messages message_start) is charged that input and the whole
 //     output cap when that is more than the reservation (bound.go).
+//   - An upstream error's text never reaches the worker (a gateway that
+//     reflects headers would show it the key): the relay answers with the
+//     provider's status, its error type and code when they are short
+//     tokens, and a message of its own.
+//   - A worker holds no more of the relay than its bounds: twice
+//     MaxConcurrent connections (one more is closed at once), a request
+//     read within ReadTimeout (a trickled body is cut), an idle kept-alive
+//     connection closed after IdleTimeout. A refusal is recorded on a
+//     context of its own, so a worker that hangs up still leaves it.
 //   - Nothing is forwarded without a durable charge. Each call reserves a
 //     pessimistic amount (the body's bytes as input tokens plus the
 //     request's output cap, or the provider's ceiling, priced by the

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -69,6 +70,10 @@ type Options struct {
 	MaxConcurrent int
 	// Getenv reads the kernel's environment (default os.Getenv).
 	Getenv func(string) string
+	// ReadTimeout bounds reading one request, body included (default 2
+	// min); IdleTimeout closes a kept-alive connection left idle (default
+	// 30 s).
+	ReadTimeout, IdleTimeout time.Duration
 }
 
 // Relay is one episode's inference relay.
@@ -174,8 +179,11 @@ func New(ctx context.Context, opts Options) (*Relay, error) {
 		// to the configured upstream and nowhere else.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
-		ErrorLog: opts.Log.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})}
+	// Bounded connections: a body must arrive within ReadTimeout (a
+	// trickled body cannot hold a slot for ever), an idle keep-alive
+	// connection is closed, and Serve keeps at most maxConns open.
+	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cmp.Or(opts.ReadTimeout, defaultReadTimeout), IdleTimeout: cmp.Or(opts.IdleTimeout, defaultIdleTimeout),
+		MaxHeaderBytes: 64 << 10, ErrorLog: opts.Log.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})}
 	return r, nil
 }
 
@@ -225,7 +233,7 @@ func credential(p config.Provider, getenv func(string) string) (string, error) {
 // Serve answers the worker's calls on ln (the episode's inference socket)
 // until Close.
 func (r *Relay) Serve(ln net.Listener) error {
-	err := r.srv.Serve(ln)
+	err := r.srv.Serve(&limitListener{Listener: ln, slots: make(chan struct{}, r.opts.maxConns())})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -399,6 +407,23 @@ func (r *Relay) forward(w http.ResponseWriter, req *http.Request, c call, body [
 		return outcome{status: status, notSent: notSent}
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		// The upstream's own error text never reaches the worker: a
+		// gateway that reflects the request's headers would show it the
+		// key. The relay answers with the provider's status and the error's
+		// type and code, each a short token, and a message of its own.
+		b := upstreamError(resp)
+		for _, h := range []string{"Retry-After", "X-Request-Id", "Request-Id"} {
+			if v := resp.Header.Get(h); v != "" && !strings.ContainsAny(v, "\r\n") && len(v) <= 128 {
+				w.Header().Set(h, v)
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+		w.WriteHeader(resp.StatusCode)
+		w.Write(b)
+		return outcome{status: resp.StatusCode}
+	}
 	for _, h := range returnHeaders {
 		if v := resp.Header.Values(h); len(v) > 0 {
 			w.Header()[h] = v
@@ -587,7 +612,9 @@ func (r *Relay) deny(w http.ResponseWriter, req *http.Request, err error) {
 		r.mu.Unlock()
 		if take {
 			route, _, _ := strings.Cut(req.RequestURI, "?")
-			ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
+			// A context of its own: a worker that sends a forbidden request
+			// and hangs up at once must still leave the refusal recorded.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), 5*time.Second)
 			rerr := r.opts.Ledger.RecordRelayRefusal(ctx, store.RelayRefusal{EpisodeID: r.opts.EpisodeID, Provider: r.opts.ProviderName,
 				Method: req.Method, Route: route, Model: rf.Model, Code: rf.Code, Status: rf.Status, Last: last})
 			cancel()

@@ -59,6 +59,9 @@ type setup struct {
 	upstream string
 	maxBody  int
 	log      hclog.Logger
+	// Connection bounds (Options), zero for the defaults.
+	maxConcurrent         int
+	readTimeout, idleTime time.Duration
 }
 
 func openStore(t testing.TB) *store.Postgres {
@@ -110,6 +113,7 @@ func newEnv(t testing.TB, su setup) *env {
 	}
 	e.relay, err = New(ctx, Options{ProviderName: "fixture", Provider: p, EpisodeID: ep.ID, Budget: su.budget, Ledger: e.store,
 		OnExhausted: func(Exhausted) { e.signals.Add(1) }, Log: su.log,
+		MaxConcurrent: su.maxConcurrent, ReadTimeout: su.readTimeout, IdleTimeout: su.idleTime,
 		Getenv: func(k string) string {
 			if k == "RELAY_TEST_KEY" {
 				return serverKey
