@@ -82,7 +82,7 @@ func upstreamError(resp *http.Response) []byte {
 		typ = "upstream_error"
 	}
 	b, _ := json.Marshal(errorBody{Type: "error", Error: errorInfo{Type: typ, Code: cmp.Or(token("error.code"), typ),
-		Message: fmt.Sprintf("autonomic relay: the provider answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode)),
+		Message:   fmt.Sprintf("autonomic relay: the provider answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode)),
 		Retryable: resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500}})
 	return b
 }
