@@ -388,6 +388,10 @@ if [ "${PROBE:-}" = storm ] && [ "$AUTONOMIC_EPOCH" = 1 ]; then
   for i in $(seq 50); do { : 3<>/dev/tcp/127.0.0.1/9; } 2>/dev/null; done
   sleep 120
 fi
+if [ "${PROBE:-}" = connect ] && [ "$AUTONOMIC_EPOCH" = 1 ]; then
+  ` + testbed.ProbePath + ` connect-tcp 1.1.1.1:443
+  sleep 120
+fi
 if [ "${PROBE:-}" = hold ] && [ "$AUTONOMIC_EPOCH" = 1 ]; then
   echo HOLDING; sleep 120
 fi

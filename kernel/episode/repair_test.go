@@ -14,6 +14,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/seccomp"
 	"github.com/autonomic-kernel/autonomic/store"
 )
 
@@ -207,4 +208,52 @@ if [ -e /workspace/PLANTED ]; then echo SAW-PLANTED; else echo CLEAN; fi`}
 	if err := e.End(ctx, episode.Completed, "repaired from the base"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestViolationDestinationInTheLedger: under the agent profile (which
+// lets a socket be made and refuses where it goes), a worker's connect to
+// 1.1.1.1:443 is a violation whose destination — sent by the launcher in
+// the violation frame — is kept in the episode's ledger (the repair's
+// lineage and its events), so an operator sees where the worker tried to
+// go.
+func TestViolationDestinationInTheLedger(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	ap, err := seccomp.Shipped(episode.ProfileAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := seccomp.Compile(ap, seccomp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, ctx, "episode_violation_dest", withConfig(func(c *episode.Config) {
+		c.Profiles = map[string][]byte{episode.ProfileAgent: agent.Bytes()}
+	}))
+	spec := r.spec(map[string]string{"PROBE": "connect"})
+	spec.Seccomp = episode.ProfileAgent
+	e, err := r.k.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := nextExit(t, ctx, e)
+	if x.Generation != 2 {
+		t.Fatalf("first worker exit is generation %d, want the repaired one:\n%s", x.Generation, x.Output)
+	}
+	lin, err := r.st.Lineage(ctx, e.ID())
+	if err != nil || len(lin) != 1 || !strings.Contains(lin[0].Reason, "connect to 1.1.1.1:443") {
+		t.Fatalf("lineage: %+v, %v", lin, err)
+	}
+	evs, err := r.st.Events(ctx, e.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ev := range evs {
+		found = found || strings.Contains(string(ev.Body), "1.1.1.1:443")
+	}
+	if !found {
+		t.Fatal("no ledger event names the destination")
+	}
+	r.end(t, ctx, e, episode.Completed, "repaired")
 }

@@ -513,7 +513,13 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 				// A kernel denial is a critical frame: never dropped, and
 				// the homeostat contains on it without smoothing; the
 				// containment comes back through e.contain.
+				// The destination a refused connect or send named is read from
+				// the worker's memory: evidence for the operator (where it
+				// tried to go), bounded and cleaned, never trusted.
 				reason := "violation: " + ev.Violation.Syscall
+				if d := printableDestination(ev.Violation.Destination); d != "" {
+					reason += " to " + d
+				}
 				e.traj.Remember(sensor.Event{Kind: sensor.EventViolation, Detail: ev.Violation.Syscall})
 				e.mu.Lock()
 				epoch := e.epoch
@@ -780,4 +786,18 @@ func (e *Episode) cleanupStart() {
 	_ = os.Remove(e.k.socketPath(e.id))
 	e.closeServices()
 	e.k.forget(e.id)
+}
+
+// printableDestination bounds a violation's destination to what an
+// address says ("1.1.1.1:443", "[2001:db8::1]:53", "family 17").
+func printableDestination(d string) string {
+	if len(d) > 64 {
+		d = d[:64]
+	}
+	for _, c := range d {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || strings.ContainsRune(".:[] -", c)) {
+			return ""
+		}
+	}
+	return d
 }
