@@ -31,6 +31,13 @@
 //     conditional upsert), so the cap holds across concurrent fetches and
 //     kernel restarts; a cap reached stops the fetch and refuses the next
 //     ones (limit_exceeded).
+//   - Every admitted request pays RequestFloor against the byte cap before
+//     anything is fetched (a HEAD, a cache hit, a refused body alike), at
+//     most MaxRequests are admitted, and at most maxRefusalRows refusals
+//     become ledger rows (the last says so): a flood spends the episode's
+//     cap and cannot fill the shared ledger. Bytes the domain sends out
+//     through tunnels are capped too (MaxUpBytes, in memory for the
+//     proxy's life): the tunnel is cut when they run out.
 //   - Only objects immutable by their registry's contract (Cacheable) are
 //     cached, content-addressed, shared by every episode on the host, and
 //     checked against their digest while served; a cached object is

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/broker"
@@ -76,7 +77,27 @@ type Config struct {
 	// module path may have on a GoProxy host (nil: DefaultGoCodeHosts).
 	Registries  map[string]Registry
 	GoCodeHosts []string
+	// MaxUpBytes caps the bytes a domain sends out through tunnels, over
+	// the proxy's life (default DefaultMaxUpBytes): a registry read sends
+	// a few kilobytes; an upload through a tunnel is how data leaves.
+	MaxUpBytes int64
+	// RequestFloor is charged against MaxBytes for every admitted request
+	// before anything is fetched, HEAD and a cache hit included (default
+	// DefaultRequestFloor), so requests that move no body still spend the
+	// cap; MaxRequests bounds them outright (default DefaultMaxRequests).
+	RequestFloor int64
+	MaxRequests  int64
 }
+
+// Defaults of the per-proxy bounds.
+const (
+	DefaultMaxUpBytes   = 2 << 20
+	DefaultRequestFloor = 1 << 10
+	DefaultMaxRequests  = 20000
+	// maxRefusalRows bounds the refusal rows one proxy writes; later
+	// refusals are still answered and signalled, not recorded.
+	maxRefusalRows = 256
+)
 
 // Proxy is one episode's egress proxy.
 type Proxy struct {
@@ -97,6 +118,9 @@ type Proxy struct {
 	tunnels    map[net.Conn]bool // hijacked: http.Server.Close does not see them
 	goSeen     goSeen
 	codeHosts  map[string]bool
+	// up counts bytes sent out through tunnels, requests the requests
+	// admitted, refusals the refusal rows recorded.
+	up, requests, refusals atomic.Int64
 }
 
 // Allowlist is an episode's effective allow list: the policy's egress
@@ -138,6 +162,15 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.GoCodeHosts == nil {
 		cfg.GoCodeHosts = DefaultGoCodeHosts()
+	}
+	if cfg.MaxUpBytes <= 0 {
+		cfg.MaxUpBytes = DefaultMaxUpBytes
+	}
+	if cfg.RequestFloor <= 0 {
+		cfg.RequestFloor = DefaultRequestFloor
+	}
+	if cfg.MaxRequests <= 0 {
+		cfg.MaxRequests = DefaultMaxRequests
 	}
 	p := &Proxy{cfg: cfg, allow: map[string]bool{}, slots: make(chan struct{}, cfg.MaxConcurrent),
 		rows: make(chan store.EgressFetch, maxPendingRows), wrote: make(chan struct{})}
@@ -211,6 +244,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ref = goRule(kind, &q, &p.goSeen, p.codeHosts)
 		}
 	}
+	if ref == nil && p.requests.Add(1) > p.cfg.MaxRequests {
+		ref = refuse(protocol.CodeLimitExceeded, "the episode's egress request budget is spent: no further requests")
+	}
+	if ref == nil {
+		// The floor every request pays, whatever it moves.
+		if err := p.bank.take(r.Context(), p.cfg.RequestFloor); err != nil {
+			ref = capRefusal(err)
+		}
+	}
 	if ref == nil {
 		select {
 		case p.slots <- struct{}{}:
@@ -250,7 +292,15 @@ func (p *Proxy) refuse(w http.ResponseWriter, ctx context.Context, f store.Egres
 	if w != nil {
 		writeError(w, ref)
 	}
-	p.record(ctx, f, start)
+	// A worker hammering refused requests cannot fill the shared ledger:
+	// the first maxRefusalRows are rows, the last says so.
+	switch n := p.refusals.Add(1); {
+	case n < maxRefusalRows:
+		p.record(ctx, f, start)
+	case n == maxRefusalRows:
+		f.Reason += " (the last refusal recorded for this episode's proxy; later ones are answered and signalled only)"
+		p.record(ctx, f, start)
+	}
 	if p.cfg.OnRefused != nil {
 		p.cfg.OnRefused(Refusal{EpisodeID: p.cfg.EpisodeID, Method: f.Method, Host: f.Host, Code: ref.code, Reason: ref.reason})
 	}
@@ -330,7 +380,13 @@ func (p *Proxy) writeRows() {
 // maxPendingRows bounds the ledger rows being written behind the fetches.
 const maxPendingRows = 64
 
+// errUpCap: the proxy's outbound byte cap is reached.
+var errUpCap = errors.New("egress: outbound byte cap reached")
+
 func capRefusal(err error) *refusal {
+	if errors.Is(err, errUpCap) {
+		return refuse(protocol.CodeLimitExceeded, "the episode's outbound byte cap is reached: the tunnel is cut")
+	}
 	if errors.Is(err, store.ErrEgressCap) {
 		return refuse(protocol.CodeLimitExceeded, "the episode's egress byte cap is reached: no further fetches")
 	}
@@ -616,11 +672,25 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 	f.Status = http.StatusOK
 	ctx := context.WithoutCancel(r.Context())
 	var up int64
-	var capHit error
+	var capHit, upHit error
 	done := make(chan struct{})
 	go func() { // domain → upstream
 		defer close(done)
-		up = relay(upc, rw.Reader, down, p.cfg.Timeout, nil)
+		up = relay(upc, rw.Reader, down, p.cfg.Timeout, func(k int) error {
+			if k < 0 {
+				p.up.Add(int64(k))
+				return nil
+			}
+			if p.up.Add(int64(k)) > p.cfg.MaxUpBytes {
+				p.up.Add(-int64(k))
+				upHit = errUpCap
+				// Cut both ways: the tool sees the tunnel end.
+				down.Close()
+				upc.Close()
+				return upHit
+			}
+			return nil
+		})
 		if cw, ok := upc.(*net.TCPConn); ok {
 			cw.CloseWrite()
 		}
@@ -640,6 +710,9 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 	upc.Close()
 	<-done
 	f.Bytes, f.BytesUp, f.Outcome = n, up, store.EgressFetched
+	if capHit == nil {
+		capHit = upHit
+	}
 	if capHit != nil {
 		ref := capRefusal(capHit)
 		f.Outcome, f.Code, f.Reason = store.EgressFailed, string(ref.code), ref.reason

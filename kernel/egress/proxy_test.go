@@ -118,8 +118,8 @@ func TestCacheServesSecondEpisode(t *testing.T) {
 			t.Fatalf("episode %d list row: %+v", i, list)
 		}
 		used, err := s.EgressUsed(t.Context(), r.episode)
-		if err != nil || used != int64(len(body))+7 {
-			t.Fatalf("episode %d charged %d bytes, want %d (%v)", i, used, len(body)+7, err)
+		if err != nil || used != int64(len(body))+7+2*DefaultRequestFloor {
+			t.Fatalf("episode %d charged %d bytes, want %d (%v)", i, used, int64(len(body))+7+2*DefaultRequestFloor, err)
 		}
 	}
 }
@@ -227,7 +227,8 @@ func TestCapStopsFetches(t *testing.T) {
 	}
 	r.p.Close()
 	used, _ := s.EgressUsed(t.Context(), r.episode)
-	if used != 2*int64(len(body)) {
+	// Two bodies, and the floor of each of the four requests.
+	if used != 2*int64(len(body))+4*DefaultRequestFloor {
 		t.Fatalf("charged %d", used)
 	}
 	if n := len(r.refusals()); n != 2 {
@@ -358,7 +359,7 @@ func TestCapHoldsUnderConcurrency(t *testing.T) {
 		if used > 1<<20 || recorded > 1<<20 || int64(delivered) > used {
 			t.Fatalf("%s: used %d, recorded %d, delivered %d over a 1 MiB cap", prefix, used, recorded, delivered)
 		}
-		if prefix == "/known/" && (whole != 10 || used != 10*int64(len(body))) {
+		if prefix == "/known/" && (whole != 10 || used != 10*int64(len(body))+16*DefaultRequestFloor) {
 			t.Fatalf("known lengths: %d whole, used %d", whole, used)
 		}
 		t.Logf("%s: %d whole, %d bytes delivered, %d charged", prefix, whole, delivered, used)
@@ -418,8 +419,8 @@ func TestServesOnUnixSocket(t *testing.T) {
 		t.Fatalf("tunnel row: %+v", tun)
 	}
 	used, _ := s.EgressUsed(t.Context(), ep)
-	if used != l2[0].Bytes+tun.Bytes {
-		t.Fatalf("charged %d, delivered %d", used, l2[0].Bytes+tun.Bytes)
+	if used != l2[0].Bytes+tun.Bytes+2*DefaultRequestFloor {
+		t.Fatalf("charged %d, delivered %d and two request floors", used, l2[0].Bytes+tun.Bytes)
 	}
 }
 
