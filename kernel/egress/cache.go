@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,8 +10,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Cache is the content-addressed cache of immutable registry objects that
@@ -18,21 +23,120 @@ import (
 // index/<sha256 of host+path> names the blob a URL resolved to. Only the
 // kernel writes it; a blob is checked against its name while it is served,
 // and a body that does not match is cut off and evicted.
+//
+// The cache is bounded (CacheBounds): its bytes and entries, and the free
+// space it leaves its file system — which may be the managed PostgreSQL
+// cluster's, and a full disk stops every authority with it. A fill is not
+// begun below the reserve or at the entry cap (the fetch is still served,
+// not kept); past a cap the least recently used blobs go, their index
+// records with them on the next lookup.
 type Cache struct {
 	dir string
+	b   CacheBounds
+
+	mu      sync.Mutex
+	bytes   int64
+	entries int
 }
 
-// OpenCache opens (creating) the cache under dir.
-func OpenCache(dir string) (*Cache, error) {
+// CacheBounds bound a cache; DefaultCacheBounds are the defaults.
+type CacheBounds struct {
+	MaxBytes     int64 // all blobs together
+	MaxEntries   int   // blobs
+	ReserveBytes int64 // free space a fill leaves on the file system
+}
+
+// DefaultCacheBounds are a host's cache bounds unless configured.
+var DefaultCacheBounds = CacheBounds{MaxBytes: 8 << 30, MaxEntries: 200000, ReserveBytes: 1 << 30}
+
+// OpenCache opens (creating) the cache under dir with the default bounds.
+func OpenCache(dir string) (*Cache, error) { return OpenCacheWith(dir, DefaultCacheBounds) }
+
+// OpenCacheWith opens (creating) the cache under dir with bounds b. What
+// an earlier kernel left in tmp/ (fills it never finished) is removed.
+func OpenCacheWith(dir string, b CacheBounds) (*Cache, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("egress cache: %q is not absolute", dir)
+	}
+	if b.MaxBytes <= 0 || b.MaxEntries <= 0 || b.ReserveBytes < 0 {
+		return nil, fmt.Errorf("egress cache: bounds %+v", b)
 	}
 	for _, d := range []string{dir, filepath.Join(dir, "blobs"), filepath.Join(dir, "index"), filepath.Join(dir, "tmp")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("egress cache: %w", err)
 		}
 	}
-	return &Cache{dir: dir}, nil
+	tmp, _ := os.ReadDir(filepath.Join(dir, "tmp"))
+	for _, e := range tmp {
+		os.Remove(filepath.Join(dir, "tmp", e.Name()))
+	}
+	c := &Cache{dir: dir, b: b}
+	blobs, err := os.ReadDir(filepath.Join(dir, "blobs"))
+	if err != nil {
+		return nil, fmt.Errorf("egress cache: %w", err)
+	}
+	for _, e := range blobs {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			c.bytes += fi.Size()
+			c.entries++
+		}
+	}
+	c.shrink()
+	return c, nil
+}
+
+// room reports whether a new fill may begin: under the entry cap, and the
+// file system above the reserve.
+func (c *Cache) room() bool {
+	c.mu.Lock()
+	full := c.entries >= c.b.MaxEntries
+	c.mu.Unlock()
+	var st unix.Statfs_t
+	if full || unix.Statfs(c.dir, &st) != nil {
+		return false
+	}
+	return int64(st.Bavail)*st.Bsize > c.b.ReserveBytes
+}
+
+// shrink removes least recently used blobs (by mtime, which a hit
+// renews) until the cache is within nine tenths of its caps.
+func (c *Cache) shrink() {
+	c.mu.Lock()
+	over := c.bytes > c.b.MaxBytes || c.entries > c.b.MaxEntries
+	c.mu.Unlock()
+	if !over {
+		return
+	}
+	ents, err := os.ReadDir(filepath.Join(c.dir, "blobs"))
+	if err != nil {
+		return
+	}
+	type blob struct {
+		name string
+		size int64
+		used int64
+	}
+	var bs []blob
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			bs = append(bs, blob{e.Name(), fi.Size(), fi.ModTime().UnixNano()})
+		}
+	}
+	slices.SortFunc(bs, func(a, b blob) int { return cmp.Compare(a.used, b.used) })
+	for _, b := range bs {
+		c.mu.Lock()
+		done := c.bytes <= c.b.MaxBytes*9/10 && c.entries <= c.b.MaxEntries*9/10
+		c.mu.Unlock()
+		if done {
+			return
+		}
+		if os.Remove(filepath.Join(c.dir, "blobs", b.name)) == nil {
+			c.mu.Lock()
+			c.bytes -= b.size
+			c.entries--
+			c.mu.Unlock()
+		}
+	}
 }
 
 // entry is one index record.
@@ -60,8 +164,12 @@ func (c *Cache) lookup(key string) (entry, *os.File, bool) {
 	}
 	f, err := os.Open(filepath.Join(c.dir, "blobs", e.SHA256))
 	if err != nil {
+		// Its blob was evicted: the record goes too.
+		os.Remove(filepath.Join(c.dir, "index", indexName(key)))
 		return entry{}, nil, false
 	}
+	now := time.Now()
+	os.Chtimes(f.Name(), now, now) // recently used: evicted last
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() != e.Size {
 		f.Close()
 		return entry{}, nil, false
@@ -85,9 +193,15 @@ type pending struct {
 }
 
 func (c *Cache) begin() *pending {
+	if !c.room() {
+		return &pending{c: c, err: errCacheFull}
+	}
 	f, err := os.CreateTemp(filepath.Join(c.dir, "tmp"), "fetch-")
 	return &pending{c: c, f: f, err: err}
 }
+
+// errCacheFull: a fill was not begun (entry cap, or the disk's reserve).
+var errCacheFull = errors.New("egress cache: full")
 
 func (p *pending) Write(b []byte) (int, error) {
 	if p.err == nil {
@@ -108,9 +222,17 @@ func (p *pending) commit(key string, e entry) error {
 		return err
 	}
 	blob := filepath.Join(p.c.dir, "blobs", e.SHA256)
+	_, statErr := os.Lstat(blob)
 	if err := os.Rename(name, blob); err != nil {
 		os.Remove(name)
 		return err
+	}
+	if statErr != nil { // a new blob, not the same bytes filed again
+		p.c.mu.Lock()
+		p.c.bytes += e.Size
+		p.c.entries++
+		p.c.mu.Unlock()
+		defer p.c.shrink()
 	}
 	e.Key = key
 	b, _ := json.Marshal(e)

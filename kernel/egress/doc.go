@@ -38,6 +38,10 @@
 //     cap and cannot fill the shared ledger. Bytes the domain sends out
 //     through tunnels are capped too (MaxUpBytes, in memory for the
 //     proxy's life): the tunnel is cut when they run out.
+//   - The shared cache is bounded (CacheBounds: 8 GiB, 200,000 blobs, and
+//     1 GiB left free on its file system by default): no fill begins below
+//     the reserve or at the entry cap, the least recently used blobs go
+//     past a cap, and unfinished fills are swept at open.
 //   - Only objects immutable by their registry's contract (Cacheable) are
 //     cached, content-addressed, shared by every episode on the host, and
 //     checked against their digest while served; a cached object is
