@@ -57,19 +57,21 @@ func ReadBuilt(path string) (*Built, error) {
 }
 
 // RecordBuilt writes x to path for qc, once per run: the first gate
-// process creates the record, and any later one (a re-run, a child
-// process, a second gate binary) must have built exactly the same
-// launcher, rootfs and kernel, or it fails instead of overwriting — the
-// report must never name one build while another ran. qc removes the
-// record before it starts the gates.
+// process creates the record, and every later one (each gate runs its
+// tests in gate processes of its own) must have built the same rootfs and
+// kernel, or it fails instead of overwriting — the report must never name
+// one build while another ran. The launcher is each test bed's own build,
+// whose bytes differ by the configuration path baked into it, so the
+// record keeps the first process's launcher, with the preflight that
+// vouches for it. qc removes the record before it starts the gates.
 func RecordBuilt(path string, x Built) error {
 	return withRecord(path, func(old *Built) (*Built, error) {
 		if old == nil {
 			return &x, nil
 		}
-		if old.LauncherSHA256 != x.LauncherSHA256 || old.RootfsDigest != x.RootfsDigest || old.KernelSHA256 != x.KernelSHA256 {
-			return nil, fmt.Errorf("%s records launcher %s, rootfs %s, kernel %s; this gate process built launcher %s, rootfs %s, kernel %s",
-				path, old.LauncherSHA256, old.RootfsDigest, old.KernelSHA256, x.LauncherSHA256, x.RootfsDigest, x.KernelSHA256)
+		if old.RootfsDigest != x.RootfsDigest || old.KernelSHA256 != x.KernelSHA256 {
+			return nil, fmt.Errorf("%s records rootfs %s, kernel %s; this gate process built rootfs %s, kernel %s",
+				path, old.RootfsDigest, old.KernelSHA256, x.RootfsDigest, x.KernelSHA256)
 		}
 		return nil, nil
 	})

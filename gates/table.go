@@ -63,7 +63,10 @@ func Table() []Gate {
 		}, Scope: "every adapter (artifact, git_commit, http_mutation, git_remote, http_read) crashed in a child process at each point of the commit window; the PostgreSQL cluster killed (SIGKILL, WAL writer held) after each step of the artifact horizon, whose pre-intent transactions commit without waiting for their flush"},
 		{Name: "git_authoritative_commit_reconciliation", Proves: "ambiguous ref movement is reported as ambiguous, not as success", Tests: []Run{
 			{"./broker", []string{"TestGitAuthoritativeCommitReconciliation", "TestPatchBombRefused", "TestGitRemoteFastForwardOnly",
-				"TestGitRemoteCredentialByReference", "TestGitRemotePushWithLease"}},
+				"TestGitRemoteCredentialByReference", "TestGitRemotePushWithLease",
+				// Issue 23: a message reads as what it is; .git spellings
+				// refused whatever the repository's config says.
+				"TestCommitMessageRefusesControls", "TestNTFSSpellingsRefused"}},
 			{"./kernel/verify", []string{"TestVerifierChecksCommittedBytes"}},
 		}, Scope: "real git repositories on this host; remotes are local bare repositories"},
 		{Name: "db_outage_blocks_authority", Proves: "authority stops when durability stops (real ephemeral cluster)", Tests: []Run{
@@ -81,13 +84,20 @@ func Table() []Gate {
 			{"./gates", []string{"TestEffectBrokerFromInsideADomain"}},
 			// The inference relay: the other socket a domain holds (issue 13).
 			{"./kernel/relay", []string{"TestRouteTable", "TestKeyInjection", "TestStreamPassesThrough", "TestBudgetReserveSettleExhaust",
-				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile", "TestLogCarriesNoContent", "TestRefusalsRecordedUpToTheCap"}},
+				"TestNoPolicyNoInference", "TestUpstreamDown", "TestCredentialFile", "TestLogCarriesNoContent", "TestRefusalsRecordedUpToTheCap",
+				// Issue 22: no provider-side fetch, a true budget bound,
+				// bounded connections, errors of its own, refusals kept.
+				"TestRelayRefusesProviderSideFetches", "TestRelayBudgetIsAnUpperBound", "TestRelayConnectionsBounded",
+				"TestRelayErrorBodyNeverShowsTheKey", "TestRefusalRecordedWhenTheClientHangsUp"}},
 			{"./store", []string{"TestRelayChargeRace", "TestRelayBudgetSurvivesRestart", "TestSpendTotals"}},
 			// The egress proxy (issue 14): the worker's other way out, read
 			// only, allowlisted, recorded and capped.
 			{"./kernel/egress", []string{"TestDependenciesThroughTheProxy", "TestPinningRefusesReservedAddresses", "TestRefusals", "TestCapStopsFetches",
 				"TestCapHoldsUnderConcurrency", "TestCacheServesSecondEpisode", "TestCorruptCacheIsNotServed",
-				"TestUpstreamCertificateIsVerified", "TestServesOnUnixSocket", "TestConcurrencyIsBounded"}},
+				"TestUpstreamCertificateIsVerified", "TestServesOnUnixSocket", "TestConcurrencyIsBounded",
+				// Issue 22: registries held to their protocol, caps both
+				// ways and per request, a bounded cache.
+				"TestGoProxyCannotFetchArbitraryOrigins", "TestOutboundBytesCapped", "TestHeadFloodCharged", "TestCacheBounded"}},
 			{"./store", []string{"TestEgressCapIsAtomic"}},
 			// A verification gets its own proxy, no wider than the worker's;
 			// the demo's main job fetches its test's dependency through both.
@@ -119,8 +129,10 @@ func Table() []Gate {
 				"TestHarvestLandsTheFix", "TestHarvestDeniedByPolicy", "TestHarvestHostileWorkspace", "TestWallTimeEndsAnEpisode",
 				// A harvest's end is final only once recorded, and a restart
 				// ends a landed harvest instead of running its worker again.
-				"TestHarvestEndRetriedWhileStoreUnavailable", "TestHarvestLandedEndLostRestart"}},
-			{"./kernel/workspace", []string{"TestHarvestRefusesHostileEntries", "TestHarvestBoundsAndDigest"}},
+				"TestHarvestEndRetriedWhileStoreUnavailable", "TestHarvestLandedEndLostRestart",
+				// Issue 23: the worker cannot commit for the harvest.
+				"TestWorkerCannotCommitForTheHarvest"}},
+			{"./kernel/workspace", []string{"TestHarvestRefusesHostileEntries", "TestHarvestBoundsAndDigest", "TestHarvestHonoursIgnoreRules"}},
 		}, Scope: "autonomic serve (this tree's build) as the service account, the installed launcher (proven to be this tree's build) through the sudoers rule, so make install must have run; a fixture model and a scripted agent, not a live LLM"},
 		{Name: "real_agent_inference_relay", Proves: "a real agent CLI in a domain reaches nothing but its relay, which forwards only inference with a key the domain never holds", Tests: []Run{
 			// The containment proof (issue 13 §6) and its mutations.
