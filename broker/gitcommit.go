@@ -162,7 +162,7 @@ func (g *GitCommit) build(ctx context.Context, t GitTarget, req gitCommitRequest
 	}
 	run.stdin = patch
 	if _, err := run.run(ctx, "apply", "--cached", "--whitespace=nowarn", "-"); err != nil {
-		return "", q, protocol.Errorf(protocol.CodeEffectFailed, "patch does not apply: %w", err)
+		return "", q, applyFailed(err)
 	}
 	run.stdin = nil
 	out, err := run.run(ctx, "write-tree")

@@ -173,11 +173,27 @@ func (r gitRun) run(ctx context.Context, args ...string) ([]byte, error) {
 		if r.log != nil {
 			r.log.Warn("git failed", "verb", gitVerb(args), "error", err, "stderr", fmt.Sprintf("%.400s", errb.String()))
 		}
+		if strings.Contains(errb.String(), "invalid path") {
+			return out.Bytes(), fmt.Errorf("git %s: %w: %w", gitVerb(args), errInvalidPath, err)
+		}
 		return out.Bytes(), fmt.Errorf("git %s: %w", gitVerb(args), err)
 	case werr != nil:
 		return out.Bytes(), fmt.Errorf("git %s: stdin: %w", gitVerb(args), werr)
 	}
 	return out.Bytes(), nil
+}
+
+// errInvalidPath: git refused a path of the patch (a .git spelling NTFS or
+// HFS+ reads as .git, with core.protectNTFS/protectHFS pinned): the patch
+// is forbidden, not merely failed.
+var errInvalidPath = errors.New("git refused a path")
+
+// applyFailed is the error of a patch git did not apply.
+func applyFailed(err error) error {
+	if errors.Is(err, errInvalidPath) {
+		return protocol.Errorf(protocol.CodeForbidden, "the patch names a path git refuses")
+	}
+	return protocol.Errorf(protocol.CodeEffectFailed, "patch does not apply: %w", err)
 }
 
 // gitVerb is the subcommand of args, past any "-c name=value" options.

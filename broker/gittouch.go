@@ -37,7 +37,7 @@ func (g *GitCommit) Touches(ctx context.Context, r Request) ([]Touch, error) {
 		return nil, protocol.Errorf(protocol.CodeEffectFailed, "base: %w", err)
 	}
 	if _, err := runGit(ctx, g.Git, t.Repo, index, r.Payload, env, "apply", "--cached", "--whitespace=nowarn", "-"); err != nil {
-		return nil, protocol.Errorf(protocol.CodeEffectFailed, "patch does not apply: %w", err)
+		return nil, applyFailed(err)
 	}
 	tree, err := runGit(ctx, g.Git, t.Repo, index, nil, env, "write-tree")
 	if err != nil {
