@@ -25,7 +25,6 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/mcp"
 	"github.com/autonomic-kernel/autonomic/kernel/server"
 	"github.com/autonomic-kernel/autonomic/kernel/server/servertest"
-	"github.com/autonomic-kernel/autonomic/store"
 )
 
 // mcpKernel is a running test kernel with one episode holding one effect,
@@ -56,24 +55,7 @@ func startMCPKernel(t *testing.T, db string, api map[string]any) mcpKernel {
 		t.Fatalf("serve: %v", err)
 	}
 	t.Cleanup(func() { stop() })
-	st, err := store.Open(ctx, store.Config{URL: k.Cluster.KernelConnString(db), InstanceID: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1, Capabilities: []byte(`{}`), TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eff, err := st.ProposeEffect(ctx, store.Proposal{EpisodeID: ep.ID, Epoch: 1, LeaseID: lease.ID, Kind: "git_commit", Class: 3,
-		TargetID: "repo", Target: []byte(`{}`), PayloadDigest: "sha256:" + strings.Repeat("ab", 32)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ep, eff := seedEffect(t, ctx, k.Cluster.KernelConnString(db))
 	return mcpKernel{socket: sock, episodeID: ep.ID.String(), effectID: eff.ID.String()}
 }
 
