@@ -43,6 +43,9 @@ func TestCacheBounded(t *testing.T) {
 		if code, got, _ := get(t, c, u); code != 200 || len(got) != len(body) {
 			t.Fatalf("%s: %d", u, code)
 		}
+		// The body is filed (and the cache shrunk) after the tool has
+		// it: wait for the handler to end before looking.
+		r.p.wg.Wait()
 	}
 	count := func(v int) int { return up.count(fmt.Sprintf("/golang.org/x/m/@v/v1.0.%d.zip", v)) }
 	for v := range 3 {
@@ -79,6 +82,7 @@ func TestCacheBounded(t *testing.T) {
 		if code, _, _ := get(t, c2, "http://example.com/golang.org/x/m/@v/v9.0.0.zip"); code != 200 {
 			t.Fatal(code)
 		}
+		r2.p.wg.Wait()
 	}
 	if n := up.count("/golang.org/x/m/@v/v9.0.0.zip"); n != 2 {
 		t.Fatalf("below the reserve: upstream served %d times, want 2 (nothing kept)", n)
@@ -93,6 +97,7 @@ func TestCacheBounded(t *testing.T) {
 	c3 := client(r3.url)
 	for v := range 4 {
 		get(t, c3, fmt.Sprintf("http://example.com/golang.org/x/e/@v/v1.0.%d.zip", v))
+		r3.p.wg.Wait()
 	}
 	if blobs, _ := os.ReadDir(filepath.Join(few.dir, "blobs")); len(blobs) > 2 {
 		t.Fatalf("%d blobs over an entry cap of 2", len(blobs))
