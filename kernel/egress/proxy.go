@@ -102,6 +102,7 @@ const (
 // Proxy is one episode's egress proxy.
 type Proxy struct {
 	cfg    Config
+	ca     *episodeCA // terminates tunnels; its key never leaves memory
 	allow  map[string]bool
 	srv    *http.Server
 	wg     sync.WaitGroup
@@ -172,7 +173,11 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxRequests <= 0 {
 		cfg.MaxRequests = DefaultMaxRequests
 	}
-	p := &Proxy{cfg: cfg, allow: map[string]bool{}, slots: make(chan struct{}, cfg.MaxConcurrent),
+	ca, err := newEpisodeCA()
+	if err != nil {
+		return nil, fmt.Errorf("egress: episode CA: %w", err)
+	}
+	p := &Proxy{cfg: cfg, ca: ca, allow: map[string]bool{}, slots: make(chan struct{}, cfg.MaxConcurrent),
 		rows: make(chan store.EgressFetch, maxPendingRows), wrote: make(chan struct{})}
 	p.codeHosts = map[string]bool{}
 	for _, h := range cfg.GoCodeHosts {
@@ -623,130 +628,5 @@ func (p *Proxy) client(host string) *http.Client {
 	return &http.Client{
 		Transport:     tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-}
-
-// tunnel serves an admitted CONNECT host:443: bytes are relayed, not read
-// (TLS is end to end between the tool and the registry), counted both
-// ways, and those into the domain charged to the cap.
-func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start time.Time) {
-	f := store.EgressFetch{Kind: store.EgressTunnel, Method: q.method, Host: q.host}
-	dctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	upc, err := p.dial(dctx, q.host)
-	cancel()
-	if err != nil {
-		code := protocol.AsWire(err).Code
-		p.fail(w, r.Context(), f, &refusal{code: code, status: http.StatusBadGateway, reason: "upstream " + q.host + ": " + protocol.E(code).Message}, start)
-		return
-	}
-	defer upc.Close()
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		p.fail(w, r.Context(), f, &refusal{code: protocol.CodeInternal, status: http.StatusInternalServerError, reason: "cannot tunnel"}, start)
-		return
-	}
-	down, rw, err := hj.Hijack()
-	if err != nil {
-		return
-	}
-	defer down.Close()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return
-	}
-	if p.tunnels == nil {
-		p.tunnels = map[net.Conn]bool{}
-	}
-	p.tunnels[down], p.tunnels[upc] = true, true
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.tunnels, down)
-		delete(p.tunnels, upc)
-		p.mu.Unlock()
-	}()
-	if _, err := rw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n"); err != nil || rw.Flush() != nil {
-		return
-	}
-	f.Status = http.StatusOK
-	ctx := context.WithoutCancel(r.Context())
-	var up int64
-	var capHit, upHit error
-	done := make(chan struct{})
-	go func() { // domain → upstream
-		defer close(done)
-		up = relay(upc, rw.Reader, down, p.cfg.Timeout, func(k int) error {
-			if k < 0 {
-				p.up.Add(int64(k))
-				return nil
-			}
-			if p.up.Add(int64(k)) > p.cfg.MaxUpBytes {
-				p.up.Add(-int64(k))
-				upHit = errUpCap
-				// Cut both ways: the tool sees the tunnel end.
-				down.Close()
-				upc.Close()
-				return upHit
-			}
-			return nil
-		})
-		if cw, ok := upc.(*net.TCPConn); ok {
-			cw.CloseWrite()
-		}
-	}()
-	n := relay(down, upc, upc, p.cfg.Timeout, func(k int) error {
-		if k < 0 {
-			p.bank.give(int64(-k))
-			return nil
-		}
-		if err := p.bank.take(ctx, int64(k)); err != nil {
-			capHit = err
-			return err
-		}
-		return nil
-	})
-	down.Close()
-	upc.Close()
-	<-done
-	f.Bytes, f.BytesUp, f.Outcome = n, up, store.EgressFetched
-	if capHit == nil {
-		capHit = upHit
-	}
-	if capHit != nil {
-		ref := capRefusal(capHit)
-		f.Outcome, f.Code, f.Reason = store.EgressFailed, string(ref.code), ref.reason
-		if p.cfg.OnRefused != nil {
-			p.cfg.OnRefused(Refusal{EpisodeID: p.cfg.EpisodeID, Method: f.Method, Host: f.Host, Code: ref.code, Reason: ref.reason})
-		}
-	}
-	p.record(ctx, f, start)
-}
-
-// relay copies src to dst until EOF, an error, idle beyond timeout, or
-// charge refusing; it returns the bytes written. charge(k) is called
-// before k bytes are written, charge(-k) if they then could not be. deadline is the conn
-// whose read deadline bounds idleness.
-func relay(dst io.Writer, src io.Reader, deadline net.Conn, timeout time.Duration, charge func(int) error) int64 {
-	buf := make([]byte, 32<<10)
-	var n int64
-	for {
-		deadline.SetReadDeadline(time.Now().Add(timeout))
-		k, err := src.Read(buf)
-		if k > 0 {
-			if charge != nil && charge(k) != nil {
-				return n
-			}
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				if charge != nil {
-					charge(-k) // not delivered: give it back
-				}
-				return n
-			}
-			n += int64(k)
-		}
-		if err != nil {
-			return n
-		}
 	}
 }

@@ -397,10 +397,10 @@ func TestServesOnUnixSocket(t *testing.T) {
 	if code, b, _ := get(t, c, "http://example.com/m/@v/v1.0.0.zip"); code != 200 || string(b) != "zip body" {
 		t.Fatalf("plain: %d %q", code, b)
 	}
-	// HTTPS through a CONNECT tunnel: TLS is end to end with the
-	// upstream (its certificate, example.com), the proxy only relays.
+	// HTTPS through a CONNECT tunnel: the proxy terminates TLS with a
+	// leaf of the episode CA, which the tool trusts.
 	roots := x509.NewCertPool()
-	roots.AddCert(up.srv.Certificate())
+	roots.AppendCertsFromPEM(p.CACertPEM())
 	tc := &http.Client{Transport: &http.Transport{
 		Proxy: http.ProxyURL(proxyURL), DialContext: dial,
 		TLSClientConfig: &tls.Config{RootCAs: roots},
@@ -411,16 +411,19 @@ func TestServesOnUnixSocket(t *testing.T) {
 	tc.CloseIdleConnections()
 	p.Close()
 	l2, err := s.EgressFetches(t.Context(), ep)
-	if err != nil || len(l2) != 2 {
+	if err != nil || len(l2) != 3 {
 		t.Fatalf("ledger: %v %+v", err, l2)
 	}
-	tun := l2[1]
+	in, tun := l2[1], l2[2]
+	if in.Kind != store.EgressHTTP || in.Host != "example.com" || in.Path != "/m/@v/v1.0.0.zip" || in.Bytes != 8 || in.SHA256 == "" {
+		t.Fatalf("inner row: %+v", in)
+	}
 	if tun.Kind != store.EgressTunnel || tun.Host != "example.com" || tun.Path != "" || tun.SHA256 != "" || tun.Bytes < 8 || tun.BytesUp == 0 {
 		t.Fatalf("tunnel row: %+v", tun)
 	}
 	used, _ := s.EgressUsed(t.Context(), ep)
-	if used != l2[0].Bytes+tun.Bytes+2*DefaultRequestFloor {
-		t.Fatalf("charged %d, delivered %d and two request floors", used, l2[0].Bytes+tun.Bytes)
+	if used != l2[0].Bytes+in.Bytes+3*DefaultRequestFloor {
+		t.Fatalf("charged %d, delivered %d and three request floors (plain, CONNECT, inner GET)", used, l2[0].Bytes+in.Bytes)
 	}
 }
 
