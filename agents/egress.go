@@ -1,6 +1,9 @@
 package agent
 
-import "strings"
+import (
+	"encoding/base64"
+	"strings"
+)
 
 // The egress bridge (issue 14): autonomic-entry forwards EgressBridgeAddr
 // to the episode's egress proxy socket, and the tools inside find the
@@ -82,4 +85,25 @@ func WrapEgress(argv []string) []string {
 	}
 	out = append(out, "--bridge", EgressBridgeAddr+"="+EgressSocket, "--")
 	return append(out, argv...)
+}
+
+// EgressCAFile is where autonomic-entry writes the episode's egress CA
+// certificate (a home file beneath the launcher's HOME, /tmp/home).
+const (
+	egressCARel  = ".autonomic/egress-ca.pem"
+	EgressCAFile = "/tmp/home/" + egressCARel
+)
+
+// EgressCAArgs are the autonomic-entry flags that make the tools trust the
+// egress proxy's per-episode CA, which terminates every CONNECT tunnel:
+// the certificate (never its key) as a home file, and each toolchain's
+// variable naming it. The file holds only that CA: every TLS connection
+// from the domain ends at the proxy, so no other root is needed.
+func EgressCAArgs(caPEM []byte) []string {
+	out := []string{"--home-file", egressCARel + "=" + base64.StdEncoding.EncodeToString(caPEM)}
+	for _, k := range []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "NPM_CONFIG_CAFILE", "npm_config_cafile",
+		"PIP_CERT", "REQUESTS_CA_BUNDLE", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"} {
+		out = append(out, "--env", k+"="+EgressCAFile)
+	}
+	return out
 }

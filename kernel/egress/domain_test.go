@@ -101,6 +101,7 @@ func (w *world) run(t *testing.T, cfg Config, script string, env ...string) *inD
 		t.Fatal(err)
 	}
 	argv := []string{agent.EntryPath, "--bridge", agent.EgressBridgeAddr + "=" + agent.EgressSocket}
+	argv = append(argv, agent.EgressCAArgs(r.p.CACertPEM())...)
 	for _, kv := range append(agent.EgressEnv(), env...) {
 		argv = append(argv, "--env", kv)
 	}
@@ -247,7 +248,8 @@ func TestDependenciesThroughTheProxy(t *testing.T) {
 				case f.Outcome == store.EgressRefused || f.Outcome == store.EgressFailed:
 					t.Errorf("unexpected %s: %+v", f.Outcome, f)
 				case f.Kind == store.EgressTunnel:
-					upstream++
+					// Terminated: the tunnel opens no upstream connection
+					// itself, its inner requests (own rows) do.
 					tunnels += f.Bytes
 					if f.Host != "proxy.golang.org" || f.Path != "" || f.SHA256 != "" {
 						t.Errorf("tunnel row: %+v", f)
@@ -263,12 +265,14 @@ func TestDependenciesThroughTheProxy(t *testing.T) {
 			if contacted != upstream {
 				t.Errorf("the proxy contacted the registries %d times for %d uncached fetches", contacted, upstream)
 			}
-			if refs := x.refusals(); (i == 0) != (len(refs) == 1) || (i == 0 && refs[0].Method != "CONNECT") {
-				t.Errorf("refusals: %+v (want only episode 1's CONNECT to the Go mirror)", refs)
+			if refs := x.refusals(); len(refs) != 0 {
+				t.Errorf("refusals: %+v", refs)
 			}
 			if i == 0 {
-				x.has(t, "TUNNEL_EXIT=1", "DIRECT "+regIP+":443=refused", "DIRECT "+regIP+":80=refused", "DIRECT 1.1.1.1:443=refused")
-				if tunnels != 0 || cached != 0 {
+				x.has(t, "TUNNEL_EXIT=0", "DIRECT "+regIP+":443=refused", "DIRECT "+regIP+":80=refused", "DIRECT 1.1.1.1:443=refused")
+				// The tunnelled download is served inside TLS from the cache
+				// the plain download filled.
+				if tunnels < 10000 || cached == 0 {
 					t.Errorf("episode 1: %d bytes through tunnels, %d cached rows", tunnels, cached)
 				}
 				var got []string

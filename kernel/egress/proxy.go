@@ -241,11 +241,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	q, ref := admit(r, p.allow)
 	if kind, ok := p.cfg.Registries[q.host]; ref == nil && ok {
-		// A registry host is reached in plain HTTP only: a tunnel would
-		// hide the paths its rules read.
-		if q.tunnel {
-			ref = refuse(protocol.CodeForbidden, "host "+q.host+" is a registry reached in plain http only (GOPROXY=http://...), where its protocol is checked")
-		} else {
+		// A tunnel is terminated here, so its inner requests come back
+		// through ServeHTTP and meet the registry's rules like plain ones.
+		if !q.tunnel {
 			ref = goRule(kind, &q, &p.goSeen, p.codeHosts)
 		}
 	}
