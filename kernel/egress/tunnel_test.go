@@ -61,9 +61,12 @@ func TestTunnelSNIMustMatch(t *testing.T) {
 	if err := tc.Handshake(); err == nil {
 		t.Fatal("a ClientHello naming another host was answered")
 	}
-	// Plain HTTP where TLS must start.
+	// A record that is not a handshake (application data carrying a
+	// ClientHello's bytes) where the ClientHello must be.
 	c = connect(t, r, "example.com")
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n")
+	rec := helloRecord(t, "example.com")
+	rec[0] = 0x17
+	c.Write(rec)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if n, _ := c.Read(make([]byte, 1)); n != 0 {
 		t.Fatal("a tunnel that did not start with a ClientHello was answered")
@@ -99,13 +102,7 @@ func TestTunnelSNIMustMatch(t *testing.T) {
 // encrypted_client_hello extension (0xfe0d) appended.
 func echHello(t *testing.T, sni string) []byte {
 	t.Helper()
-	a, b := net.Pipe()
-	go tls.Client(a, &tls.Config{ServerName: sni, InsecureSkipVerify: true}).Handshake()
-	rec, _, err := readHello(b)
-	a.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := helloRecord(t, sni)
 	ext := []byte{0xfe, 0x0d, 0, 1, 0}
 	body := append([]byte(nil), rec[5:]...)
 	// Grow the extensions vector, the handshake length and the record
@@ -118,6 +115,19 @@ func echHello(t *testing.T, sni string) []byte {
 	body = append(body, ext...)
 	hdr := []byte{0x16, 3, 1, byte(len(body) >> 8), byte(len(body))}
 	return append(hdr, body...)
+}
+
+// helloRecord is the first record crypto/tls sends for sni.
+func helloRecord(t *testing.T, sni string) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	go tls.Client(a, &tls.Config{ServerName: sni, InsecureSkipVerify: true}).Handshake()
+	rec, _, err := readHello(b)
+	a.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }
 
 // extOffset is where a ClientHello's extensions length sits.
