@@ -2,7 +2,8 @@
 // outside reach a domain, for fetching dependencies from package
 // registries. The kernel serves it on the episode's egress socket, which
 // the launcher binds into the domain and autonomic-entry bridges to
-// 127.0.0.1:8788; tools find it through HTTP_PROXY/HTTPS_PROXY.
+// 127.0.0.1:8788; tools find it through HTTP_PROXY/HTTPS_PROXY and trust
+// its CA through agent.EgressCAArgs.
 //
 // Invariants:
 //   - Only reads leave: GET and HEAD in absolute form to port 80, and
@@ -47,16 +48,22 @@
 //     checked against their digest while served; a cached object is
 //     still admitted, charged and recorded like any other fetch.
 //   - A registry host with rules (Config.Registries: the Go module mirror
-//     and checksum database by default) is held to its protocol and
-//     reached in plain HTTP only — a CONNECT to it is refused, since a
-//     tunnel hides the paths the rules read. On the Go mirror only the
-//     module protocol's shapes pass, for module paths under a listed code
-//     host (or, for a mirror that serves it, sent to /cached-only), so the
-//     mirror never fetches from an origin the worker names; the checksum
-//     database is asked only about module versions the mirror served in
-//     this episode, since a lookup of any other would make it fetch too.
-//   - Tunnels to other hosts are relayed, not inspected or cached: what an
-//     allowlisted host does inside TLS is between the tool and that host.
+//     and checksum database by default) is held to its protocol, over
+//     plain HTTP and inside terminated tunnels alike. On the Go mirror only
+//     the module protocol's shapes pass, for module paths under a listed
+//     code host (or, for a mirror that serves it, sent to /cached-only), so
+//     the mirror never fetches from an origin the worker names; the
+//     checksum database is asked only about module versions the mirror
+//     served in this episode, since a lookup of any other would make it
+//     fetch too.
+//   - Tunnels are terminated, never relayed: the first record must be a
+//     ClientHello without ECH whose SNI is the CONNECT host, answered with
+//     a leaf of the proxy's own CA (P-256, its key only in memory; only
+//     CACertPEM leaves the proxy). Every request inside must name that
+//     host and is served by ServeHTTP in absolute form, so admission, the
+//     registry rules, the cache, the caps and the ledger are the
+//     plain-HTTP ones. A tunnel's own row records its raw bytes both ways;
+//     its inner requests are charged on their own rows.
 //
 // The proxy never writes to a domain's filesystem, never holds a
 // credential, and never acts on anything but its own socket and the
