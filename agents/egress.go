@@ -55,6 +55,11 @@ func reservedEnv(name string) bool {
 			return true
 		}
 	}
+	for _, k := range egressCAEnv {
+		if k == name {
+			return true
+		}
+	}
 	switch name {
 	case "ALL_PROXY", "all_proxy", "GONOPROXY", "GOPRIVATE", "GONOSUMDB", "GOSUMDB", "GOINSECURE",
 		"npm_config_proxy", "npm_config_https_proxy", "npm_config_noproxy", "PIP_PROXY":
@@ -101,9 +106,25 @@ const (
 // from the domain ends at the proxy, so no other root is needed.
 func EgressCAArgs(caPEM []byte) []string {
 	out := []string{"--home-file", egressCARel + "=" + base64.StdEncoding.EncodeToString(caPEM)}
-	for _, k := range []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "NPM_CONFIG_CAFILE", "npm_config_cafile",
-		"PIP_CERT", "REQUESTS_CA_BUNDLE", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"} {
+	for _, k := range egressCAEnv {
 		out = append(out, "--env", k+"="+EgressCAFile)
 	}
 	return out
+}
+
+// egressCAEnv are the toolchains' variables naming a CA bundle.
+var egressCAEnv = []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "NPM_CONFIG_CAFILE", "npm_config_cafile",
+	"PIP_CERT", "REQUESTS_CA_BUNDLE", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"}
+
+// WithEgressCA is argv with EgressCAArgs added right after autonomic-entry,
+// which the kernel does when it starts a domain for an episode with
+// egress (the argv was rendered before the episode's CA existed). An argv
+// that does not start with autonomic-entry is returned as it is: nothing
+// in it reads the flags, and its tools are not pointed at the proxy.
+func WithEgressCA(argv []string, caPEM []byte) []string {
+	if len(argv) == 0 || argv[0] != EntryPath || len(caPEM) == 0 {
+		return argv
+	}
+	out := append([]string{argv[0]}, EgressCAArgs(caPEM)...)
+	return append(out, argv[1:]...)
 }

@@ -2,11 +2,8 @@ package egress
 
 import (
 	"bytes"
-	"crypto/tls"
-	"crypto/x509"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,47 +12,78 @@ import (
 )
 
 // TestOutboundBytesCapped: the 5 MiB upload a worker sent through a
-// CONNECT tunnel under a 1 MiB inbound cap (issue 22) now meets an
-// outbound cap: the tunnel is cut once the domain has sent MaxUpBytes,
-// the upstream receives no more than that, and the ledger row says so.
+// CONNECT tunnel (issue 22) finds no way out: inside the terminated
+// tunnel the PUT is refused and reaches nothing, and what a domain can
+// still send, paths, queries and header values of admitted GETs over
+// plain HTTP and inside TLS alike, is charged to MaxUpBytes: once spent,
+// requests are refused before they leave, the upstream has seen no more
+// than the cap, and the refusal is recorded as limit_exceeded.
 func TestOutboundBytesCapped(t *testing.T) {
 	s := openStore(t)
 	var received atomic.Int64
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
-		received.Add(n)
-		w.Write([]byte("stored\n"))
+		received.Add(n + int64(len(r.Method)+len(r.URL.RequestURI())))
+		for _, vs := range r.Header {
+			for _, v := range vs {
+				received.Add(int64(len(v)))
+			}
+		}
+		w.Write([]byte("ok\n"))
 	})
 	cfg := up.config("example.com")
-	cfg.MaxBytes = 1 << 20
-	cfg.MaxUpBytes = 256 << 10
+	cfg.MaxBytes = 64 << 20
+	cfg.MaxUpBytes = 64 << 10
 	r := start(t, s, cfg)
-	roots := x509.NewCertPool()
-	roots.AddCert(up.srv.Certificate())
-	pu, _ := url.Parse(r.url)
-	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	tc := tunnelClient(r)
 	payload := bytes.Repeat([]byte("exfiltrated "), (5<<20)/12)
 	req, _ := http.NewRequest(http.MethodPut, "https://example.com/upload", bytes.NewReader(payload))
 	req.Header.Set("Authorization", "Bearer attacker-token")
-	resp, err := c.Do(req)
-	if err == nil {
+	if resp, err := tc.Do(req); err == nil {
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			t.Fatalf("a 5 MiB upload went through a tunnel under a 256 KiB outbound cap (%d received)", received.Load())
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("a PUT inside the tunnel: %d, want 403", resp.StatusCode)
 		}
 	}
-	if n := received.Load(); n > cfg.MaxUpBytes {
-		t.Fatalf("the upstream received %d bytes, over the %d outbound cap", n, cfg.MaxUpBytes)
+	if n := received.Load(); n != 0 {
+		t.Fatalf("the upstream received %d bytes of a refused upload", n)
 	}
+	// Data in query strings, 2 KiB a request, half inside TLS, half plain.
+	pc := client(r.url)
+	chunk := strings.Repeat("d", 2000)
+	var last int
+	for i := range 200 {
+		c, scheme := pc, "http"
+		if i%2 == 1 {
+			c, scheme = tc, "https"
+		}
+		resp, err := c.Get(scheme + "://example.com/search?q=" + chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		last = resp.StatusCode
+		if last != http.StatusOK {
+			break
+		}
+	}
+	if last != http.StatusForbidden {
+		t.Fatalf("200 requests of 2 KiB went out under a 64 KiB outbound cap (last status %d)", last)
+	}
+	if n := received.Load(); n > cfg.MaxUpBytes || n < cfg.MaxUpBytes/2 {
+		t.Fatalf("the upstream received %d bytes of requests, want at most the %d outbound cap (and most of it)", n, cfg.MaxUpBytes)
+	}
+	tc.CloseIdleConnections()
 	r.p.Close()
-	var row *store.EgressFetch
+	var capped bool
 	for _, f := range r.ledger(t, s) {
-		if f.Kind == store.EgressTunnel {
-			row = &f
+		if f.Kind == store.EgressHTTP && f.Code == "limit_exceeded" && strings.Contains(f.Reason, "outbound") {
+			capped = true
 		}
 	}
-	if row == nil || row.BytesUp > cfg.MaxUpBytes || row.Code != "limit_exceeded" {
-		t.Fatalf("tunnel row %+v", row)
+	if !capped {
+		t.Fatalf("no ledger row says the outbound cap refused a request")
 	}
 }
 

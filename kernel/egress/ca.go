@@ -17,10 +17,10 @@ import (
 // it has its tunnels refused rather than a CA that stays valid for ever.
 const caLifetime = 24 * time.Hour
 
-// episodeCA is the per-proxy CA that terminates CONNECT tunnels. Its key
+// CA is an episode's CA that terminates CONNECT tunnels. Its key
 // lives only in this struct (kernel memory): it is never marshalled, so it
 // cannot reach a disk or the domain; only the certificate is exported.
-type episodeCA struct {
+type CA struct {
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
 	pem  []byte
@@ -29,7 +29,9 @@ type episodeCA struct {
 	leaves map[string]*tls.Certificate // minted on demand, one per host
 }
 
-func newEpisodeCA() (*episodeCA, error) {
+// NewCA mints a CA: one per episode, shared by the episode's proxy and
+// its verifications' (their domains trust the same certificate).
+func NewCA() (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -53,7 +55,7 @@ func newEpisodeCA() (*episodeCA, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &episodeCA{cert: cert, key: key, leaves: map[string]*tls.Certificate{},
+	return &CA{cert: cert, key: key, leaves: map[string]*tls.Certificate{},
 		pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
@@ -63,7 +65,7 @@ func serial() *big.Int {
 }
 
 // leaf is host's certificate, signed by the CA, minted once per proxy.
-func (ca *episodeCA) leaf(host string) (*tls.Certificate, error) {
+func (ca *CA) leaf(host string) (*tls.Certificate, error) {
 	ca.mu.Lock()
 	defer ca.mu.Unlock()
 	if c, ok := ca.leaves[host]; ok {
@@ -91,6 +93,9 @@ func (ca *episodeCA) leaf(host string) (*tls.Certificate, error) {
 	return c, nil
 }
 
-// CACertPEM is the episode CA's certificate (PEM) for the domain's trust
-// store and toolchain variables; the key never leaves the proxy.
-func (p *Proxy) CACertPEM() []byte { return append([]byte(nil), p.ca.pem...) }
+// CertPEM is the CA's certificate (PEM) for the domain's trust store and
+// toolchain variables (agent.EgressCAArgs); the key never leaves memory.
+func (ca *CA) CertPEM() []byte { return append([]byte(nil), ca.pem...) }
+
+// CACertPEM is the certificate of the CA that terminates p's tunnels.
+func (p *Proxy) CACertPEM() []byte { return p.ca.CertPEM() }

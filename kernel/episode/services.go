@@ -134,7 +134,7 @@ func (e *Episode) services() ([]supervisor.Child, error) {
 			if err != nil {
 				return err
 			}
-			c.OnRefused = e.refused
+			c.OnRefused, c.CA = e.refused, e.ca
 			p, err := egress.New(c)
 			if err != nil {
 				return err
@@ -158,7 +158,23 @@ func (e *Episode) verifyEgress() *verify.Egress {
 	if !ok {
 		return nil
 	}
-	return &verify.Egress{Serve: e.serveEgress, Rootfs: e.spec.Rootfs, Seccomp: prog, Wrap: agent.WrapEgress}
+	wrap := func(argv []string) []string { return agent.WithEgressCA(agent.WrapEgress(argv), e.caPEM()) }
+	return &verify.Egress{Serve: e.serveEgress, Rootfs: e.spec.Rootfs, Seccomp: prog, Wrap: wrap}
+}
+
+// caPEM is the certificate of the episode's egress CA, nil without one.
+func (e *Episode) caPEM() []byte {
+	if e.ca == nil {
+		return nil
+	}
+	return e.ca.CertPEM()
+}
+
+// argv is the worker's argv as the domain runs it: the spec's, with the
+// egress CA's certificate and variables handed to autonomic-entry when
+// the episode has a proxy (the argv was rendered before the CA existed).
+func (e *Episode) argv() []string {
+	return agent.WithEgressCA(e.spec.Argv, e.caPEM())
 }
 
 // serveEgress serves one more proxy for this episode on socket id (a
@@ -171,7 +187,7 @@ func (e *Episode) serveEgress(_ context.Context, id string) (func() error, error
 	if err != nil {
 		return nil, err
 	}
-	c.OnRefused = e.refused
+	c.OnRefused, c.CA = e.refused, e.ca
 	p, err := egress.New(c)
 	if err != nil {
 		return nil, err

@@ -245,8 +245,91 @@ exec 3<>/dev/tcp/127.0.0.1/8788 || { echo "NO-BRIDGE"; exit 1; }
 printf 'GET http://registry.npmjs.org/is-number/-/is-number-7.0.0.tgz HTTP/1.1\r\nHost: registry.npmjs.org\r\nConnection: close\r\n\r\n' >&3
 read -r status <&3
 case "$status" in *" 200 "*) echo "DEPENDENCY-FETCHED" ;; *) echo "FETCH-FAILED $status"; exit 1 ;; esac
+` + httpsFetch + `|| exit 1
 sh test.sh
 `
+
+// httpsFetch fetches a tarball over HTTPS through the egress bridge as a
+// tool does (HTTPS_PROXY, CONNECT, TLS verified against the CA bundle the
+// toolchain variables name): it works only if the domain trusts the
+// episode's egress CA, which terminates the tunnel.
+const httpsFetch = `python3 -c '
+import os, ssl, sys, urllib.request
+print("CA", os.environ.get("SSL_CERT_FILE"))
+h = urllib.request.ProxyHandler({"https": "http://127.0.0.1:8788"})
+s = urllib.request.HTTPSHandler(context=ssl.create_default_context())
+try:
+    r = urllib.request.build_opener(h, s).open("https://registry.npmjs.org/is-number/-/is-number-6.0.0.tgz", timeout=60)
+    print("HTTPS-FETCHED", r.status, len(r.read()))
+except Exception as e:
+    print("HTTPS-FAILED", e); sys.exit(1)
+' `
+
+// TestEpisodeTrustsItsEgressCA: an episode with egress hands its worker
+// the certificate of the CA its proxy terminates tunnels with (never the
+// key), with each toolchain's variable naming it, so an HTTPS fetch
+// through CONNECT verifies, and what went inside TLS is in the episode's
+// fetch ledger path by path, next to the tunnel's own row.
+func TestEpisodeTrustsItsEgressCA(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p, err := seccomp.Shipped(episode.ProfileAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentProg, err := seccomp.Compile(p, seccomp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const host = "registry.npmjs.org"
+	r := newRig(t, ctx, "egressca", withConfig(func(c *episode.Config) {
+		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg.Bytes()}
+		c.Egress = &episode.EgressConfig{Operator: config.Egress{Allow: []string{host}, MaxBytesPerEpisode: 1 << 20,
+			AllowedNets: siteNets(t, host)}, Ledger: c.Store.(egress.Ledger)}
+	}))
+	spec := r.spec(nil)
+	signed, err := policy.Sign(policyKey(), policyKeyID, policy.Document{Schema: policy.Schema, ID: "egress-ca", Version: 1,
+		Capability: grantSpec(), Semantic: policy.Semantic{MaxRisk: 0.5}, Egress: &policy.Egress{Allow: []string{host}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Policy, spec.Seccomp = signed, episode.ProfileAgent
+	spec.Argv = []string{entryPath, "--bridge", "127.0.0.1:8788=/run/autonomic/egress.sock", "--",
+		"/bin/bash", "-c", httpsFetch + "; sleep 120"}
+	e, err := r.k.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inner, tunnel *store.EgressFetch
+	for inner == nil || tunnel == nil {
+		fetches, err := r.st.EgressFetches(ctx, e.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fetches {
+			switch {
+			case f.Kind == store.EgressHTTP && f.Path == "/is-number/-/is-number-6.0.0.tgz" && f.Status == 200 && f.Bytes > 0:
+				inner = &f
+			case f.Kind == store.EgressTunnel && f.Host == host:
+				tunnel = &f
+			}
+		}
+		if inner != nil && tunnel != nil {
+			break
+		}
+		select {
+		case <-e.Done():
+			t.Fatalf("no HTTPS fetch through the terminated tunnel (%+v): ledger %+v", e.Status(), fetches)
+		case <-ctx.Done():
+			t.Fatalf("no HTTPS fetch through the terminated tunnel: ledger %+v", fetches)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if tunnel.Outcome != store.EgressFetched || tunnel.BytesUp == 0 {
+		t.Errorf("tunnel row %+v", tunnel)
+	}
+	r.end(t, ctx, e, episode.Aborted, "test over")
+}
 
 // TestVerificationFetchesThroughItsOwnProxy: automatic verification of an
 // effect whose episode had an egress proxy (agent profile, a policy
