@@ -13,7 +13,7 @@ require (
 	github.com/seccomp/libseccomp-golang v0.11.1
 	github.com/tidwall/gjson v1.20.2
 	golang.org/x/sys v0.50.0
-	golang.org/x/text v0.41.0
+	golang.org/x/text v0.44.0
 )
 
 require (
@@ -32,7 +32,9 @@ require (
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.3.0 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
+	golang.org/x/crypto v0.59.0 // indirect
+	golang.org/x/mod v0.43.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 )

@@ -100,6 +100,7 @@ const (
 	CodeTargetUnavailable Code = "target_unavailable"
 	CodeRateLimited       Code = "rate_limited"
 	CodeRefMoved          Code = "ref_moved"
+	CodeDigestMismatch    Code = "digest_mismatch"
 
 	// Inference relay (kernel/relay).
 	CodeRouteRefused    Code = "route_refused"
@@ -173,6 +174,7 @@ var catalogue = map[Code]entry{
 	CodeTargetUnavailable: {"the target could not be reached", true},
 	CodeRateLimited:       {"the target's rate limit is exhausted", true},
 	CodeRefMoved:          {"the ref no longer points at the expected object", false},
+	CodeDigestMismatch:    {"the fetched bytes do not match the digest the registry published", false},
 
 	CodeRouteRefused:    {"the relay forwards only the provider's inference routes", false},
 	CodeModelRefused:    {"the model is not allowed by the policy and the provider", false},

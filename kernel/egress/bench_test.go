@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"crypto/rand"
 	"io"
 	"net/http"
 	"net/url"
@@ -9,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -24,11 +24,14 @@ import (
 // sees.
 func BenchmarkCachedFetch(b *testing.B) {
 	for _, size := range []int{64 << 10, 4 << 20} {
-		body := make([]byte, size)
-		rand.Read(body)
+		body := modZip(b, "golang.org/x/m", "v1.0.0", size)
 		b.Run(strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
 			s := openStore(b)
 			up := newUpstream(b, func(w http.ResponseWriter, r *http.Request) {
+				if strings.HasPrefix(r.URL.Path, "/sumdb/") {
+					lookup(w, r, body)
+					return
+				}
 				w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 				w.Write(body)
 			})
@@ -37,7 +40,7 @@ func BenchmarkCachedFetch(b *testing.B) {
 			cfg := up.config("example.com")
 			cfg.Cache, cfg.MaxBytes = cache, 1<<50
 			r := start(b, s, cfg)
-			const u = "http://example.com/m/@v/v1.0.0.zip"
+			const u = "http://example.com/golang.org/x/m/@v/v1.0.0.zip"
 			// Kept alive, as go's and npm's clients keep their proxy
 			// connection: a new connection per fetch measures accept().
 			// The ledger rows are written behind the fetches, batched.
@@ -56,7 +59,7 @@ func BenchmarkCachedFetch(b *testing.B) {
 			}
 			fetch()       // fills the cache
 			r.p.wg.Wait() // the handler files the body after the tool has it
-			e, f, ok := cache.lookup("example.com/m/@v/v1.0.0.zip")
+			e, f, ok := cache.lookup("example.com/golang.org/x/m/@v/v1.0.0.zip")
 			if !ok {
 				b.Fatal("not cached")
 			}

@@ -252,6 +252,15 @@ func (p *pending) commit(key string, e entry) error {
 	return os.Rename(idx.Name(), filepath.Join(p.c.dir, "index", indexName(key)))
 }
 
+// path is the file being filled, and whether it holds the whole body
+// (false once a write failed or the fill was never begun).
+func (p *pending) path() (string, bool) {
+	if p.err != nil || p.f == nil {
+		return "", false
+	}
+	return p.f.Name(), true
+}
+
 func (p *pending) abort() {
 	if p.f != nil {
 		p.f.Close()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -16,13 +17,23 @@ import (
 // kept); and what an earlier kernel left in tmp/ is swept at open.
 func TestCacheBounded(t *testing.T) {
 	s := openStore(t)
-	body := bytes.Repeat([]byte("z"), 100<<10)
 	// Each object its own bytes (the cache is content-addressed).
+	zipOf := func(path string) []byte {
+		v := path[strings.LastIndex(path, "/v")+1:]
+		v = strings.TrimSuffix(v, ".zip")
+		return modZip(t, "golang.org/x/m", v, 100<<10)
+	}
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		b := append([]byte(r.URL.Path), body[len(r.URL.Path):]...)
+		if mv, ok := strings.CutPrefix(r.URL.Path, "/sumdb/sum.golang.org/lookup/"); ok {
+			_, v, _ := strings.Cut(mv, "@")
+			lookup(w, r, zipOf("/"+v+".zip"))
+			return
+		}
+		b := zipOf(r.URL.Path)
 		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 		w.Write(b)
 	})
+	body := zipOf("/v1.0.0.zip")
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "tmp"), 0o700)
 	os.WriteFile(filepath.Join(dir, "tmp", "fetch-left"), bytes.Repeat([]byte("x"), 1<<20), 0o600)

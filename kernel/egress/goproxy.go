@@ -10,7 +10,8 @@ import (
 
 // Registry is the kind of package registry a host serves; a host of a
 // known kind is held to that registry's protocol (the paths its clients
-// ask for) and is reached in plain HTTP only, where every path is read.
+// ask for), over plain HTTP and inside terminated tunnels alike, and in
+// lockfile-bound mode to the objects the base commit's lockfiles name.
 type Registry string
 
 const (
@@ -25,6 +26,9 @@ const (
 	GoProxyCachedOnly Registry = "goproxy-cached-only"
 	// GoSumDB is the Go checksum database (sum.golang.org).
 	GoSumDB Registry = "gosumdb"
+	// NPM is an npm registry (registry.npmjs.org): any GET, except in
+	// lockfile-bound mode, where only the lock's tarballs pass.
+	NPM Registry = "npm"
 )
 
 // DefaultRegistries are the hosts whose registry kind the proxy knows.
@@ -33,7 +37,7 @@ const (
 // this project, need not serve that endpoint; an operator whose mirror
 // does names it GoProxyCachedOnly in egress.registries.)
 func DefaultRegistries() map[string]Registry {
-	return map[string]Registry{"proxy.golang.org": GoProxy, "sum.golang.org": GoSumDB}
+	return map[string]Registry{"proxy.golang.org": GoProxy, "sum.golang.org": GoSumDB, "registry.npmjs.org": NPM}
 }
 
 // DefaultGoCodeHosts are the code hosts Go module paths may start with

@@ -1,8 +1,11 @@
 package egress
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"crypto/x509"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +22,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 	"github.com/google/uuid"
+	"golang.org/x/mod/sumdb/dirhash"
 )
 
 // harness is the package's one throwaway PostgreSQL cluster.
@@ -180,4 +185,52 @@ func client(proxyURL string) *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Timeout:       30 * time.Second,
 	}
+}
+
+// modZip is a real module zip for mod@ver: one file of n bytes whose
+// content depends on mod and ver (each object its own bytes, the cache
+// being content-addressed). Its h1 is what the checksum database gives.
+func modZip(t testing.TB, mod, ver string, n int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	f, err := zw.CreateHeader(&zip.FileHeader{Name: mod + "@" + ver + "/data.txt", Method: zip.Store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := []byte(mod + "@" + ver + " ")
+	for i := 0; i < n; i += len(seed) {
+		f.Write(seed[:min(len(seed), n-i)])
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// goModBody is the go.mod every test module serves.
+const goModBody = "module m\n"
+
+// lookup answers a checksum-database lookup for the module version the
+// path names with the h1 hashes of zipBody and goModBody, as the
+// database would for those bytes.
+func lookup(w http.ResponseWriter, r *http.Request, zipBody []byte) {
+	mv := strings.TrimPrefix(r.URL.Path, "/sumdb/sum.golang.org/lookup/")
+	mod, ver, _ := strings.Cut(mv, "@")
+	tmp, err := os.CreateTemp("", "lookup-*.zip")
+	if err != nil {
+		http.Error(w, err.Error(), 500)
+		return
+	}
+	defer os.Remove(tmp.Name())
+	tmp.Write(zipBody)
+	tmp.Close()
+	line := "1\n"
+	if h, err := dirhash.HashZip(tmp.Name(), dirhash.Hash1); err == nil {
+		line += mod + " " + ver + " " + h + "\n"
+	}
+	hm, _ := dirhash.Hash1([]string{"go.mod"}, func(string) (io.ReadCloser, error) {
+		return io.NopCloser(strings.NewReader(goModBody)), nil
+	})
+	io.WriteString(w, line+mod+" "+ver+"/go.mod "+hm+"\n\n")
 }

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -8,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	gohash "hash"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/lockfile"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -92,6 +95,11 @@ type Config struct {
 	// CA terminates tunnels (nil: New mints one); the episode passes its
 	// own so that every domain it starts trusts one certificate.
 	CA *CA
+	// Lock, when set (the policy's egress.lockfile "bound"), is what the
+	// base commit's lockfiles pin: a registry host then serves only
+	// those objects (lockrule.go), and fills are checked against its
+	// digests first (digest.go).
+	Lock *lockfile.Set
 }
 
 // Defaults of the per-proxy bounds.
@@ -123,6 +131,7 @@ type Proxy struct {
 	rowsClosed bool
 	tunnels    map[net.Conn]bool // hijacked: http.Server.Close does not see them
 	goSeen     goSeen
+	npm        npmSeen
 	codeHosts  map[string]bool
 	// up counts the bytes sent upstream (outbound), requests the requests
 	// admitted, refusals the refusal rows recorded.
@@ -252,7 +261,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// A tunnel is terminated here, so its inner requests come back
 		// through ServeHTTP and meet the registry's rules like plain ones.
 		if !q.tunnel {
-			ref = goRule(kind, &q, &p.goSeen, p.codeHosts)
+			ref = p.registryRule(kind, &q)
 		}
 	}
 	if ref == nil && p.requests.Add(1) > p.cfg.MaxRequests {
@@ -589,15 +598,32 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 	hash := sha256.New()
 	var file *pending
 	keep := cacheable && resp.StatusCode == http.StatusOK
+	// A fill is filed only when it matches the registry's digest; the
+	// last chunk is held back until it does, so a tool never receives
+	// the whole of an object that does not.
+	var want *expected
+	var check gohash.Hash
 	if keep {
-		file = p.cfg.Cache.begin()
+		if want = p.expect(ctx, q); want == nil {
+			keep = false
+		} else {
+			file = p.cfg.Cache.begin()
+			check = want.hasher()
+		}
 	}
-	pooled := buffers.Get().(*[bufSize]byte)
+	var learn *bytes.Buffer
+	if p.cfg.Registries[q.host] == NPM && q.method == http.MethodGet && resp.StatusCode == http.StatusOK && isPackument(q.path) {
+		learn = &bytes.Buffer{}
+	}
+	pooled, spare := buffers.Get().(*[bufSize]byte), buffers.Get().(*[bufSize]byte)
 	defer buffers.Put(pooled)
-	buf := pooled[:]
+	defer buffers.Put(spare)
+	bufs, cur := [2][]byte{pooled[:], spare[:]}, 0
+	var held []byte
 	var n int64
 	var ferr *refusal
 	for {
+		buf := bufs[cur]
 		k, rerr := resp.Body.Read(buf)
 		if k > 0 {
 			if n+int64(k) > p.cfg.MaxResponseBytes {
@@ -613,8 +639,20 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 			hash.Write(buf[:k])
 			if keep {
 				file.Write(buf[:k])
+				if check != nil {
+					check.Write(buf[:k])
+				}
 			}
-			if _, err := w.Write(buf[:k]); err != nil {
+			if learn != nil && learn.Len()+k <= maxPackument {
+				learn.Write(buf[:k])
+			}
+			out := buf[:k]
+			if keep {
+				// Send what was held, hold this chunk; the next read
+				// goes into the other buffer.
+				out, held, cur = held, buf[:k], cur^1
+			}
+			if _, err := w.Write(out); err != nil {
 				ferr = &refusal{code: protocol.CodeTargetUnavailable, reason: "the tool hung up"}
 				n += int64(k)
 				break
@@ -652,7 +690,27 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 	}
 	f.Outcome, f.SHA256 = store.EgressFetched, hex.EncodeToString(hash.Sum(nil))
 	if keep {
-		_ = file.commit(key, entry{SHA256: f.SHA256, Size: n, ContentType: resp.Header.Get("Content-Type")})
+		name, whole := file.path()
+		if !whole && check == nil {
+			file.abort() // a zip that could not be kept cannot be checked: served, not filed
+		} else if !want.matches(check, name) {
+			file.abort()
+			f.Outcome, f.Code = store.EgressFailed, string(protocol.CodeDigestMismatch)
+			f.Reason = "the registry's bytes for " + printable(want.what) + " do not match its published digest"
+			p.record(ctx, f, start)
+			if p.cfg.OnRefused != nil {
+				p.cfg.OnRefused(Refusal{EpisodeID: p.cfg.EpisodeID, Method: f.Method, Host: f.Host, Code: protocol.CodeDigestMismatch, Reason: f.Reason})
+			}
+			panic(http.ErrAbortHandler) // the held chunk is never sent
+		} else {
+			_ = file.commit(key, entry{SHA256: f.SHA256, Size: n, ContentType: resp.Header.Get("Content-Type")})
+		}
+		if _, err := w.Write(held); err != nil {
+			f.Outcome, f.Code, f.Reason = store.EgressFailed, string(protocol.CodeTargetUnavailable), "the tool hung up"
+		}
+	}
+	if learn != nil && learn.Len() < maxPackument {
+		p.npm.learn(learn.Bytes())
 	}
 	p.record(ctx, f, start)
 }

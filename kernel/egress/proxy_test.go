@@ -38,12 +38,14 @@ func registry(body []byte) http.HandlerFunc {
 			http.Redirect(w, r, "https://example.com/m/@v/v1.0.0.mod", http.StatusMovedPermanently)
 		case strings.HasSuffix(r.URL.Path, "/@v/list"):
 			io.WriteString(w, "v1.0.0\n")
+		case strings.HasPrefix(r.URL.Path, "/sumdb/sum.golang.org/lookup/"):
+			lookup(w, r, body)
 		case strings.HasSuffix(r.URL.Path, ".zip"), strings.HasSuffix(r.URL.Path, ".tgz"):
 			w.Header().Set("Content-Type", "application/zip")
 			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 			w.Write(body)
 		case strings.HasSuffix(r.URL.Path, ".mod"):
-			io.WriteString(w, "module m\n")
+			io.WriteString(w, goModBody)
 		default:
 			http.NotFound(w, r)
 		}
@@ -70,7 +72,7 @@ func get(t *testing.T, c *http.Client, u string) (int, []byte, http.Header) {
 // in its episode's ledger with the body's digest.
 func TestCacheServesSecondEpisode(t *testing.T) {
 	s := openStore(t)
-	body := bytes.Repeat([]byte("module zip "), 50000) // 550 kB: several meter reads
+	body := modZip(t, "golang.org/x/m", "v1.0.0", 550000) // 550 kB: several meter reads
 	up := newUpstream(t, registry(body))
 	cache, err := OpenCache(t.TempDir())
 	if err != nil {
@@ -241,14 +243,14 @@ func TestCapStopsFetches(t *testing.T) {
 // the next fetch goes upstream again.
 func TestCorruptCacheIsNotServed(t *testing.T) {
 	s := openStore(t)
-	body := bytes.Repeat([]byte("z"), 200<<10)
+	body := modZip(t, "golang.org/x/m", "v1.0.0", 200<<10)
 	up := newUpstream(t, registry(body))
 	dir := t.TempDir()
 	cache, _ := OpenCache(dir)
 	cfg := up.config("example.com")
 	cfg.Cache = cache
 	r := start(t, s, cfg)
-	const u = "http://example.com/m/@v/v1.0.0.zip"
+	const u = "http://example.com/golang.org/x/m/@v/v1.0.0.zip"
 	get(t, client(r.url), u)
 	sum := sha256.Sum256(body)
 	blob := filepath.Join(dir, "blobs", hex.EncodeToString(sum[:]))
@@ -265,8 +267,8 @@ func TestCorruptCacheIsNotServed(t *testing.T) {
 	if err == nil {
 		t.Fatal("a corrupt cached body was served whole")
 	}
-	if code, got, _ := get(t, client(r.url), u); code != 200 || !bytes.Equal(got, body) || up.count("/m/@v/v1.0.0.zip") != 2 {
-		t.Fatalf("after eviction: %d, upstream %d", code, up.count("/m/@v/v1.0.0.zip"))
+	if code, got, _ := get(t, client(r.url), u); code != 200 || !bytes.Equal(got, body) || up.count("/golang.org/x/m/@v/v1.0.0.zip") != 2 {
+		t.Fatalf("after eviction: %d, upstream %d", code, up.count("/golang.org/x/m/@v/v1.0.0.zip"))
 	}
 }
 

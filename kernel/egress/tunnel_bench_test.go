@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -14,7 +13,7 @@ import (
 // same bytes read directly from a plain TLS server on loopback; and the
 // first-handshake cost (leaf mint + handshake through a new proxy).
 func BenchmarkTunnelCachedFetch(b *testing.B) {
-	body := bytes.Repeat([]byte("z"), 1<<20)
+	body := modZip(b, "golang.org/x/m", "v1.0.0", 1<<20)
 	up := newUpstream(b, registry(body))
 	const zip = "https://example.com/golang.org/x/m/@v/v1.0.0.zip"
 	read := func(b *testing.B, c *http.Client, u string) {

@@ -148,7 +148,7 @@ func extOffset(b []byte) int {
 // sees.
 func TestTunnelInnerRequestsAdmitted(t *testing.T) {
 	s := openStore(t)
-	body := bytes.Repeat([]byte("tarball "), 4096)
+	body := modZip(t, "golang.org/x/m", "v1.0.0", 32<<10)
 	up := newUpstream(t, registry(body))
 	cache, err := OpenCache(t.TempDir())
 	if err != nil {

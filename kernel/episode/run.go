@@ -19,6 +19,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/egress"
+	"github.com/autonomic-kernel/autonomic/kernel/lockfile"
 	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
@@ -50,6 +51,9 @@ type Episode struct {
 	// per episode, so each domain it starts, worker or verification,
 	// trusts the same certificate; its key stays in this process.
 	ca *egress.CA
+	// lock is what the base commit's lockfiles pin, read when the signed
+	// policy binds egress to them (egress.lockfile "bound").
+	lock *lockfile.Set
 
 	mu        sync.Mutex
 	state     State
@@ -247,6 +251,14 @@ func (e *Episode) run(ctx context.Context, checkpoint string) error {
 		if e.ca, err = egress.NewCA(); err != nil {
 			e.closeServices()
 			return fmt.Errorf("episode: egress CA: %w", err)
+		}
+	}
+	if e.wantsEgress() && e.pol.Egress.Lockfile == policy.LockfileBound && e.lock == nil {
+		// Read from the trusted repository at the base, never from the
+		// workspace the worker writes.
+		if e.lock, err = lockfile.Read(ctx, e.spec.Repo, e.spec.BaseOID); err != nil {
+			e.closeServices()
+			return protocol.Errorf(protocol.CodeInvalidField, "egress.lockfile is bound, and the base's lockfiles do not read: %v", err)
 		}
 	}
 	services, err := e.services()

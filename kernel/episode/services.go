@@ -134,7 +134,7 @@ func (e *Episode) services() ([]supervisor.Child, error) {
 			if err != nil {
 				return err
 			}
-			c.OnRefused, c.CA = e.refused, e.ca
+			c.OnRefused, c.CA, c.Lock = e.refused, e.ca, e.lock
 			p, err := egress.New(c)
 			if err != nil {
 				return err
@@ -187,7 +187,7 @@ func (e *Episode) serveEgress(_ context.Context, id string) (func() error, error
 	if err != nil {
 		return nil, err
 	}
-	c.OnRefused, c.CA = e.refused, e.ca
+	c.OnRefused, c.CA, c.Lock = e.refused, e.ca, e.lock
 	p, err := egress.New(c)
 	if err != nil {
 		return nil, err

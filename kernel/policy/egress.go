@@ -17,7 +17,17 @@ type Egress struct {
 	// into its domain; 0 (absent): the operator's configured cap. The
 	// smaller of the two applies.
 	MaxBytes int64 `json:"max_bytes,omitempty"`
+	// Lockfile, when LockfileBound, binds fetches from the package
+	// registries to what the base commit's lockfiles name (go.sum,
+	// package-lock.json): any other package or version is refused with
+	// its name, and every fill is checked against the lock's digest.
+	// Absent: any version of a listed registry, reads only.
+	Lockfile string `json:"lockfile,omitempty"`
 }
+
+// LockfileBound is the egress.lockfile mode that admits only what the
+// base commit's lockfiles name.
+const LockfileBound = "bound"
 
 // Bounds of an egress grant.
 const (
@@ -30,6 +40,7 @@ const (
 type egressWire struct {
 	Allow    []string `json:"allow"`
 	MaxBytes *int64   `json:"max_bytes"`
+	Lockfile *string  `json:"lockfile"`
 }
 
 // decodeEgress checks a decoded egress block; nil stays nil (no egress).
@@ -49,6 +60,12 @@ func decodeEgress(w *egressWire) (*Egress, error) {
 			return nil, fmt.Errorf("egress.max_bytes outside 1..2^53")
 		}
 		e.MaxBytes = *w.MaxBytes
+	}
+	if w.Lockfile != nil {
+		if *w.Lockfile != LockfileBound {
+			return nil, fmt.Errorf("egress.lockfile must be %q", LockfileBound)
+		}
+		e.Lockfile = *w.Lockfile
 	}
 	return e, nil
 }

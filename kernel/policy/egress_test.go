@@ -49,6 +49,8 @@ func TestEgressGrant(t *testing.T) {
 		"null":        `{"allow":null}`,
 		"zero cap":    `{"allow":[],"max_bytes":0}`,
 		"unknown key": `{"allow":[],"deny":[]}`,
+		"lock mode":   `{"allow":[],"lockfile":"loose"}`,
+		"lock empty":  `{"allow":[],"lockfile":""}`,
 	} {
 		doc := `{"schema":"autonomic.policy.v1","id":"p","version":1,"capability":{"max_class":0,"grants":[],"allow":[],"forbid":[],` +
 			`"budget":{"bytes_per_effect":0,"bytes_total":0,"effects_per_minute":0}},"semantic":{"max_risk":0.5},"egress":` + raw + `}`
