@@ -37,6 +37,9 @@ func BareRepo(t testing.TB, dir, name string, files map[string]string, message s
 	}
 	Git(t, work, "init", "-q", "-b", "main")
 	for path, content := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(work, path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(filepath.Join(work, path), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -186,7 +186,7 @@ func (p *Proxy) expect(ctx context.Context, q request) *expected {
 		return nil
 	}
 	if strings.HasSuffix(q.path, ".tgz") {
-		if pin, ok := p.cfg.Lock.NPMTarball(q.host, q.path); ok {
+		if pin, ok := p.cfg.Lock.NPMTarball(q.path); ok {
 			return &expected{sri: pin.Integrity, what: pin.Name + "@" + pin.Version}
 		}
 		if sri := p.npm.get(q.host + q.path); sri != "" {

@@ -23,7 +23,7 @@ func (p *Proxy) registryRule(kind Registry, q *request) *refusal {
 		if p.cfg.Lock == nil {
 			return nil
 		}
-		if _, ok := p.cfg.Lock.NPMTarball(q.host, q.path); ok {
+		if _, ok := p.cfg.Lock.NPMTarball(q.path); ok {
 			return nil
 		}
 		return refuse(protocol.CodeForbidden, "lockfile-bound: "+npmName(q.path)+" is not in the base commit's lockfiles ("+p.cfg.Lock.Names()+")")

@@ -36,7 +36,7 @@ type NPM struct {
 type Set struct {
 	// Files are the lockfiles read, by repository path.
 	Files []string
-	npm   map[string]NPM    // host + tarball path → pin
+	npm   map[string]NPM    // tarball path on the registry → pin
 	goZip map[string]string // module@version → h1 of the module zip
 	goMod map[string]string // module@version → h1 of its go.mod
 	n     int
@@ -45,12 +45,13 @@ type Set struct {
 // Empty reports whether the set pins nothing.
 func (s *Set) Empty() bool { return s == nil || len(s.npm)+len(s.goZip)+len(s.goMod) == 0 }
 
-// NPMTarball is the pin for a tarball at host+path, if the lock names it.
-func (s *Set) NPMTarball(host, p string) (NPM, bool) {
+// NPMTarball is the pin for the tarball at path on an npm registry, if
+// the lock names it.
+func (s *Set) NPMTarball(path string) (NPM, bool) {
 	if s == nil {
 		return NPM{}, false
 	}
-	n, ok := s.npm[host+p]
+	n, ok := s.npm[path]
 	return n, ok
 }
 
@@ -192,30 +193,58 @@ func (s *Set) npmLock(data []byte) error {
 		return fmt.Errorf("lockfileVersion %d: want 2 or 3 (npm 7 or later)", lock.Version)
 	}
 	for key, p := range lock.Packages {
-		if key == "" || p.Link || p.Resolved == "" {
-			continue // the project itself, a workspace link, a bundled dependency
+		i := strings.LastIndex(key, "node_modules/")
+		if i < 0 || p.Link {
+			continue // the project itself, a workspace member, a link
 		}
-		u, err := url.Parse(p.Resolved)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.User != nil {
-			return fmt.Errorf("%s: resolved %q is not a registry URL (git and file dependencies are not lockfile-bound)", key, p.Resolved)
+		name := p.Name
+		if name == "" {
+			name = key[i+len("node_modules/"):]
+		}
+		if !validNPMName(name) || p.Version == "" || strings.ContainsAny(p.Version, "/%?#") {
+			return fmt.Errorf("%s: not a package name and version", key)
+		}
+		if p.Integrity == "" {
+			continue // bundled inside its parent's tarball: never fetched
 		}
 		if !strings.HasPrefix(p.Integrity, "sha512-") && !strings.HasPrefix(p.Integrity, "sha1-") {
 			return fmt.Errorf("%s: integrity %q is not sha512 or sha1", key, p.Integrity)
 		}
-		name := p.Name
-		if name == "" {
-			i := strings.LastIndex(key, "node_modules/")
-			if i < 0 {
-				return fmt.Errorf("%s: not a node_modules path", key)
+		// The registry's tarball path: the lock's resolved URL, or (npm
+		// omits it with omit-lockfile-registry-resolved) the registry's
+		// own layout. The host is the allow list's business.
+		tarball := "/" + name + "/-/" + name[strings.LastIndex(name, "/")+1:] + "-" + p.Version + ".tgz"
+		if p.Resolved != "" {
+			u, err := url.Parse(p.Resolved)
+			if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.User != nil {
+				return fmt.Errorf("%s: resolved %q is not a registry URL (git and file dependencies are not lockfile-bound)", key, p.Resolved)
 			}
-			name = key[i+len("node_modules/"):]
+			tarball = u.EscapedPath()
 		}
 		if err := s.count(); err != nil {
 			return err
 		}
-		s.npm[strings.ToLower(u.Host)+u.EscapedPath()] = NPM{Name: name, Version: p.Version, Integrity: strongest(p.Integrity)}
+		s.npm[tarball] = NPM{Name: name, Version: p.Version, Integrity: strongest(p.Integrity)}
 	}
 	return nil
+}
+
+// validNPMName: a package name as the registry spells it, lower case,
+// optionally scoped ("@scope/name"), no path tricks.
+func validNPMName(n string) bool {
+	if n == "" || len(n) > 214 || strings.Contains(n, "..") {
+		return false
+	}
+	parts := strings.Split(n, "/")
+	if len(parts) == 2 && !strings.HasPrefix(parts[0], "@") || len(parts) > 2 {
+		return false
+	}
+	for _, c := range n {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.ContainsRune("-._~@/", c)) {
+			return false
+		}
+	}
+	return !strings.HasPrefix(parts[len(parts)-1], ".") && parts[len(parts)-1] != ""
 }
 
 // strongest is the sha512 hash of an SRI list, else its first.
