@@ -26,6 +26,9 @@ func (p *Proxy) registryRule(kind Registry, q *request) *refusal {
 		if _, ok := p.cfg.Lock.NPMTarball(q.path); ok {
 			return nil
 		}
+		if name, ok := packumentName(q.path); ok && q.query == "" && p.cfg.Lock.NPMPackage(name) {
+			return nil // metadata of a locked package: npm reads it to find a pinned tarball
+		}
 		return refuse(protocol.CodeForbidden, "lockfile-bound: "+npmName(q.path)+" is not in the base commit's lockfiles ("+p.cfg.Lock.Names()+")")
 	}
 	return nil
@@ -71,4 +74,22 @@ func npmName(path string) string {
 	base := pkg[strings.LastIndex(pkg, "/")+1:]
 	ver := strings.TrimSuffix(strings.TrimPrefix(file, base+"-"), ".tgz")
 	return printable(pkg + "@" + ver)
+}
+
+// packumentName is the package an npm metadata path names: "/name",
+// "/@scope%2fname" or "/@scope/name".
+func packumentName(path string) (string, bool) {
+	if !isPackument(path) {
+		return "", false
+	}
+	n := strings.TrimPrefix(path, "/")
+	n = strings.Replace(strings.Replace(n, "%2f", "/", 1), "%2F", "/", 1)
+	parts := strings.Split(n, "/")
+	switch {
+	case len(parts) == 1 && !strings.HasPrefix(n, "@"):
+	case len(parts) == 2 && strings.HasPrefix(n, "@"):
+	default:
+		return "", false
+	}
+	return n, true
 }

@@ -36,10 +36,12 @@ type NPM struct {
 type Set struct {
 	// Files are the lockfiles read, by repository path.
 	Files []string
-	npm   map[string]NPM    // tarball path on the registry → pin
-	goZip map[string]string // module@version → h1 of the module zip
-	goMod map[string]string // module@version → h1 of its go.mod
-	n     int
+	npm   map[string]NPM // tarball path on the registry → pin
+	// npmNames are the package names npm holds pins for.
+	npmNames map[string]bool
+	goZip    map[string]string // module@version → h1 of the module zip
+	goMod    map[string]string // module@version → h1 of its go.mod
+	n        int
 }
 
 // Empty reports whether the set pins nothing.
@@ -53,6 +55,16 @@ func (s *Set) NPMTarball(path string) (NPM, bool) {
 	}
 	n, ok := s.npm[path]
 	return n, ok
+}
+
+// NPMPackage reports whether the lock names any version of the package
+// (its metadata, which npm reads to find a tarball the lock names
+// without a URL, is then admitted; the tarballs stay pinned).
+func (s *Set) NPMPackage(name string) bool {
+	if s == nil {
+		return false
+	}
+	return s.npmNames[name]
 }
 
 // GoZip is the h1 hash go.sum records for module@version's zip.
@@ -82,7 +94,7 @@ func (s *Set) Names() string {
 }
 
 func newSet() *Set {
-	return &Set{npm: map[string]NPM{}, goZip: map[string]string{}, goMod: map[string]string{}}
+	return &Set{npm: map[string]NPM{}, npmNames: map[string]bool{}, goZip: map[string]string{}, goMod: map[string]string{}}
 }
 
 // kind is the lockfile a repository path is, or "".
@@ -225,6 +237,7 @@ func (s *Set) npmLock(data []byte) error {
 			return err
 		}
 		s.npm[tarball] = NPM{Name: name, Version: p.Version, Integrity: strongest(p.Integrity)}
+		s.npmNames[name] = true
 	}
 	return nil
 }

@@ -32,6 +32,11 @@ func TestEgressGrant(t *testing.T) {
 	if p.Digest == old.Digest {
 		t.Fatal("the egress grant is not covered by the digest")
 	}
+	bound := exampleDoc()
+	bound.Egress = &Egress{Allow: []string{"registry.npmjs.org"}, Lockfile: LockfileBound}
+	if p, err := Verify(keys, ops.sign(t, bound)); err != nil || p.Egress.Lockfile != LockfileBound {
+		t.Fatalf("lockfile-bound policy: %v %+v", err, p)
+	}
 	d.Egress = &Egress{}
 	if p, err := Verify(keys, ops.sign(t, d)); err != nil || p.Egress == nil || len(p.Egress.Allow) != 0 {
 		t.Fatalf("empty allow list: %v", err)
