@@ -21,13 +21,14 @@ const (
 //   - HTTP_PROXY/HTTPS_PROXY (and the lower-case forms curl and pip read)
 //     name the bridge; NO_PROXY keeps loopback direct, so the agent's own
 //     model calls still go to the inference bridge and never to the proxy.
-//   - The registries are named in plain HTTP where the tool allows it
-//     (GOPROXY, npm_config_registry, PIP_INDEX_URL): the proxy fetches
-//     them upstream over verified HTTPS, records each path, and may serve
-//     immutable objects (module zips, tarballs) from the host's cache — a
-//     CONNECT tunnel it can neither see into nor cache. go's checksum
-//     database is reached through the module proxy (GOSUMDB stays the
-//     default, verified by its signed tree), so go needs no tunnel.
+//   - The registries are named as the tools name them by default, over
+//     HTTPS (GOPROXY, npm_config_registry, PIP_INDEX_URL): the proxy
+//     terminates each CONNECT with the episode's CA (EgressCAArgs, added
+//     by the kernel), so every request inside is read, recorded path by
+//     path, held to the registry's rules and served from the host's
+//     cache like a plain-HTTP one; upstream it fetches over verified
+//     HTTPS. go's checksum database is reached through the module proxy
+//     (GOSUMDB stays the default, verified by its signed tree).
 //   - GOTOOLCHAIN=local: the toolchain is the rootfs's, the one its
 //     manifest records; a go.mod asking for a newer one fails rather than
 //     downloading and running an unrecorded toolchain.
@@ -40,9 +41,9 @@ func EgressEnv() []string {
 		"HTTP_PROXY=" + EgressProxyURL, "HTTPS_PROXY=" + EgressProxyURL,
 		"http_proxy=" + EgressProxyURL, "https_proxy=" + EgressProxyURL,
 		"NO_PROXY=127.0.0.1,localhost,::1", "no_proxy=127.0.0.1,localhost,::1",
-		"GOPROXY=http://proxy.golang.org", "GOTOOLCHAIN=local",
-		"npm_config_registry=http://registry.npmjs.org/",
-		"PIP_INDEX_URL=http://pypi.org/simple/", "PIP_TRUSTED_HOST=pypi.org",
+		"GOPROXY=https://proxy.golang.org", "GOTOOLCHAIN=local",
+		"npm_config_registry=https://registry.npmjs.org/",
+		"PIP_INDEX_URL=https://pypi.org/simple/",
 	}
 }
 
@@ -62,7 +63,7 @@ func reservedEnv(name string) bool {
 	}
 	switch name {
 	case "ALL_PROXY", "all_proxy", "GONOPROXY", "GOPRIVATE", "GONOSUMDB", "GOSUMDB", "GOINSECURE",
-		"npm_config_proxy", "npm_config_https_proxy", "npm_config_noproxy", "PIP_PROXY":
+		"npm_config_proxy", "npm_config_https_proxy", "npm_config_noproxy", "PIP_PROXY", "PIP_TRUSTED_HOST":
 		return true
 	}
 	return false

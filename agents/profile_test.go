@@ -309,7 +309,7 @@ func TestRenderWithEgress(t *testing.T) {
 		env[k] = v
 	}
 	for k, want := range map[string]string{"HTTP_PROXY": "http://127.0.0.1:8788", "HTTPS_PROXY": "http://127.0.0.1:8788",
-		"GOPROXY": "http://proxy.golang.org", "npm_config_registry": "http://registry.npmjs.org/", "PIP_INDEX_URL": "http://pypi.org/simple/"} {
+		"GOPROXY": "https://proxy.golang.org", "npm_config_registry": "https://registry.npmjs.org/", "PIP_INDEX_URL": "https://pypi.org/simple/"} {
 		if env[k] != want {
 			t.Errorf("%s=%q, want %q", k, env[k], want)
 		}

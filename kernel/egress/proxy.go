@@ -295,6 +295,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			path = r.URL.EscapedPath()
 		}
+		if h, port, err := net.SplitHostPort(host); err == nil && port == "443" && kind == store.EgressTunnel {
+			host = h // the row names the host, as an admitted tunnel's does
+		}
 		p.refuse(w, r.Context(), store.EgressFetch{Kind: kind, Method: r.Method, Host: host, Path: path}, ref, start)
 		return
 	}
