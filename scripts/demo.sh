@@ -213,6 +213,10 @@ if [ -n "$agents" ]; then
 	echo "$fetches"
 	grep -q 'registry.npmjs.org/is-number/-/is-number-7.0.0.tgz  200 ' <<<"$fetches" ||
 		{ echo "the ledger has no fetch of the test's dependency"; exit 1; }
+	# npm reached the registry over HTTPS: the tunnel was terminated with
+	# the episode's CA, and the tarball above is the request read inside it.
+	grep -q 'CONNECT registry.npmjs.org  200 ' <<<"$fetches" ||
+		{ echo "the dependency did not come through a terminated tunnel"; exit 1; }
 fi
 
 say "Where to look"

@@ -40,6 +40,9 @@ const (
 	EgressCached  = "cached"
 	EgressRefused = "refused"
 	EgressFailed  = "failed"
+	// EgressOpened is a tunnel's first row, written before the domain is
+	// told the tunnel is open; its closing row follows with the counts.
+	EgressOpened = "opened"
 )
 
 // ErrEgressCap is ReserveEgress's refusal: the reservation does not fit

@@ -107,10 +107,13 @@ func TestSpendTotals(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := admin.Exec(ctx, `DROP TRIGGER effect_spend_total ON effect_spend; DROP FUNCTION effect_spend_total();
-		DROP TABLE episode_spend; DELETE FROM schema_migrations WHERE version = 6`); err != nil {
+		DROP TABLE episode_spend; DELETE FROM schema_migrations WHERE version = 6;
+		ALTER TABLE egress_fetches DROP CONSTRAINT egress_fetches_outcome_check;
+		ALTER TABLE egress_fetches ADD CONSTRAINT egress_fetches_outcome_check CHECK (outcome IN ('fetched', 'cached', 'refused', 'failed'));
+		DELETE FROM schema_migrations WHERE version = 7`); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := migrations.Apply(ctx, admin, embedded); err != nil || n != 1 {
+	if n, err := migrations.Apply(ctx, admin, embedded); err != nil || n != 2 {
 		t.Fatalf("re-applying 0006: %d, %v", n, err)
 	}
 	if b, n := totals(); b != total || n != int64(len(sizes)) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -413,10 +414,10 @@ func TestServesOnUnixSocket(t *testing.T) {
 	tc.CloseIdleConnections()
 	p.Close()
 	l2, err := s.EgressFetches(t.Context(), ep)
-	if err != nil || len(l2) != 3 {
+	if err != nil || len(l2) != 4 || l2[1].Outcome != store.EgressOpened {
 		t.Fatalf("ledger: %v %+v", err, l2)
 	}
-	in, tun := l2[1], l2[2]
+	in, tun := l2[2], l2[3]
 	if in.Kind != store.EgressHTTP || in.Host != "example.com" || in.Path != "/m/@v/v1.0.0.zip" || in.Bytes != 8 || in.SHA256 == "" {
 		t.Fatalf("inner row: %+v", in)
 	}
@@ -485,8 +486,10 @@ func TestUpstreamCertificateIsVerified(t *testing.T) {
 	}
 }
 
-// TestCloseCutsTunnels: an idle tunnel does not keep a closing proxy (the
-// end of an episode) waiting for its idle timeout; it is cut and recorded.
+// TestCloseCutsTunnels: a tunnel's row is in the ledger before the domain
+// is told it is open (a kernel that dies then leaves it); an idle tunnel
+// does not keep a closing proxy (the end of an episode) waiting for its
+// idle timeout; it is cut and its closing row recorded.
 func TestCloseCutsTunnels(t *testing.T) {
 	s := openStore(t)
 	up := newUpstream(t, registry(nil))
@@ -500,6 +503,9 @@ func TestCloseCutsTunnels(t *testing.T) {
 	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("tunnel: %v %v", err, resp)
 	}
+	if l, err := s.EgressFetches(t.Context(), r.episode); err != nil || len(l) != 1 || l[0].Outcome != store.EgressOpened || l[0].Host != "example.com" {
+		t.Fatalf("when the 200 arrived, the ledger held %+v (%v), want the tunnel's opening row", l, err)
+	}
 	done := make(chan struct{})
 	go func() { r.p.Close(); close(done) }()
 	select {
@@ -507,9 +513,31 @@ func TestCloseCutsTunnels(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close waited for an idle tunnel")
 	}
-	if l := r.ledger(t, s); len(l) != 1 || l[0].Kind != store.EgressTunnel {
+	if l := r.ledger(t, s); len(l) != 2 || l[1].Kind != store.EgressTunnel || l[1].Outcome == store.EgressOpened {
 		t.Fatalf("ledger: %+v", l)
 	}
+	// A ledger that cannot take the opening row: no tunnel opens.
+	cfg := up.config("example.com")
+	cfg.Ledger = refusingLedger{s}
+	r2 := start(t, s, cfg)
+	req, _ := http.NewRequest(http.MethodConnect, r2.url, nil)
+	req.Host, req.URL.Opaque = "example.com:443", "example.com:443"
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("CONNECT with the ledger refusing rows: %d, want 503", resp.StatusCode)
+	}
+}
+
+// refusingLedger is the store with row writes failing, as a database
+// that has gone away answers them.
+type refusingLedger struct{ *store.Postgres }
+
+func (refusingLedger) RecordEgress(context.Context, ...store.EgressFetch) error {
+	return errors.New("connection refused")
 }
 
 // slowLedger commits each batch of rows late, as a loaded database does.

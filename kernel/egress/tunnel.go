@@ -23,6 +23,18 @@ import (
 // what leaves is only what admit lets a plain request send.
 func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start time.Time) {
 	f := store.EgressFetch{Kind: store.EgressTunnel, Method: q.method, Host: q.host}
+	// The opening row is written, not queued, before the 200: a kernel
+	// that dies while the tunnel is open leaves the row that says so.
+	opened := f
+	opened.EpisodeID, opened.Outcome, opened.Status = p.cfg.EpisodeID, store.EgressOpened, http.StatusOK
+	octx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+	err := p.cfg.Ledger.RecordEgress(octx, opened)
+	cancel()
+	if err != nil {
+		p.refuse(w, r.Context(), f, &refusal{code: protocol.CodeAuthorityUnavailable, status: http.StatusServiceUnavailable,
+			reason: "the egress ledger is unavailable: no tunnel opens unrecorded"}, start)
+		return
+	}
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		p.fail(w, r.Context(), f, &refusal{code: protocol.CodeInternal, status: http.StatusInternalServerError, reason: "cannot tunnel"}, start)
