@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/internal/connlimit"
 	"github.com/autonomic-kernel/autonomic/kernel/lockfile"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -220,12 +221,17 @@ func New(cfg Config) (*Proxy, error) {
 // Serve serves the domain's connections on l (the episode's egress
 // socket) until Close.
 func (p *Proxy) Serve(l net.Listener) error {
-	err := p.srv.Serve(l)
+	err := p.srv.Serve(connlimit.Listen(l, p.maxConns()))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
 	return err
 }
+
+// maxConns is how many connections the proxy keeps open: its requests
+// and tunnels in flight, and as many again waiting or idle (a tool keeps
+// its proxy connection alive).
+func (p *Proxy) maxConns() int { return 2 * p.cfg.MaxConcurrent }
 
 // Close stops serving, cuts open tunnels, waits until every fetch in
 // flight has been recorded, and gives back the unused byte reservation.

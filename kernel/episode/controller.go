@@ -52,6 +52,9 @@ type Config struct {
 	// and its relay charges RelayLedger (the store).
 	Providers   map[string]config.Provider
 	RelayLedger relay.Ledger
+	// RelayMemory bounds what every episode's relay holds for calls at
+	// once (nil: New makes one of relay.DefaultMemory).
+	RelayMemory *relay.Memory
 	// Egress, when set, serves an egress proxy to each episode whose
 	// signed policy grants egress (nil: none is served).
 	Egress *EgressConfig
@@ -120,6 +123,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.AuthorityInterval <= 0 {
 		cfg.AuthorityInterval = 500 * time.Millisecond
+	}
+	if cfg.RelayMemory == nil {
+		cfg.RelayMemory = relay.NewMemory(relay.DefaultMemory)
 	}
 	if cfg.Ceiling == nil {
 		cfg.Ceiling = func() authority.Class { return authority.MaxClass }

@@ -113,7 +113,7 @@ func (e *Episode) services() ([]supervisor.Child, error) {
 				budget = e.pol.Inference
 			}
 			r, err := relay.New(ctx, relay.Options{ProviderName: e.spec.Inference, Provider: e.k.cfg.Providers[e.spec.Inference],
-				EpisodeID: e.id, Budget: budget, Ledger: e.k.cfg.RelayLedger, OnExhausted: e.exhausted, Log: e.log})
+				EpisodeID: e.id, Budget: budget, Ledger: e.k.cfg.RelayLedger, Memory: e.k.cfg.RelayMemory, OnExhausted: e.exhausted, Log: e.log})
 			if err != nil {
 				return fmt.Errorf("relay: %w", err)
 			}

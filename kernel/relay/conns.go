@@ -1,10 +1,6 @@
 package relay
 
-import (
-	"net"
-	"sync"
-	"time"
-)
+import "time"
 
 // Default connection bounds of one relay (Options.ReadTimeout,
 // Options.IdleTimeout).
@@ -21,39 +17,4 @@ func (o Options) maxConns() int {
 		n = 8
 	}
 	return 2 * n
-}
-
-// limitListener accepts a connection only while fewer than cap(slots) are
-// open; one over is closed at once, so a worker opening connections
-// without end holds no more of the kernel than that.
-type limitListener struct {
-	net.Listener
-	slots chan struct{}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case l.slots <- struct{}{}:
-			return &slotConn{Conn: c, free: func() { <-l.slots }}, nil
-		default:
-			c.Close()
-		}
-	}
-}
-
-type slotConn struct {
-	net.Conn
-	once sync.Once
-	free func()
-}
-
-func (c *slotConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.free)
-	return err
 }

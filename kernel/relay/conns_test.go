@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/internal/fixturemodel"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 )
 
@@ -147,5 +148,64 @@ func TestRefusalRecordedWhenTheClientHangsUp(t *testing.T) {
 			t.Fatalf("%d of %d refusals recorded", got, n)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRelayMemoryIsKernelWide: the relays of two episodes share the
+// kernel's bound on what calls hold: while one episode's streamed call
+// holds its body and tracker allowance, the other episode's call is
+// refused (rate_limited, never forwarded, in its ledger's refusals)
+// rather than adding to the kernel's heap; once the first ends, the
+// second is served.
+func TestRelayMemoryIsKernelWide(t *testing.T) {
+	mem := NewMemory(maxLine + 32<<10) // one call's allowance
+	hold := make(chan struct{})
+	script := fixturemodel.FixCalc(config.WireChat, "/workspace")
+	script.Turns[0].Hold = hold
+	a := newEnv(t, setup{wire: config.WireChat, script: script, memory: mem})
+	b := newEnv(t, setup{wire: config.WireChat, memory: mem})
+	first := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", "http://relay/v1/chat/completions", strings.NewReader(`{"model":"qwen","stream":true,"tools":[{}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := a.client.Do(req)
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		first <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for mem.InUse() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if mem.InUse() == 0 {
+		select {
+		case err := <-first:
+			t.Fatalf("the streamed call ended before the provider let it (%v): %+v", err, a.fixture.Requests())
+		default:
+		}
+		t.Fatal("the streamed call never took its allowance")
+	}
+	resp, body := b.post("/v1/chat/completions", `{"model":"qwen","messages":[]}`)
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), "rate_limited") {
+		t.Fatalf("a second episode's call while the kernel's relay memory is held: %d %s", resp.StatusCode, body)
+	}
+	if n := len(b.fixture.Requests()); n != 0 {
+		t.Fatalf("the refused call reached the provider (%d requests)", n)
+	}
+	close(hold)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := b.post("/v1/chat/completions", `{"model":"qwen","messages":[]}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the first call ended: %d %s", resp.StatusCode, body)
+	}
+	// Given back when the handler returns, just after the answer's end.
+	for end := time.Now().Add(5 * time.Second); mem.InUse() != 0 && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if mem.InUse() != 0 {
+		t.Fatalf("%d bytes still held after every call ended", mem.InUse())
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/internal/connlimit"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -56,6 +57,9 @@ type Options struct {
 	ProviderName string
 	Provider     config.Provider
 	EpisodeID    uuid.UUID
+	// Memory is the kernel-wide bound on what calls hold (one Memory for
+	// every relay the kernel serves); nil: a bound of this relay's own.
+	Memory *Memory
 	// Budget is the episode's signed policy's inference section; nil
 	// grants no inference (every call is refused with model_refused).
 	Budget *policy.Inference
@@ -121,6 +125,9 @@ func New(ctx context.Context, opts Options) (*Relay, error) {
 	opts.Log = opts.Log.Named("relay").With("episode", opts.EpisodeID.String(), "provider", opts.ProviderName)
 	if opts.MaxConcurrent <= 0 {
 		opts.MaxConcurrent = 8
+	}
+	if opts.Memory == nil {
+		opts.Memory = NewMemory(DefaultMemory)
 	}
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
@@ -233,7 +240,7 @@ func credential(p config.Provider, getenv func(string) string) (string, error) {
 // Serve answers the worker's calls on ln (the episode's inference socket)
 // until Close.
 func (r *Relay) Serve(ln net.Listener) error {
-	err := r.srv.Serve(&limitListener{Listener: ln, slots: make(chan struct{}, r.opts.maxConns())})
+	err := r.srv.Serve(connlimit.Listen(ln, r.opts.maxConns()))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -289,6 +296,18 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.deny(w, req, refuse(protocol.CodeRateLimited, http.StatusTooManyRequests, "too many calls in flight"))
 		return
 	}
+	// What this call may hold in the kernel's heap: its body (the length
+	// it declares, or the cap) and the line its usage tracker may keep.
+	hold := int64(r.rules.maxBody) + 1
+	if req.ContentLength >= 0 && req.ContentLength < hold {
+		hold = req.ContentLength
+	}
+	hold += maxLine
+	if !r.opts.Memory.take(hold) {
+		r.deny(w, req, refuse(protocol.CodeRateLimited, http.StatusTooManyRequests, "the kernel's relay memory is held by other calls; retry"))
+		return
+	}
+	defer r.opts.Memory.give(hold)
 	body, err := io.ReadAll(io.LimitReader(req.Body, int64(r.rules.maxBody)+1))
 	if err != nil {
 		r.deny(w, req, refuse(protocol.CodeFrameTruncated, http.StatusBadRequest, "body could not be read"))

@@ -62,6 +62,8 @@ type setup struct {
 	// Connection bounds (Options), zero for the defaults.
 	maxConcurrent         int
 	readTimeout, idleTime time.Duration
+	// memory is the kernel-wide bound the relay shares (nil: its own).
+	memory *Memory
 }
 
 func openStore(t testing.TB) *store.Postgres {
@@ -113,7 +115,7 @@ func newEnv(t testing.TB, su setup) *env {
 	}
 	e.relay, err = New(ctx, Options{ProviderName: "fixture", Provider: p, EpisodeID: ep.ID, Budget: su.budget, Ledger: e.store,
 		OnExhausted: func(Exhausted) { e.signals.Add(1) }, Log: su.log,
-		MaxConcurrent: su.maxConcurrent, ReadTimeout: su.readTimeout, IdleTimeout: su.idleTime,
+		MaxConcurrent: su.maxConcurrent, ReadTimeout: su.readTimeout, IdleTimeout: su.idleTime, Memory: su.memory,
 		Getenv: func(k string) string {
 			if k == "RELAY_TEST_KEY" {
 				return serverKey

@@ -21,7 +21,7 @@ type usage struct {
 // maxLine bounds one SSE line (or a whole JSON answer) the tracker keeps to
 // read usage from; a longer one passes through unread, and the call stays
 // charged its whole reservation.
-const maxLine = 32 << 20
+const maxLine = 4 << 20
 
 // maxCount bounds one reported token count (2^40, far beyond any model).
 const maxCount = 1 << 40
