@@ -88,7 +88,7 @@ func Table() []Gate {
 				// Issue 22: no provider-side fetch, a true budget bound,
 				// bounded connections, errors of its own, refusals kept.
 				"TestRelayRefusesProviderSideFetches", "TestRelayBudgetIsAnUpperBound", "TestRelayConnectionsBounded",
-				"TestRelayErrorBodyNeverShowsTheKey", "TestRefusalRecordedWhenTheClientHangsUp"}},
+				"TestRelayErrorBodyNeverShowsTheKey", "TestRefusalRecordedWhenTheClientHangsUp", "TestRelayMemoryIsKernelWide"}},
 			{"./store", []string{"TestRelayChargeRace", "TestRelayBudgetSurvivesRestart", "TestSpendTotals"}},
 			// The egress proxy (issue 14): the worker's other way out, read
 			// only, allowlisted, recorded and capped.
@@ -97,11 +97,17 @@ func Table() []Gate {
 				"TestUpstreamCertificateIsVerified", "TestServesOnUnixSocket", "TestConcurrencyIsBounded",
 				// Issue 22: registries held to their protocol, caps both
 				// ways and per request, a bounded cache.
-				"TestGoProxyCannotFetchArbitraryOrigins", "TestOutboundBytesCapped", "TestHeadFloodCharged", "TestCacheBounded"}},
+				"TestGoProxyCannotFetchArbitraryOrigins", "TestOutboundBytesCapped", "TestHeadFloodCharged", "TestCacheBounded",
+				// Every tunnel terminated with the episode's CA; lockfile-
+				// bound registries; fills checked against the registry's
+				// digest; connections capped; a tunnel recorded as it opens.
+				"TestTunnelSNIMustMatch", "TestTunnelInnerRequestsAdmitted", "TestLockfileBoundEgress",
+				"TestCacheVerifiedAgainstRegistryDigest", "TestPyPIPathDigest", "TestEgressConnectionsBounded", "TestCloseCutsTunnels"}},
+			{"./kernel/lockfile", []string{"TestParseNPMLock", "TestParseGoSum", "TestParseRefusals", "TestRead"}},
 			{"./store", []string{"TestEgressCapIsAtomic"}},
 			// A verification gets its own proxy, no wider than the worker's;
 			// the demo's main job fetches its test's dependency through both.
-			{"./kernel/episode", []string{"TestVerificationFetchesThroughItsOwnProxy"}},
+			{"./kernel/episode", []string{"TestVerificationFetchesThroughItsOwnProxy", "TestEpisodeTrustsItsEgressCA"}},
 			{"./kernel/cmd/autonomic", []string{"TestRunFetchesTheTestsDependency"}},
 		}, Scope: "the socket from inside a real domain and from the host; HTTP targets are loopback servers; the signed lease's paths, bytes and rates checked at the commit horizon with verification off; the egress proxy inside real domains (this tree's launcher, the agents rootfs, the agent profile, the egress socket bridged by autonomic-entry) with the real go and npm against the real registries, which resolve here to a reserved range the test allows as an operator would (egress.allowed_nets), direct connections around it refused as violation frames, and loopback HTTPS upstreams for redirects, certificates and caps; the inference relay over a real Unix socket in front of the fixture models, with real PostgreSQL budgets"},
 		{Name: "sensor_poisoning", Proves: "hostile evidence cannot escalate authority", Tests: []Run{
