@@ -35,6 +35,16 @@ type Egress struct {
 	MaxResponseBytes int `json:"max_response_bytes"`
 	// TimeoutMS bounds one plain-HTTP fetch, and a tunnel's idle time.
 	TimeoutMS int `json:"timeout_ms"`
+	// MaxUpBytesPerEpisode caps what one episode sends upstream: the
+	// paths, queries and header values of its requests (no bodies leave).
+	MaxUpBytesPerEpisode int `json:"max_up_bytes_per_episode"`
+	// MaxRequestsPerEpisode bounds the requests one episode may make;
+	// each also pays egress.request_floor_bytes against its byte cap.
+	MaxRequestsPerEpisode int `json:"max_requests_per_episode"`
+	RequestFloorBytes     int `json:"request_floor_bytes"`
+	// MaxConcurrent bounds one episode's requests and tunnels in flight;
+	// twice as many connections are kept open.
+	MaxConcurrent int `json:"max_concurrent"`
 }
 
 // Egress defaults.
@@ -42,6 +52,10 @@ const (
 	DefaultEgressMaxBytesPerEpisode = 2 << 30
 	DefaultEgressMaxResponseBytes   = 512 << 20
 	DefaultEgressTimeoutMS          = 300000
+	DefaultEgressMaxUpBytes         = 2 << 20
+	DefaultEgressMaxRequests        = 20000
+	DefaultEgressRequestFloor       = 1 << 10
+	DefaultEgressMaxConcurrent      = 64
 	EgressCacheDirName              = "egress-cache"
 )
 
@@ -90,4 +104,8 @@ func checkEgress(c *checker, e *Egress) {
 	c.defaulted("egress.max_bytes_per_episode", &e.MaxBytesPerEpisode, DefaultEgressMaxBytesPerEpisode, 1<<20, 1<<50)
 	c.defaulted("egress.max_response_bytes", &e.MaxResponseBytes, DefaultEgressMaxResponseBytes, 1<<16, 1<<40)
 	c.defaulted("egress.timeout_ms", &e.TimeoutMS, DefaultEgressTimeoutMS, 1000, 3600000)
+	c.defaulted("egress.max_up_bytes_per_episode", &e.MaxUpBytesPerEpisode, DefaultEgressMaxUpBytes, 1<<10, 1<<40)
+	c.defaulted("egress.max_requests_per_episode", &e.MaxRequestsPerEpisode, DefaultEgressMaxRequests, 1, 1<<30)
+	c.defaulted("egress.request_floor_bytes", &e.RequestFloorBytes, DefaultEgressRequestFloor, 1, 1<<20)
+	c.defaulted("egress.max_concurrent", &e.MaxConcurrent, DefaultEgressMaxConcurrent, 1, 4096)
 }

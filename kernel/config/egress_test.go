@@ -25,12 +25,16 @@ func TestEgressSection(t *testing.T) {
 		t.Fatalf("explicit: %v %+v", err, c)
 	}
 	for key, doc := range map[string]string{
-		"egress.allow":                 `{"allow":["Proxy.golang.org"]}`,
-		"egress.cache_dir":             `{"cache_dir":"cache"}`,
-		"egress.max_bytes_per_episode": `{"max_bytes_per_episode":5}`,
-		"egress.max_response_bytes":    `{"max_response_bytes":-1}`,
-		"egress.timeout_ms":            `{"timeout_ms":10}`,
-		"egress.allowed_nets":          `{"allowed_nets":["10.0.0.0/33"]}`,
+		"egress.allow":                    `{"allow":["Proxy.golang.org"]}`,
+		"egress.cache_dir":                `{"cache_dir":"cache"}`,
+		"egress.max_bytes_per_episode":    `{"max_bytes_per_episode":5}`,
+		"egress.max_response_bytes":       `{"max_response_bytes":-1}`,
+		"egress.timeout_ms":               `{"timeout_ms":10}`,
+		"egress.allowed_nets":             `{"allowed_nets":["10.0.0.0/33"]}`,
+		"egress.max_up_bytes_per_episode": `{"max_up_bytes_per_episode":10}`,
+		"egress.max_requests_per_episode": `{"max_requests_per_episode":-1}`,
+		"egress.request_floor_bytes":      `{"request_floor_bytes":-5}`,
+		"egress.max_concurrent":           `{"max_concurrent":100000}`,
 	} {
 		_, err := Parse([]byte(`{` + base + `,"egress":` + doc + `}`))
 		var ce *Error

@@ -39,6 +39,8 @@ func ConfigFor(c config.Egress, p *policy.Policy, episode uuid.UUID, ledger Ledg
 		EpisodeID: episode, Allow: allow, MaxBytes: maxBytes,
 		MaxResponseBytes: int64(c.MaxResponseBytes), Timeout: time.Duration(c.TimeoutMS) * time.Millisecond,
 		Ledger: ledger, Cache: cache, AllowedNets: nets,
+		MaxUpBytes: int64(c.MaxUpBytesPerEpisode), MaxRequests: int64(c.MaxRequestsPerEpisode),
+		RequestFloor: int64(c.RequestFloorBytes), MaxConcurrent: c.MaxConcurrent,
 	}
 	return cfg, true, nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/internal/connlimit"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/lockfile"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -105,9 +106,9 @@ type Config struct {
 
 // Defaults of the per-proxy bounds.
 const (
-	DefaultMaxUpBytes   = 2 << 20
-	DefaultRequestFloor = 1 << 10
-	DefaultMaxRequests  = 20000
+	DefaultMaxUpBytes   = config.DefaultEgressMaxUpBytes
+	DefaultRequestFloor = config.DefaultEgressRequestFloor
+	DefaultMaxRequests  = config.DefaultEgressMaxRequests
 	// maxRefusalRows bounds the refusal rows one proxy writes; later
 	// refusals are still answered and signalled, not recorded.
 	maxRefusalRows = 256
