@@ -27,6 +27,10 @@ type GitTarget struct {
 	Class          int // 0: 3
 	// AllowBinary admits GIT binary patches (still under the result cap).
 	AllowBinary bool
+	// AllowNonPortable admits names Windows cannot check out (CON, a:b,
+	// a trailing dot or space); paths that differ only in case or Unicode
+	// normalisation are refused whatever it says.
+	AllowNonPortable bool
 }
 
 // GitCommit applies an exact patch on an exact base OID and moves a ref by
@@ -180,6 +184,15 @@ func (g *GitCommit) build(ctx context.Context, t GitTarget, req gitCommitRequest
 	if len(raw) == 0 {
 		return "", q, protocol.Errorf(protocol.CodeEffectFailed, "patch changes nothing")
 	}
+	listed, err := run.run(ctx, "ls-tree", "-r", "-z", "--name-only", "--full-tree", treeOID)
+	if err != nil {
+		return "", q, err
+	}
+	var all []string
+	for _, p := range bytes.Split(bytes.TrimSuffix(listed, []byte{0}), []byte{0}) {
+		all = append(all, string(p))
+	}
+	folded := newCollisions(all)
 	for i := 0; i+1 < len(fields); i += 2 {
 		meta := strings.Fields(string(fields[i]))
 		p := string(fields[i+1])
@@ -199,8 +212,28 @@ func (g *GitCommit) build(ctx context.Context, t GitTarget, req gitCommitRequest
 		if !pathAllowed(p, t.AllowedPaths, t.ForbiddenPaths) {
 			return "", q, protocol.Errorf(protocol.CodeForbidden, "patch touches a path outside the allowed set")
 		}
+		if meta[4] == "D" {
+			continue // a deletion adds no name
+		}
+		if a, b := folded.clash(p); a != "" {
+			g.logRefusal("case or normalisation collision", a, b)
+			return "", q, protocol.Errorf(protocol.CodeForbidden, "patch makes two paths that differ only in case or Unicode normalisation")
+		}
+		if !t.AllowNonPortable && !portableName(p) {
+			g.logRefusal("name Windows cannot check out", p, "")
+			return "", q, protocol.Errorf(protocol.CodeForbidden, "patch adds a name Windows cannot check out (reserved device name, <>:\"|?*, or a trailing dot or space)")
+		}
 	}
 	return treeOID, q, nil
+}
+
+// logRefusal tells the operator's log which paths a refusal is about; the
+// worker's reason stays terse (its paths are its own, and may be hostile
+// bytes the log escapes).
+func (g *GitCommit) logRefusal(why, a, b string) {
+	if g.Log != nil {
+		g.Log.Info("git_commit refused", "why", why, "path", a, "other", b)
+	}
 }
 
 // Validate implements Adapter: the patch must apply on the base and touch

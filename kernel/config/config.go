@@ -179,6 +179,8 @@ type GitCommitTarget struct {
 	VerifyArgv     []string `json:"verify_argv"`
 	Class          int      `json:"class"`
 	AllowBinary    bool     `json:"allow_binary"`
+	// AllowNonPortable admits names Windows cannot check out.
+	AllowNonPortable bool `json:"allow_non_portable_names"`
 }
 
 // GitRemoteTarget mirrors broker.GitRemoteTarget.

@@ -294,7 +294,7 @@ func buildAdapters(cfg *config.Config, payloads *broker.Payloads, log hclog.Logg
 		for id, g := range t.GitCommit {
 			a.Targets[id] = broker.GitTarget{Repo: g.Repo, AllowedRefs: g.AllowedRefs, AllowedPaths: g.AllowedPaths,
 				ForbiddenPaths: g.ForbiddenPaths, AuthorName: g.AuthorName, AuthorEmail: g.AuthorEmail, Class: g.Class,
-				AllowBinary: g.AllowBinary}
+				AllowBinary: g.AllowBinary, AllowNonPortable: g.AllowNonPortable}
 		}
 		out = append(out, a)
 	}
