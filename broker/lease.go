@@ -7,6 +7,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/google/uuid"
+	"github.com/tidwall/gjson"
 )
 
 // LeaseQuery is one effect as the whole-lease check sees it at the commit
@@ -24,6 +25,14 @@ type LeaseQuery struct {
 	Touches []Touch
 	Bytes   int64
 	Spent   store.Spend
+	// Ref is the ref the effect names (EffectRef), "" for none.
+	Ref string
+}
+
+// EffectRef is the ref an effect's target document names (the git kinds'
+// "ref"), "" when it names none: what a grant's refs are checked against.
+func EffectRef(target json.RawMessage) string {
+	return gjson.GetBytes(target, "ref").String()
 }
 
 // Touch is one path an effect changes.
@@ -79,5 +88,5 @@ func (b *Broker) leaseCheck(ctx context.Context, v store.CommitView, touches []T
 	}
 	e := v.Effect
 	return b.cfg.LeaseCheck(ctx, LeaseQuery{EpisodeID: e.EpisodeID, Lease: v.Lease.Capabilities, Kind: e.Kind,
-		TargetID: e.TargetID, Class: e.Class, Touches: touches, Bytes: bytes, Spent: v.Spent})
+		TargetID: e.TargetID, Class: e.Class, Touches: touches, Bytes: bytes, Spent: v.Spent, Ref: EffectRef(e.Target)})
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Class is an effect class (ARCHITECTURE §5): 0 local replayable,
@@ -30,6 +31,28 @@ type Grant struct {
 	Target   string `json:"target"`
 	Kind     string `json:"kind"`
 	MaxClass Class  `json:"max_class"`
+	// Refs, when set, are the only refs an effect under the grant may
+	// name (git_commit, git_remote): full ref names, exactly. Absent: any
+	// ref the target itself allows.
+	Refs []string `json:"refs,omitempty"`
+}
+
+// MaxGrantRefs bounds one grant's refs.
+const MaxGrantRefs = 16
+
+// validRef is a full ref name a grant may hold: refs/..., visible ASCII
+// without spaces or the sequences git refuses.
+func validRef(r string) bool {
+	if !strings.HasPrefix(r, "refs/") || len(r) > 256 || strings.Contains(r, "..") || strings.HasSuffix(r, "/") ||
+		strings.Contains(r, "//") || strings.HasSuffix(r, ".lock") || strings.Contains(r, "@{") {
+		return false
+	}
+	for i := 0; i < len(r); i++ {
+		if c := r[i]; c <= ' ' || c >= 0x7f || strings.IndexByte("~^:?*[\\", c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Budget bounds brokered effects. Zero means none: a budget is a limit, and
@@ -98,6 +121,19 @@ func Compile(s Spec) (Capability, error) {
 			return Capability{}, fmt.Errorf("grant %s/%s: max_class %d is not a brokered class", g.Target, g.Kind, g.MaxClass)
 		}
 		g.MaxClass = min(g.MaxClass, s.MaxClass)
+		if len(g.Refs) > MaxGrantRefs {
+			return Capability{}, fmt.Errorf("grant %s/%s: more than %d refs", g.Target, g.Kind, MaxGrantRefs)
+		}
+		for _, r := range g.Refs {
+			if !validRef(r) {
+				return Capability{}, fmt.Errorf("grant %s/%s: %q is not a full ref name", g.Target, g.Kind, r)
+			}
+		}
+		if len(g.Refs) == 0 {
+			g.Refs = nil
+		} else {
+			g.Refs = slices.Compact(slices.Sorted(slices.Values(g.Refs)))
+		}
 		c.grants = append(c.grants, g)
 	}
 	slices.SortFunc(c.grants, cmpGrant)
@@ -240,6 +276,24 @@ func intersectGrants(a, b []Grant) []Grant {
 		default:
 			g := a[i]
 			g.MaxClass = min(a[i].MaxClass, b[j].MaxClass)
+			switch {
+			case a[i].Refs == nil:
+				g.Refs = b[j].Refs
+			case b[j].Refs != nil:
+				g.Refs = nil
+				for _, r := range a[i].Refs {
+					if slices.Contains(b[j].Refs, r) {
+						g.Refs = append(g.Refs, r)
+					}
+				}
+				if g.Refs == nil {
+					// Disjoint refs: no ref is granted by both, so the
+					// grant is in neither's intersection.
+					i++
+					j++
+					continue
+				}
+			}
 			out = append(out, g)
 			i++
 			j++

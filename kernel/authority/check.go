@@ -1,5 +1,7 @@
 package authority
 
+import "slices"
+
 // Request is one question to a lease: may it do an effect of this class, of
 // this kind, on this target, touching this path, of this size, given what
 // has already been spent? The caller fills Spent and RecentEffects from the
@@ -8,6 +10,9 @@ type Request struct {
 	Class  Class
 	Kind   string // effect kind; only for brokered classes
 	Target string // configured target id; only for brokered classes
+	// Ref is the ref the effect names (git kinds), "" for none; a grant
+	// that lists refs admits only those.
+	Ref string
 	// Path is a clean, relative, slash-separated path, or "" when the effect
 	// names no path (an HTTP read, say). A patch is checked once per path.
 	Path string
@@ -33,6 +38,7 @@ const (
 	DenyBytes
 	DenyRate
 	DenyExecutable
+	DenyRef
 )
 
 func (r Reason) String() string {
@@ -57,6 +63,8 @@ func (r Reason) String() string {
 		return "rate_budget"
 	case DenyExecutable:
 		return "executable_bit"
+	case DenyRef:
+		return "ref_not_granted"
 	}
 	return "unknown"
 }
@@ -78,6 +86,9 @@ func (c *Capability) Check(r *Request) Reason {
 		g := c.grant(r.Target, r.Kind)
 		if g == nil || r.Class > g.MaxClass {
 			return DenyNoGrant
+		}
+		if g.Refs != nil && !slices.Contains(g.Refs, r.Ref) {
+			return DenyRef
 		}
 	}
 	if r.Path != "" {

@@ -181,6 +181,9 @@ type GitCommitTarget struct {
 	AllowBinary    bool     `json:"allow_binary"`
 	// AllowNonPortable admits names Windows cannot check out.
 	AllowNonPortable bool `json:"allow_non_portable_names"`
+	// VerifyChangeInputs runs verify_argv with the change's own tests and
+	// build files; by default the base's are put back first.
+	VerifyChangeInputs bool `json:"verify_change_inputs"`
 }
 
 // GitRemoteTarget mirrors broker.GitRemoteTarget.

@@ -33,7 +33,7 @@ func LeaseCheckWith(verdict func(episodeID uuid.UUID) authority.Verdict) broker.
 		for i, t := range q.Touches {
 			touches[i] = authority.Touch{Path: t.Path, Executable: t.Executable}
 		}
-		r := authority.Request{Class: authority.Class(q.Class), Kind: q.Kind, Target: q.TargetID, Bytes: q.Bytes,
+		r := authority.Request{Class: authority.Class(q.Class), Kind: q.Kind, Target: q.TargetID, Ref: q.Ref, Bytes: q.Bytes,
 			Spent: q.Spent.Bytes, RecentEffects: q.Spent.LastMinute}
 		return authority.CheckCommit(q.Lease, verdict(q.EpisodeID), r, touches).Err()
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/homeostat"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
@@ -82,7 +83,8 @@ func verificationEvents(verdict string, body json.RawMessage) []sensor.Event {
 func (e *Record) containForbiddenWrites(eff store.Effect, payload []byte) {
 	paths, _ := patchPaths(payload)
 	lease := e.ep.Lease()
-	req := authority.Request{Class: authority.Class(eff.Class), Kind: eff.Kind, Target: eff.TargetID, Bytes: int64(len(payload))}
+	req := authority.Request{Class: authority.Class(eff.Class), Kind: eff.Kind, Target: eff.TargetID, Ref: broker.EffectRef(eff.Target),
+		Bytes: int64(len(payload))}
 	for _, p := range paths {
 		req.Path = p
 		if lease.Check(&req) == authority.DenyPathForbidden {
@@ -145,7 +147,7 @@ func (e *Record) semantic(ctx context.Context, eff store.Effect, payload []byte)
 	}
 	// The durable spend as of now: the commit horizon reads it again under
 	// its locks and decides; here it lets the evaluation say so early.
-	req := authority.Request{Class: class, Kind: eff.Kind, Target: eff.TargetID, Bytes: int64(len(payload)),
+	req := authority.Request{Class: class, Kind: eff.Kind, Target: eff.TargetID, Ref: broker.EffectRef(eff.Target), Bytes: int64(len(payload)),
 		Spent: spent.Bytes, RecentEffects: spent.LastMinute}
 	leaseDenial := "" // the first thing the lease refused, if any
 	if r := lease.Check(&req); r == authority.Allowed {

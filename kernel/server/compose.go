@@ -384,7 +384,7 @@ func verifyTargets(cfg *config.Config) map[string]verify.Target {
 	out := map[string]verify.Target{}
 	for id, g := range cfg.Targets.GitCommit {
 		if len(g.VerifyArgv) > 0 {
-			out[id] = verify.Target{Repo: g.Repo, Argv: g.VerifyArgv}
+			out[id] = verify.Target{Repo: g.Repo, Argv: g.VerifyArgv, ChangeInputs: g.VerifyChangeInputs}
 		}
 	}
 	return out

@@ -37,6 +37,9 @@ type Target struct {
 	Limits *protocol.ResourceLimits
 	// Timeout bounds the run (default 5 minutes); overrunning denies.
 	Timeout time.Duration
+	// ChangeInputs lifts the rule that verification runs the base's
+	// tests and build files (inputs.go): the change's own are run.
+	ChangeInputs bool
 }
 
 // Runner verifies effects. Its fields mirror the launcher's configuration
@@ -97,6 +100,10 @@ type Body struct {
 	// Egress: the domain had an egress proxy (its fetches are rows of the
 	// episode's fetch ledger).
 	Egress bool `json:"egress,omitempty"`
+	// BaseInputs are the verification inputs the change touched that were
+	// put back as the base has them (the first 32; BaseInputCount all).
+	BaseInputs     []string `json:"base_inputs,omitempty"`
+	BaseInputCount int      `json:"base_input_count,omitempty"`
 }
 
 var oidPattern = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
@@ -193,6 +200,11 @@ func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Bod
 		return "", err
 	}
 	b.TreeOID = strings.TrimSpace(tree)
+	if !t.ChangeInputs {
+		if b.BaseInputs, b.BaseInputCount, err = r.baseInputs(ctx, dir, req.BaseOID); err != nil {
+			return "", err
+		}
+	}
 	// git ran as the kernel; the domain's view maps the workspace owner.
 	if err := workspace.ChownTree(dir, r.OwnerUID, r.OwnerGID); err != nil {
 		return "", err

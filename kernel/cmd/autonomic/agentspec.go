@@ -67,7 +67,7 @@ func agentSpec(r agentRun) ([]byte, *agent.Profile, string, error) {
 	if len(allow) == 0 {
 		allow = []string{"**"}
 	}
-	cap := authority.Spec{MaxClass: class, Grants: []authority.Grant{{Target: r.TargetID, Kind: "git_commit", MaxClass: class}},
+	cap := authority.Spec{MaxClass: class, Grants: []authority.Grant{{Target: r.TargetID, Kind: "git_commit", MaxClass: class, Refs: []string{r.Ref}}},
 		Allow: allow, Forbid: append(slices.Clone(r.Target.ForbiddenPaths), ".git/**"),
 		Budget: authority.Budget{BytesPerEffect: 4 << 20, BytesTotal: 64 << 20, EffectsPerMinute: 30}}
 	doc := policy.Document{Schema: policy.Schema, ID: "autonomic-run", Version: 1, Capability: cap,
