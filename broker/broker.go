@@ -803,7 +803,21 @@ func (b *Broker) Reconcile(ctx context.Context, episodeID uuid.UUID) ([]Settleme
 		case store.Committing, store.CommitUnknown:
 			a, _, err := b.adapter(e.Kind, e.TargetID)
 			if err != nil {
-				errs = append(errs, err)
+				// The target (or kind) is no longer configured: nothing
+				// here can ask it what happened. Reported and left for an
+				// operator as commit_unknown, never a kernel that cannot
+				// start (issue 23 §6).
+				st.Receipt = map[string]any{"reconciled": true, "target_removed": true}
+				if e.State == store.Committing {
+					ne, rerr := b.record(ctx, e, Result{Outcome: Unknown, Receipt: st.Receipt,
+						Err: protocol.Errorf(protocol.CodeCommitUnknown, "target %s is no longer configured", e.TargetID)})
+					if ne.ID == uuid.Nil {
+						errs = append(errs, rerr)
+						continue
+					}
+					st.To = ne.State
+				}
+				out = append(out, st)
 				continue
 			}
 			ar, err := b.request(e)

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
-	"github.com/autonomic-kernel/autonomic/store"
 )
 
 // gitFixture is an authoritative bare repository and a scratch clone the
@@ -179,7 +178,7 @@ func TestGitAuthoritativeCommitReconciliation(t *testing.T) {
 		}
 	})
 
-	t.Run("ref moved inside the commit window is ambiguous", func(t *testing.T) {
+	t.Run("ref moved inside the commit window is not committed", func(t *testing.T) {
 		base := f.head()
 		p := mustOK(t, e.do(prepareReq(e, "git_commit", "repo", gitTarget(base), f.patch(func(d string) {
 			_ = os.WriteFile(filepath.Join(d, "lib/other.go"), []byte("package lib\n"), 0o644)
@@ -188,23 +187,25 @@ func TestGitAuthoritativeCommitReconciliation(t *testing.T) {
 		var moved string
 		gc.BeforeUpdateRef = func() { moved = f.moveRef() }
 		defer func() { gc.BeforeUpdateRef = nil }()
-		wantErr(t, e.do(byEffectReq(e, protocol.WorkerCommit, p)), protocol.CodeCommitUnknown)
+		// The swap failed and the ref does not reach the kernel's own,
+		// brand-new commit: provably not committed (issue 23 §6).
+		wantErr(t, e.do(byEffectReq(e, protocol.WorkerCommit, p)), protocol.CodeRefMoved)
 		s := mustOK(t, e.do(byEffectReq(e, protocol.WorkerStatus, p)))
 		var rc map[string]any
 		_ = json.Unmarshal(s.Receipt, &rc)
-		if s.State != "commit_unknown" || rc["ambiguous"] != true {
+		if s.State == "commit_unknown" || s.State == "committed" || rc["ambiguous"] == true {
 			t.Fatalf("%s %s", s.State, s.Receipt)
 		}
 		if f.head() != moved {
 			t.Fatal("the other writer's ref was overwritten")
 		}
-		// Reconciliation never turns it into success.
+		// It is settled: reconciliation has nothing to decide.
 		gc.BeforeUpdateRef = nil
 		st, err := e.broker.Reconcile(ctxT(t), e.ep.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(st) != 1 || st[0].To != store.CommitUnknown {
+		if len(st) != 0 {
 			t.Fatalf("reconciled: %+v", st)
 		}
 	})

@@ -311,10 +311,21 @@ func (g *GitCommit) Commit(ctx context.Context, r Request) Result {
 	// Compare-and-swap: git takes the ref's lock and moves it only if it
 	// still holds the base.
 	if _, err := g.git(ctx, t, "", nil, "update-ref", "-m", "autonomic effect "+r.EffectID.String(), req.Ref, oid, req.BaseOID); err != nil {
-		// Our swap did not happen, but someone else moved the ref inside
-		// our commit window: Reconcile decides from what the ref holds.
-		res := g.Reconcile(ctx, r)
-		return res
+		// The swap failed: someone else moved the ref inside our commit
+		// window (another run on the same ref, say). The commit is ours
+		// and brand new: if the ref does not reach it, nothing can have
+		// — it is provably not committed, and the ref moved. A git that
+		// was cut off (ctx) may have swapped before it died: then only
+		// what the ref holds can say (Reconcile).
+		if ctx.Err() == nil {
+			if cur, rerr := g.refOID(ctx, t, req.Ref); rerr == nil && cur != oid {
+				if _, aerr := g.git(ctx, t, "", nil, "merge-base", "--is-ancestor", oid, cur); aerr != nil && ctx.Err() == nil {
+					return notCommitted(protocol.Errorf(protocol.CodeRefMoved, "the ref moved while the commit was made"),
+						map[string]any{"ref": req.Ref, "ref_oid": cur, "base_oid": req.BaseOID})
+				}
+			}
+		}
+		return g.Reconcile(ctx, r)
 	}
 	return committed(map[string]any{"ref": req.Ref, "oid": oid, "base_oid": req.BaseOID})
 }

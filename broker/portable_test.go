@@ -1,11 +1,17 @@
 package broker
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+	"github.com/google/uuid"
 )
 
 // TestCaseAndNormalisationCollisionsRefused: a change whose resulting tree
@@ -83,5 +89,108 @@ func TestPortableName(t *testing.T) {
 		if portableName(p) != want {
 			t.Errorf("portableName(%q) = %v", p, !want)
 		}
+	}
+}
+
+// TestConcurrentRunsNeverCommitUnknown: runs that race on one ref from
+// one base (two `autonomic run` at once) each commit their own new
+// commit and swap the ref: exactly one lands, and every other is
+// provably not committed (ref_moved, its commit unreachable from the
+// ref), never commit_unknown; the ref holds the winner's commit.
+func TestConcurrentRunsNeverCommitUnknown(t *testing.T) {
+	f := newGitFixture(t)
+	gc := &GitCommit{Targets: map[string]GitTarget{"repo": {Repo: f.bare, AllowedRefs: []string{"refs/heads/main"},
+		AllowedPaths: []string{"lib/**"}}}}
+	base := f.head()
+	const n = 6
+	reqs := make([]Request, n)
+	for i := range reqs {
+		name := "lib/run" + strconv.Itoa(i) + ".go"
+		patch := f.patch(func(d string) { os.WriteFile(filepath.Join(d, name), []byte("package lib\n"), 0o644) })
+		tb, _ := json.Marshal(gitTarget(base))
+		reqs[i] = Request{EffectID: uuid.New(), Revision: 1, Epoch: 1, TargetID: "repo", Target: tb, Payload: patch}
+	}
+	results := make([]Result, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i] = gc.Commit(context.Background(), reqs[i])
+		}()
+	}
+	close(start)
+	wg.Wait()
+	won := -1
+	for i, r := range results {
+		switch r.Outcome {
+		case Committed:
+			if won >= 0 {
+				t.Fatalf("two runs committed on one ref from one base: %d and %d", won, i)
+			}
+			won = i
+		case NotCommitted:
+			if protocol.AsWire(r.Err).Code != protocol.CodeRefMoved {
+				t.Errorf("run %d not committed with %v, want ref_moved", i, r.Err)
+			}
+		default:
+			t.Errorf("run %d: outcome %v (%v), want committed or not committed", i, r.Outcome, r.Err)
+		}
+	}
+	if won < 0 {
+		t.Fatal("no run landed")
+	}
+	if head := f.head(); head != results[won].Receipt["oid"] {
+		t.Fatalf("the ref holds %s, the winner committed %v", head, results[won].Receipt["oid"])
+	}
+}
+
+// TestRecoveryWithRemovedTarget: a kernel that restarts with an effect
+// caught mid-commit on a target its configuration no longer has starts
+// anyway: reconciliation reports the effect (target_removed) and leaves
+// it commit_unknown for an operator, instead of refusing to start
+// ("reconciliation incomplete … unknown git target").
+func TestRecoveryWithRemovedTarget(t *testing.T) {
+	f := newGitFixture(t)
+	var gc *GitCommit
+	e := gitEnv(t, f, &gc)
+	p := mustOK(t, e.do(prepareReq(e, "git_commit", "repo", gitTarget(f.head()), f.patch(fixAuth))))
+	mustOK(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, p)))
+	entered, release := make(chan struct{}), make(chan struct{})
+	gc.BeforeUpdateRef = func() { close(entered); <-release }
+	done := make(chan struct{})
+	go func() { defer close(done); e.do(byEffectReq(e, protocol.WorkerCommit, p)) }()
+	<-entered // committing is durable, the adapter is acting: the kernel "dies" here
+	defer func() { close(release); <-done }()
+
+	cfg := e.cfg
+	cfg.Adapters = nil // the restarted kernel's configuration has no git_commit target
+	b2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := b2.Reconcile(ctxT(t), uuid.Nil)
+	if err != nil {
+		t.Fatalf("a removed target stopped recovery: %v", err)
+	}
+	if !b2.Ready() {
+		t.Fatal("the broker does not admit work after recovery")
+	}
+	var found bool
+	for _, s := range st {
+		if s.EffectID.String() == p.ID {
+			found = true
+			if s.To != store.CommitUnknown || s.Receipt["target_removed"] != true {
+				t.Fatalf("settlement %+v", s)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("the effect was not reported: %+v", st)
+	}
+	if eff, _ := e.store.Effect(ctxT(t), uuid.MustParse(p.ID)); eff.State != store.CommitUnknown {
+		t.Fatalf("the effect is %s, want commit_unknown", eff.State)
 	}
 }

@@ -66,7 +66,8 @@ func Table() []Gate {
 				"TestGitRemoteCredentialByReference", "TestGitRemotePushWithLease",
 				// Issue 23: a message reads as what it is; .git spellings
 				// refused whatever the repository's config says.
-				"TestCommitMessageRefusesControls", "TestNTFSSpellingsRefused", "TestCaseAndNormalisationCollisionsRefused", "TestGrantCarriesRefs", "TestGrantRefsAlgebra"}},
+				"TestCommitMessageRefusesControls", "TestNTFSSpellingsRefused", "TestCaseAndNormalisationCollisionsRefused", "TestGrantCarriesRefs", "TestGrantRefsAlgebra",
+				"TestConcurrentRunsNeverCommitUnknown", "TestRecoveryWithRemovedTarget"}},
 			{"./kernel/verify", []string{"TestVerifierChecksCommittedBytes", "TestVerificationUsesBaseTestInputs"}},
 		}, Scope: "real git repositories on this host; remotes are local bare repositories"},
 		{Name: "db_outage_blocks_authority", Proves: "authority stops when durability stops (real ephemeral cluster)", Tests: []Run{
