@@ -10,9 +10,9 @@ import (
 	"github.com/google/uuid"
 )
 
-// The broker's tests compose the lease check as the kernel does
-// (governor.LeaseCheckWith, which the broker cannot import): the authority
-// algebra over the lease document, under a verdict the test sets.
+// The broker's tests use the kernel's lease check itself
+// (governor.LeaseCheckWith, linked in by production_lease_test.go), under a
+// verdict the test sets.
 
 // testVerdict is the standing verdict a test's lease check applies.
 type testVerdict struct {
@@ -24,21 +24,23 @@ func (tv *testVerdict) set(signals ...authority.Signal) {
 	tv.v.Store(&v)
 }
 
-func (tv *testVerdict) check(_ context.Context, q LeaseQuery) error {
-	v := authority.Decide(nil)
-	if p := tv.v.Load(); p != nil {
-		v = *p
+func (tv *testVerdict) check(ctx context.Context, q LeaseQuery) error {
+	if ProductionLeaseCheck == nil {
+		panic("the production lease check was not linked into the broker's tests (production_lease_test.go)")
 	}
-	touches := make([]authority.Touch, len(q.Touches))
-	for i, t := range q.Touches {
-		touches[i] = authority.Touch{Path: t.Path, Executable: t.Executable}
-	}
-	r := authority.Request{Class: authority.Class(q.Class), Kind: q.Kind, Target: q.TargetID, Ref: q.Ref, Bytes: q.Bytes,
-		Spent: q.Spent.Bytes, RecentEffects: q.Spent.LastMinute}
-	return authority.CheckCommit(q.Lease, v, r, touches).Err()
+	return ProductionLeaseCheck(func(uuid.UUID) authority.Verdict {
+		if p := tv.v.Load(); p != nil {
+			return *p
+		}
+		return authority.Decide(nil)
+	})(ctx, q)
 }
 
-var _ = uuid.Nil
+// ProductionLeaseCheck is the kernel's own lease check
+// (governor.LeaseCheckWith), which the broker's package cannot import: an
+// external test file of this test binary sets it, so these tests exercise
+// the check the kernel runs, not a copy of it.
+var ProductionLeaseCheck func(verdict func(uuid.UUID) authority.Verdict) LeaseCheck
 
 // leaseDoc is a lease document for spec, as the kernel records one.
 func leaseDoc(t testing.TB, spec authority.Spec) json.RawMessage {
