@@ -8,6 +8,7 @@ import (
 	"net/http/cgi"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -177,9 +178,22 @@ func TestGitRemoteCredentialByReference(t *testing.T) {
 	srv := newGitHTTPServer(t, filepath.Dir(f.remote), "publisher", secret)
 	url := srv.URL + "/pub.git"
 	var logs bytes.Buffer
+	// git as the adapter runs it, through a shim that records every
+	// argument vector before it runs the real git: the secret must not be
+	// in any (it goes to git's credential helper, never on a command line).
+	argvLog := filepath.Join(t.TempDir(), "argv")
+	shim := filepath.Join(t.TempDir(), "git")
+	realGit, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\nprintf '%s\\n' \"$*\" >> " + argvLog + "\nexec " + realGit + " \"$@\"\n"
+	if err := os.WriteFile(shim, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	e := newEnv(t, func(e *env, cfg *Config) {
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Trace})
-		cfg.Adapters = append(cfg.Adapters, &GitRemote{Targets: map[string]GitRemoteTarget{
+		cfg.Adapters = append(cfg.Adapters, &GitRemote{Git: shim, Log: cfg.Logger.Named("git_remote"), Targets: map[string]GitRemoteTarget{
 			"anon":  {Repo: f.bare, URL: url, AllowedRefs: []string{"refs/heads/main"}, CAFile: srv.caFile},
 			"wrong": {Repo: f.bare, URL: url, AllowedRefs: []string{"refs/heads/main"}, CAFile: srv.caFile, Username: "publisher", Credential: &Credential{Env: "AUTONOMIC_TEST_GIT_WRONG"}},
 			"auth":  {Repo: f.bare, URL: url, AllowedRefs: []string{"refs/heads/main"}, CAFile: srv.caFile, Username: "publisher", Credential: &Credential{Env: "AUTONOMIC_TEST_GIT_TOKEN"}}}})
@@ -230,5 +244,15 @@ func TestGitRemoteCredentialByReference(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "request refused") {
 		t.Fatal("the log captured nothing: the leak check would be hollow")
+	}
+	argv, err := os.ReadFile(argvLog)
+	if err != nil || !bytes.Contains(argv, []byte("push")) {
+		t.Fatalf("the shim recorded no push (%v): the argument check would be hollow", err)
+	}
+	if bytes.Contains(argv, []byte(secret)) {
+		t.Fatal("the secret was on git's command line")
+	}
+	if !strings.Contains(logs.String(), "git_remote") {
+		t.Fatal("the adapter's own log captured nothing (its failed pushes log git's stderr)")
 	}
 }
