@@ -93,7 +93,14 @@ func ownCgroup(parent, domfd int, id string) (int, error) {
 		return -1, protocol.Errorf(protocol.CodeCgroupFailed, "stat cgroup: %w", err)
 	}
 	if st.Ino != want {
+		// Not the cgroup we made. Empty, it is left alone as someone
+		// else's; populated, it may be ours under a damaged record, and
+		// going on would free the uid range of a live domain: fail closed.
+		state, err := readCgState(cg)
 		unix.Close(cg)
+		if err != nil || state.populated {
+			return -1, protocol.Errorf(protocol.CodeCgroupForeign, "populated cgroup does not match the record")
+		}
 		return -1, nil
 	}
 	return cg, nil
@@ -110,8 +117,7 @@ func cgWrite(fd int, name, value string) error {
 		return err
 	}
 	defer unix.Close(f)
-	_, err = unix.Write(f, []byte(value))
-	return err
+	return writeAll(f, []byte(value))
 }
 
 // cgKey returns the value of "key value" lines in a flat-keyed cgroup file.

@@ -101,6 +101,7 @@ func serve() int {
 	if os.Geteuid() != 0 {
 		return out.fail(protocol.E(protocol.CodeNotPrivileged))
 	}
+	ownRlimits()
 	// A non-blocking stdin lets the Go poller enforce read deadlines. The
 	// flag is on the caller's open file, so it is put back on the way out.
 	if fl, err := unix.FcntlInt(0, unix.F_GETFL, 0); err == nil {
@@ -129,4 +130,29 @@ func serve() int {
 		return out.fail(err)
 	}
 	return 0
+}
+
+// ownRlimits replaces the limits sudo passes on from the caller with the
+// launcher's own before it writes anything: a low RLIMIT_FSIZE cut state
+// records short, a low RLIMIT_CPU would kill a monitor (and so its domain)
+// mid-life. The descriptor limit is kept: every path already fails closed
+// under a low one. Where root may not raise a hard limit, the soft limit
+// rises to it and every state write is still checked whole.
+func ownRlimits() {
+	inf := uint64(unix.RLIM_INFINITY)
+	for _, r := range []struct {
+		res      int
+		cur, max uint64
+	}{
+		{unix.RLIMIT_FSIZE, inf, inf}, {unix.RLIMIT_CPU, inf, inf}, {unix.RLIMIT_DATA, inf, inf},
+		{unix.RLIMIT_AS, inf, inf}, {unix.RLIMIT_RSS, inf, inf}, {unix.RLIMIT_LOCKS, inf, inf},
+		{unix.RLIMIT_CORE, 0, 0},
+	} {
+		if unix.Setrlimit(r.res, &unix.Rlimit{Cur: r.cur, Max: r.max}) != nil {
+			var old unix.Rlimit
+			if unix.Getrlimit(r.res, &old) == nil {
+				_ = unix.Setrlimit(r.res, &unix.Rlimit{Cur: min(r.cur, old.Max), Max: old.Max})
+			}
+		}
+	}
 }

@@ -70,14 +70,45 @@ func readNames(fd int) ([]string, error) {
 	return f.Readdirnames(-1)
 }
 
+// writeFileAt creates name with exactly data, on disk before it returns.
+// A short write is an error, never a shorter record: a caller's
+// RLIMIT_FSIZE once cut a cgroup id to its first digits, and destroy then
+// took the domain's own cgroup for someone else's (issue 27, finding 3).
 func writeFileAt(dirfd int, name string, data []byte, mode uint32) error {
 	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
-	_, err = unix.Write(fd, data)
+	err = writeAll(fd, data)
+	if err == nil {
+		err = unix.Fsync(fd)
+	}
+	unix.Close(fd)
+	if err == nil {
+		err = unix.Fsync(dirfd)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(dirfd, name, 0)
+	}
 	return err
+}
+
+// writeAll writes every byte of data or fails.
+func writeAll(fd int, data []byte) error {
+	for len(data) > 0 {
+		n, err := unix.Write(fd, data)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return io.ErrShortWrite
+		}
+		data = data[n:]
+	}
+	return nil
 }
 
 func readFileAt(dirfd int, name string, max int64) ([]byte, error) {

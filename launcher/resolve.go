@@ -139,6 +139,7 @@ func (l *launcher) writeRecord(name string, v any) {
 	_ = unix.Unlinkat(l.state.root, tmp, 0)
 	if writeFileAt(l.state.root, tmp, b, 0o600) == nil {
 		_ = unix.Renameat(l.state.root, tmp, l.state.root, name)
+		_ = unix.Fsync(l.state.root)
 	}
 }
 

@@ -94,7 +94,8 @@ func (l *launcher) allocSlot(id string) (uint32, error) {
 	for i := uint32(0); i < l.cfg.UIDPool.Count; i++ {
 		err := unix.Symlinkat(id, l.state.slots, strconv.FormatUint(uint64(i), 10))
 		if err == nil {
-			return i, nil
+			// On disk before any process runs under the range.
+			return i, unix.Fsync(l.state.slots)
 		}
 		if !errors.Is(err, unix.EEXIST) {
 			return 0, err

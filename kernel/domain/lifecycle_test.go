@@ -226,6 +226,93 @@ func TestUnreadableCgroupRecordFailsClosed(t *testing.T) {
 	assertNoTrace(t, id)
 }
 
+// limitedLauncher is the bed's launcher run the way sudo runs it for a
+// caller with low limits: sudo passes on the caller's file-size and CPU
+// limits (RLIMIT_FSIZE of 3 bytes cut a cgroup id 8537 to 853).
+func limitedLauncher(t *testing.T, limits ...string) *domain.Linux {
+	t.Helper()
+	wrapper := filepath.Join(bed.Dir, "bin", "limited-"+newID("l"))
+	script := "#!/bin/sh\nexec /usr/bin/prlimit " + strings.Join(limits, " ") + " -- " + bed.Launcher + "\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("/usr/bin/prlimit"); err != nil {
+		t.Skip("no prlimit(1) here")
+	}
+	return &domain.Linux{LauncherPath: wrapper, Direct: true}
+}
+
+// TestDestroyUnderLowFSIZE: a launcher started with a caller's tiny
+// RLIMIT_FSIZE (and RLIMIT_CPU) writes its records whole or not at all:
+// with the hard limit high it raises its own and creates; with the hard
+// limit low too (a host that denies root CAP_SYS_RESOURCE cannot raise it)
+// the create is refused and leaves nothing. A destroy under the low limits
+// kills the domain and only then frees its range; and a populated cgroup
+// whose record does not match (a record cut short before this fix) makes
+// destroy fail closed: nothing killed, nothing freed, until the record is
+// right again.
+func TestDestroyUnderLowFSIZE(t *testing.T) {
+	_, ctx := setup(t)
+	soft := limitedLauncher(t, "--fsize=3:unlimited", "--cpu=60:unlimited")
+	hard := limitedLauncher(t, "--fsize=3:3", "--cpu=60:60")
+	ws, _ := workspace(t, nil)
+
+	refused := newID("fs")
+	if r, err := hard.Create(ctx, domain.Spec{ID: refused, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/sh", "-c", "sleep 600"}}); err == nil {
+		// This host let root raise its hard limit: the records must be whole.
+		checkCgroupRecord(t, refused)
+		if st, err := hard.Destroy(ctx, refused); err != nil || !st.Destroyed {
+			t.Fatalf("destroy: %+v %v", st, err)
+		}
+		_, _ = r.Wait()
+	}
+	assertNoTrace(t, refused)
+
+	id, r := startDomain(t, soft, ctx, ws, "echo ready; sleep 600 & sleep 601")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+	base := r.Started.UIDBase
+	good := checkCgroupRecord(t, id)
+	// A record cut short names another cgroup: destroy must not take the
+	// domain's populated one for someone else's.
+	rec := filepath.Join(bed.State, "domains", id, "cgroup")
+	if err := os.WriteFile(rec, good[:len(good)-1], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := hard.Destroy(ctx, id); err == nil {
+		t.Fatalf("destroy with a mismatched record over a populated cgroup: %+v, want an error", st)
+	}
+	if !slotHeld(id) || len(liveInRange(base)) == 0 {
+		t.Fatal("a destroy that could not prove the cgroup its own freed the range or killed the domain")
+	}
+	if err := os.WriteFile(rec, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := hard.Destroy(ctx, id)
+	if err != nil || !st.Destroyed {
+		t.Fatalf("destroy under RLIMIT_FSIZE 3: %+v %v", st, err)
+	}
+	if live := liveInRange(base); len(live) > 0 || slotHeld(id) {
+		t.Fatalf("destroyed, yet %v still run (slot held: %v)", live, slotHeld(id))
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
+
+// checkCgroupRecord returns the domain's cgroup record, failing unless it
+// is the whole id of the domain's cgroup.
+func checkCgroupRecord(t *testing.T, id string) []byte {
+	t.Helper()
+	good, err := os.ReadFile(filepath.Join(bed.State, "domains", id, "cgroup"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(bed.CgroupParent, id), &st); err != nil || strconv.FormatUint(st.Ino, 10) != string(good) {
+		t.Fatalf("cgroup record %q, cgroup id %d (%v): written short", good, st.Ino, err)
+	}
+	return good
+}
+
 // TestForeignCgroupIsNeverTouched: a cgroup under cgroup_parent named like
 // the domain, with a process of someone else's in it, makes create fail
 // with cgroup_foreign, and the failed create's cleanup neither kills that
