@@ -546,16 +546,28 @@ func (l *launcher) idmapUserns(uid, toUID, gid, toGID uint32) (int, error) {
 	return fd, err
 }
 
+// awaitExec waits for the init's word that the worker's execve happened
+// (or why not), then takes what the stage sent: its listener, or the
+// reason it failed, which names the failure more exactly than the init.
 func (l *launcher) awaitExec(run *domainRun) error {
 	deadline := time.Now().Add(actionDeadline)
-	// init first: it reports whether the mounts and the stage came up.
 	msg, _, err := recvMsg(run.ctl, deadline)
 	if err != nil {
 		return protocol.Errorf(protocol.CodeNamespaceFailed, "init: %w", err)
 	}
+	stageErr := l.stageMessages(run, deadline)
 	if msg.Error != "" {
+		if stageErr != nil {
+			return stageErr
+		}
 		return protocol.E(protocol.Code(msg.Error))
 	}
+	return stageErr
+}
+
+// stageMessages reads the exec channel to its end: the init has answered,
+// so the stage has exec'd or is gone, and everything it sent is queued.
+func (l *launcher) stageMessages(run *domainRun, deadline time.Time) error {
 	for {
 		msg, fds, err := recvMsg(run.execCh, deadline)
 		if errors.Is(err, io.EOF) {

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -60,13 +63,18 @@ func runInit() int {
 	_ = unix.Sethostname([]byte("domain"))
 	_ = loopbackUp()
 
-	stage, err := startStage(&spec, execCh)
+	stage, execed, err := startStage(&spec, execCh)
 	execCh.Close()
 	if err == nil {
 		err = bounded
 	}
 	if err == nil {
 		err = dropPrivileges()
+	}
+	// Ready means the worker's execve happened: a stage that died before
+	// it (a profile that kills execve) is an exec failure, never a start.
+	if err == nil {
+		err = awaitStageExec(execed, stage)
 	}
 	if err != nil {
 		_ = sendReply(ctl, initReply{Error: string(protocol.CodeExecFailed)}, nil)
@@ -322,20 +330,28 @@ func loopbackUp() error {
 // kernel copies the domain's mounts into it and, the new owner being less
 // privileged, locks them: no process there, the domain's uid 0 included,
 // can clear a read-only, nosuid or noexec flag or unmount a mask.
-func startStage(spec *initSpec, execCh *os.File) (int, error) {
+//
+// The stage also holds fd 5, the write end of a pipe whose read end it
+// returns (execed): it closes on the stage's exec or its death.
+func startStage(spec *initSpec, execCh *os.File) (int, *os.File, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
+	er, ew, err := os.Pipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer ew.Close()
 	devnull, err := os.Open("/dev/null")
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer devnull.Close()
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe", Args: []string{stageArg0}, Env: reexecEnv,
 		Stdin: devnull, Stdout: os.Stdout, Stderr: os.Stderr,
-		ExtraFiles: []*os.File{pr, execCh},
+		ExtraFiles: []*os.File{pr, execCh, ew},
 		SysProcAttr: &syscall.SysProcAttr{
 			Setsid: true, Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
 			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: int(spec.IDs)}},
@@ -347,13 +363,60 @@ func startStage(spec *initSpec, execCh *os.File) (int, error) {
 	pr.Close()
 	if err != nil {
 		pw.Close()
-		return 0, err
+		er.Close()
+		return 0, nil, err
 	}
 	b, _ := json.Marshal(spec)
 	_, err = pw.Write(b)
 	pw.Close()
 	if err != nil {
-		return 0, errors.Join(err, cmd.Process.Kill())
+		er.Close()
+		return 0, nil, errors.Join(err, cmd.Process.Kill())
 	}
-	return cmd.Process.Pid, nil
+	return cmd.Process.Pid, er, nil
+}
+
+// stageComm is the name the stage gives itself. execve names a process
+// after its file's base name, which never holds a '/': a dead stage still
+// carrying this name never reached the worker's exec.
+const stageComm = "autonomic/stage"
+
+// pfExiting is PF_EXITING in /proc/<pid>/stat's flags: set as a task
+// starts to exit, before its descriptors are closed.
+const pfExiting = 0x4
+
+// awaitStageExec waits for the stage's exec pipe to close and tells why.
+// execve closes it (close-on-exec) only past its point of no return, after
+// the new program is mapped; the kernel renames the task right after, before
+// any signal can end it. So a stage whose pipe closed while it is exiting
+// and still named stageComm died before the exec (killed by its profile or
+// failed); any other state is a worker that runs, or ran.
+func awaitStageExec(execed *os.File, stage int) error {
+	defer execed.Close()
+	_ = execed.SetReadDeadline(time.Now().Add(actionDeadline))
+	var b [1]byte
+	if n, err := execed.Read(b[:]); n != 0 || !errors.Is(err, io.EOF) {
+		return fmt.Errorf("stage exec pipe: %d %w", n, err)
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", stage))
+	if err != nil {
+		return err // only this init reaps the stage: it cannot be gone
+	}
+	s := string(stat)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return errors.New("stage stat unreadable")
+	}
+	fields := strings.Fields(s[end+1:])
+	if len(fields) < 7 {
+		return errors.New("stage stat unreadable")
+	}
+	flags, err := strconv.ParseUint(fields[6], 10, 64)
+	if err != nil {
+		return err
+	}
+	if s[open+1:end] == stageComm && flags&pfExiting != 0 {
+		return errors.New("the stage died before its exec")
+	}
+	return nil
 }

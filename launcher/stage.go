@@ -25,6 +25,9 @@ import (
 // descriptor, execve. Its rlimits were set on the init by the launcher.
 func runStage() int {
 	runtime.LockOSThread()
+	// Named so that the init can tell a stage that died before its exec
+	// from a worker (awaitStageExec); fd 5 closes on either.
+	_ = os.WriteFile("/proc/self/comm", []byte(stageComm), 0)
 	execCh := os.NewFile(4, "exec")
 	fail := func(code protocol.Code) int {
 		_ = sendReply(execCh, initReply{Error: string(code)}, nil)
