@@ -163,7 +163,7 @@ func (l *launcher) runHelper(base uint32, spec ckptSpec, upper int, f *os.File) 
 	// pidfd: a checkpoint still works under a low RLIMIT_NOFILE.
 	closed := ^uintptr(0)
 	pid, err := syscall.ForkExec("/proc/self/exe", []string{ckptArg0}, &syscall.ProcAttr{
-		Env: []string{}, Files: []uintptr{closed, closed, closed, helper.Fd()},
+		Env: reexecEnv, Files: []uintptr{closed, closed, closed, helper.Fd()},
 		Sys: &syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWNET,
 			UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true, // it drops root's groups

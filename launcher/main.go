@@ -20,10 +20,14 @@ const (
 	ckptArg0  = "autonomic-checkpoint"
 )
 
-// reexecEnv is the whole environment of the init and the stage: one P is
-// all either needs, so the runtime starts fewer threads, and each
-// stop-the-world (the init's capability drops are 45) waits for fewer.
-var reexecEnv = []string{"GOMAXPROCS=1"}
+// reexecEnv is the whole environment of the init, the stage and the
+// checkpoint helper: one P is all any needs, so the runtime starts fewer
+// threads, and each stop-the-world (the init's capability drops are 45)
+// waits for fewer. Without containermaxprocs=0 the runtime opens the
+// host's cgroup v1 cpu.cfs_quota_us and cpu.cfs_period_us as it starts,
+// before the init's pivot_root, and keeps them to re-read: the domain's
+// PID 1 held two host files (issue 27, finding 5).
+var reexecEnv = []string{"GOMAXPROCS=1", "GODEBUG=containermaxprocs=0,updatemaxprocs=0"}
 
 // requestDeadline bounds reading the one request; actionDeadline bounds
 // every action except a create's monitor phase.
@@ -94,6 +98,10 @@ type launcher struct {
 }
 
 func serve() int {
+	// Whatever the caller left open beyond stdio is the caller's: no
+	// process this launcher starts (the init, PID 1 of a domain, above
+	// all) may inherit it. Go's exec closes only close-on-exec ones.
+	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	out := &frameWriter{out: os.Stdout}
 	if len(os.Args) != 1 {
 		return out.fail(protocol.Errorf(protocol.CodeInvalidField, "the launcher takes no arguments"))
