@@ -3,6 +3,7 @@ package domain_test
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -578,6 +579,94 @@ func TestCheckpointStoreCap(t *testing.T) {
 	}
 	if st, err := d.Inspect(ctx, id); err != nil || st.Frozen || st.Processes == 0 {
 		t.Fatalf("domain after refused checkpoint: %+v %v", st, err)
+	}
+	if _, err := d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
+
+// storeState is the checkpoint store's file count and bytes.
+func storeState() (int, int64) {
+	entries, _ := os.ReadDir(filepath.Join(bed.State, "checkpoints"))
+	var used int64
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil {
+			used += fi.Size()
+		}
+	}
+	return len(entries), used
+}
+
+// plantInUpper writes into a running domain's upper layer from the host,
+// as its worker could, with the domain frozen meanwhile.
+func plantInUpper(t *testing.T, d *domain.Linux, ctx context.Context, id string, plant func(upper string) error) {
+	t.Helper()
+	if _, err := d.Freeze(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := plant(filepath.Join(bed.State, "domains", id, "upper")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Thaw(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSparseFileCannotFillTheStore: a checkpoint archives no more than the
+// upper layer holds. A sparse 60 MiB file (one page on the domain's
+// tmpfs) is refused as checkpoint_unsafe, not written out as 60 MiB of
+// zeros; a file hard-linked under ten names, its data archived once per
+// name, may not make the archive's data pass disk_bytes
+// (checkpoint_too_large). Either way the store is unchanged and the domain
+// runs on.
+func TestSparseFileCannotFillTheStore(t *testing.T) {
+	d, ctx := setup(t)
+	withConfig(t, func(c string) string {
+		return strings.Replace(c, `"max_checkpoint_bytes"`, `"disk_bytes": 8388608, "max_checkpoint_bytes"`, 1)
+	})
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, "echo ready; sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+	for _, tc := range []struct {
+		name  string
+		plant func(upper string) error
+		want  protocol.Code
+	}{
+		{"sparse", func(upper string) error {
+			f, err := os.Create(filepath.Join(upper, "sparse"))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.WriteAt([]byte("x"), 60<<20-1)
+			return err
+		}, protocol.CodeCheckpointUnsafe},
+		{"hard links", func(upper string) error {
+			_ = os.Remove(filepath.Join(upper, "sparse"))
+			if err := os.WriteFile(filepath.Join(upper, "dense"), bytes.Repeat([]byte("y"), 2<<20), 0o644); err != nil {
+				return err
+			}
+			for i := 0; i < 9; i++ {
+				if err := os.Link(filepath.Join(upper, "dense"), filepath.Join(upper, fmt.Sprintf("link%d", i))); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, protocol.CodeCheckpointTooLarge},
+	} {
+		plantInUpper(t, d, ctx, id, tc.plant)
+		files, used := storeState()
+		if res, err := d.Checkpoint(ctx, id); !errors.Is(err, protocol.E(tc.want)) {
+			t.Fatalf("%s: checkpoint %+v, %v; want %s", tc.name, res, err, tc.want)
+		}
+		if f2, u2 := storeState(); f2 != files || u2 != used {
+			t.Fatalf("%s: the refused checkpoint changed the store: %d files %d bytes, then %d, %d", tc.name, files, used, f2, u2)
+		}
+		if st, err := d.Inspect(ctx, id); err != nil || st.Frozen || st.Processes == 0 {
+			t.Fatalf("%s: domain after refused checkpoint: %+v %v", tc.name, st, err)
+		}
 	}
 	if _, err := d.Destroy(ctx, id); err != nil {
 		t.Fatal(err)
