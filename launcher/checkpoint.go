@@ -65,7 +65,7 @@ func (l *launcher) checkpoint() error {
 		return protocol.Errorf(protocol.CodeDomainNotFound, "upper: %w", err)
 	}
 	defer unix.Close(upper)
-	res, err := l.archive(upper, m.UIDBase)
+	res, err := l.archive(upper, m.UIDBase, l.req.DomainID)
 	if err != nil {
 		return err
 	}
@@ -78,9 +78,9 @@ func (l *launcher) checkpoint() error {
 // name, ownership as in-domain ids, permission bits without set-id bits,
 // mtimes in whole seconds, no user or group names. Whiteouts (0/0 character
 // devices) and opaque markers are kept, so a restore reproduces deletions.
-func (l *launcher) archive(upper int, base uint32) (*protocol.CheckpointResult, error) {
-	// The store's lock makes its total and this archive one decision: two
-	// checkpoints can never each see room for itself alone.
+func (l *launcher) archive(upper int, base uint32, holder string) (*protocol.CheckpointResult, error) {
+	// The store's lock makes its total, the holder's and this archive one
+	// decision: two checkpoints can never each see room for itself alone.
 	if err := lockDomain(l.state.checkpoints, l.deadline); err != nil {
 		return nil, err
 	}
@@ -88,7 +88,13 @@ func (l *launcher) archive(upper int, base uint32) (*protocol.CheckpointResult, 
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "checkpoint store: %w", err)
 	}
-	room := l.cfg.MaxCheckpointStoreBytes - used
+	held, err := l.heldBytes(holder)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "checkpoint holds: %w", err)
+	}
+	// One domain cannot take the whole store from every other: what it
+	// holds is capped too, until it releases (issue 27, finding 1).
+	room := min(l.cfg.MaxCheckpointStoreBytes-used, l.cfg.MaxCheckpointDomainBytes-held)
 	if room <= 0 {
 		return nil, protocol.E(protocol.CodeCheckpointStoreFull)
 	}
@@ -127,6 +133,11 @@ func (l *launcher) archive(upper int, base uint32) (*protocol.CheckpointResult, 
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "hash checkpoint: %w", err)
 	}
 	digest := hex.EncodeToString(h.Sum(nil))
+	// The hold first: an archive is never in the store unheld, so a
+	// release by another holder of the same digest cannot delete it.
+	if err := l.hold(holder, digest); err != nil {
+		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "hold checkpoint: %w", err)
+	}
 	if err := unix.Renameat(l.state.checkpoints, tmp, l.state.checkpoints, digest+".tar"); err != nil {
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "publish checkpoint: %w", err)
 	}
@@ -556,4 +567,109 @@ func extractOne(tr *tar.Reader, hdr *tar.Header, parent int, name string) error 
 		_ = unix.UtimesNanoAt(parent, name, []unix.Timespec{t, t}, unix.AT_SYMLINK_NOFOLLOW)
 	}
 	return nil
+}
+
+// heldBytes is the size of the archives holder holds, under the store lock.
+func (l *launcher) heldBytes(holder string) (int64, error) {
+	dir, err := openDirBeneath(l.state.holds, holder)
+	if errors.Is(err, unix.ENOENT) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(dir)
+	names, err := readNames(dir)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, n := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(l.state.checkpoints, n+".tar", &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			total += st.Size
+		} else if !errors.Is(err, unix.ENOENT) {
+			return 0, err
+		}
+	}
+	return total, nil
+}
+
+// hold records that holder holds the archive digest: holds/<holder>/<digest>.
+func (l *launcher) hold(holder, digest string) error {
+	if err := unix.Mkdirat(l.state.holds, holder, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	dir, err := openDirBeneath(l.state.holds, holder)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dir)
+	if err := writeFileAt(dir, digest, nil, 0o600); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return unix.Fsync(l.state.holds)
+}
+
+// release drops the domain's hold on an archive and deletes the archive
+// once no domain holds it. The kernel calls it when an episode has ended
+// in the store; a suspended episode keeps its holds for whoever resumes it.
+func (l *launcher) release() error {
+	holder, digest := l.req.DomainID, l.req.Checkpoint
+	if err := lockDomain(l.state.checkpoints, l.deadline); err != nil {
+		return err
+	}
+	res := &protocol.CheckpointResult{DomainID: holder, SHA256: digest, Released: true}
+	dir, err := openDirBeneath(l.state.holds, holder)
+	switch {
+	case err == nil:
+		err = unix.Unlinkat(dir, digest, 0)
+		unix.Close(dir)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return protocol.Errorf(protocol.CodeLauncherFailed, "release: %w", err)
+		}
+		_ = unix.Unlinkat(l.state.holds, holder, unix.AT_REMOVEDIR) // only if empty
+	case !errors.Is(err, unix.ENOENT):
+		return protocol.Errorf(protocol.CodeLauncherFailed, "release: %w", err)
+	}
+	held, err := l.heldByAnyone(digest)
+	if err != nil {
+		return protocol.Errorf(protocol.CodeLauncherFailed, "release: %w", err)
+	}
+	if !held {
+		err := unix.Unlinkat(l.state.checkpoints, digest+".tar", 0)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return protocol.Errorf(protocol.CodeLauncherFailed, "release: %w", err)
+		}
+		res.Deleted = err == nil
+		_ = unix.Fsync(l.state.checkpoints)
+	}
+	_ = unix.Fsync(l.state.holds)
+	l.out.send(&protocol.LauncherResponse{Type: protocol.TypeCheckpoint, Checkpoint: res})
+	return nil
+}
+
+// heldByAnyone reports whether any domain holds digest. A holder it cannot
+// read counts as holding it: an archive is kept rather than lost.
+func (l *launcher) heldByAnyone(digest string) (bool, error) {
+	holders, err := readNames(l.state.holds)
+	if err != nil {
+		return true, err
+	}
+	for _, h := range holders {
+		dir, err := openDirBeneath(l.state.holds, h)
+		if err != nil {
+			return true, err
+		}
+		var st unix.Stat_t
+		err = unix.Fstatat(dir, digest, &st, unix.AT_SYMLINK_NOFOLLOW)
+		unix.Close(dir)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, unix.ENOENT) {
+			return true, err
+		}
+	}
+	return false, nil
 }

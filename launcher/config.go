@@ -61,6 +61,10 @@ type config struct {
 	// MaxCheckpointStoreBytes caps the whole checkpoint store; 0 means
 	// 16 times max_checkpoint_bytes.
 	MaxCheckpointStoreBytes int64 `json:"max_checkpoint_store_bytes,omitempty"`
+	// MaxCheckpointDomainBytes caps the archives one domain id holds
+	// together (until it releases them); 0 means 4 times
+	// max_checkpoint_bytes.
+	MaxCheckpointDomainBytes int64 `json:"max_checkpoint_domain_bytes,omitempty"`
 	// Memory-backed disk bounds of a domain: its /tmp and its upper layer
 	// (upper and work dirs), each a tmpfs of this size.
 	TmpBytes  uint64 `json:"tmp_bytes,omitempty"`
@@ -151,12 +155,13 @@ func (c *config) validate() error {
 	if c.TmpBytes < 1<<20 || c.DiskBytes < 1<<20 {
 		return bad("tmp_bytes and disk_bytes must be at least 1 MiB")
 	}
-	if c.MaxCheckpointBytes <= 0 || c.MaxCheckpointEntries <= 0 || c.MaxCheckpointStoreBytes < 0 || c.MaxCheckpointBytes > 1<<40 {
+	if c.MaxCheckpointBytes <= 0 || c.MaxCheckpointEntries <= 0 || c.MaxCheckpointStoreBytes < 0 || c.MaxCheckpointDomainBytes < 0 || c.MaxCheckpointBytes > 1<<40 {
 		return bad("checkpoint caps must be positive and at most 1 TiB")
 	}
 	if c.MaxCheckpointStoreBytes == 0 {
 		c.MaxCheckpointStoreBytes = 16 * c.MaxCheckpointBytes
 	}
+	c.MaxCheckpointDomainBytes = cmp.Or(c.MaxCheckpointDomainBytes, 4*c.MaxCheckpointBytes)
 	for _, k := range c.EnvAllowlist {
 		if k == "" || strings.ContainsAny(k, "= \x00") {
 			return bad("env_allowlist holds an invalid name")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"os"
 	"sync"
 	"time"
@@ -52,13 +53,14 @@ func main() {
 
 // frameWriter serialises frames from the monitor's goroutines onto stdout.
 type frameWriter struct {
-	mu  sync.Mutex
-	out *os.File
-	id  string
+	mu      sync.Mutex
+	out     *os.File
+	id      string
+	version int // the request's; before one is admitted, the newest
 }
 
 func (w *frameWriter) send(r *protocol.LauncherResponse) {
-	r.Protocol, r.RequestID = protocol.LauncherVersion, w.id
+	r.Protocol, r.RequestID = cmp.Or(w.version, protocol.LauncherVersion), w.id
 	b, err := protocol.Encode(r)
 	if err != nil {
 		return
@@ -85,6 +87,7 @@ func handlers() map[string]func(*launcher) error {
 		protocol.ActionCheckpoint: (*launcher).checkpoint,
 		protocol.ActionDestroy:    (*launcher).destroy,
 		protocol.ActionInspect:    (*launcher).inspect,
+		protocol.ActionRelease:    (*launcher).release,
 	}
 }
 
@@ -125,7 +128,7 @@ func serve() int {
 	if err != nil {
 		return out.fail(err)
 	}
-	out.id = req.RequestID
+	out.id, out.version = req.RequestID, req.Protocol
 	cfg, err := loadConfig()
 	if err != nil {
 		return out.fail(err)

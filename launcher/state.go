@@ -12,12 +12,13 @@ import (
 )
 
 // stateDirs are descriptors for the launcher's root-owned state:
-// domains/<id>/{meta.json,upper,work}, slots/<n> -> <id>, checkpoints/<sha>.tar.
+// domains/<id>/{meta.json,upper,work}, slots/<n> -> <id>, checkpoints/<sha>.tar,
+// holds/<id>/<sha> (the archives a domain id holds, which outlive it).
 // checkpoints/ alone is readable by workspace_owner_gid (0750, archives
 // 0640): the kernel's account reads a final checkpoint for the harvest and
 // re-hashes it; it never writes there.
 type stateDirs struct {
-	root, domains, slots, checkpoints int
+	root, domains, slots, checkpoints, holds int
 }
 
 func openState(c *config) (stateDirs, error) {
@@ -30,7 +31,7 @@ func openState(c *config) (stateDirs, error) {
 		name      string
 		fd        *int
 		gid, mode int
-	}{{"domains", &s.domains, 0, 0o700}, {"slots", &s.slots, 0, 0o700}, {"checkpoints", &s.checkpoints, int(c.WorkspaceOwnerGID), 0o750}} {
+	}{{"domains", &s.domains, 0, 0o700}, {"slots", &s.slots, 0, 0o700}, {"checkpoints", &s.checkpoints, int(c.WorkspaceOwnerGID), 0o750}, {"holds", &s.holds, 0, 0o700}} {
 		if err := unix.Mkdirat(s.root, d.name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
 			return s, protocol.Errorf(protocol.CodeConfigInvalid, "state dir: %w", err)
 		}

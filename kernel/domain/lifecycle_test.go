@@ -675,6 +675,142 @@ func TestSparseFileCannotFillTheStore(t *testing.T) {
 	assertNoTrace(t, id)
 }
 
+// archived reports whether the store holds digest.
+func archived(digest string) bool {
+	_, err := os.Stat(filepath.Join(bed.State, "checkpoints", digest+".tar"))
+	return err == nil
+}
+
+// plantFile writes one file of content with a fixed mtime into a running
+// domain's upper layer, so two domains archive to one digest.
+func plantFile(t *testing.T, d *domain.Linux, ctx context.Context, id, name string, content []byte) {
+	t.Helper()
+	plantInUpper(t, d, ctx, id, func(upper string) error {
+		p := filepath.Join(upper, name)
+		if err := os.WriteFile(p, content, 0o644); err != nil {
+			return err
+		}
+		return os.Chtimes(p, time.Unix(1e9, 0), time.Unix(1e9, 0))
+	})
+}
+
+// TestCheckpointReleased: every archive is held by the domain that took it
+// until that domain releases it (protocol version 2), and deleted once no
+// domain holds it: two domains archiving the same upper layer share one
+// archive, which the first release keeps and the second deletes; a
+// repeated release succeeds and deletes nothing; release in a version-1
+// request is unsupported_version.
+func TestCheckpointReleased(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	content := []byte("released " + newID("c"))
+	var ids []string
+	var digest string
+	for i := 0; i < 2; i++ {
+		id, r := startDomain(t, d, ctx, ws, "echo ready; sleep 600")
+		waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+		plantFile(t, d, ctx, id, "f", content)
+		cp, err := d.Checkpoint(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if digest != "" && cp.SHA256 != digest {
+			t.Fatalf("the same upper layer archived as %s and %s", digest, cp.SHA256)
+		}
+		digest = cp.SHA256
+		ids = append(ids, id)
+		if _, err := d.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = r.Wait()
+	}
+	if !archived(digest) {
+		t.Fatal("checkpoint not in the store")
+	}
+	v1 := map[string]any{"protocol": 1, "action": "release", "request_id": "r", "domain_id": ids[0], "checkpoint": digest}
+	if r := rawRequest(t, jsonFrame(t, v1)); r.Type != protocol.TypeError || r.Error.Code != protocol.CodeUnsupportedVersion {
+		t.Fatalf("release as version 1: %s %+v", r.Type, r.Error)
+	}
+	// Destroyed domains still hold their archives: a later create restores them.
+	res, err := d.Release(ctx, ids[0], digest)
+	if err != nil || !res.Released || res.Deleted || !archived(digest) {
+		t.Fatalf("first release: %+v %v (archived %v); the other domain still holds it", res, err, archived(digest))
+	}
+	res, err = d.Release(ctx, ids[1], digest)
+	if err != nil || !res.Released || !res.Deleted || archived(digest) {
+		t.Fatalf("last release: %+v %v (archived %v)", res, err, archived(digest))
+	}
+	res, err = d.Release(ctx, ids[1], digest)
+	if err != nil || res.Deleted {
+		t.Fatalf("repeated release: %+v %v", res, err)
+	}
+	for _, id := range ids {
+		if _, err := os.Lstat(filepath.Join(bed.State, "holds", id)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("holds of %s left behind: %v", id, err)
+		}
+		assertNoTrace(t, id)
+	}
+}
+
+// TestStoreQuotaPerDomain: the archives one domain holds are capped
+// together at max_checkpoint_domain_bytes: a domain at its quota gets
+// checkpoint_store_full and the store is unchanged, while another domain
+// still checkpoints; a release gives the first its room back.
+func TestStoreQuotaPerDomain(t *testing.T) {
+	d, ctx := setup(t)
+	withConfig(t, func(c string) string {
+		return strings.Replace(c, `"max_checkpoint_bytes"`, `"max_checkpoint_domain_bytes": 1572864, "max_checkpoint_bytes"`, 1)
+	})
+	ws, _ := workspace(t, nil)
+	big := bytes.Repeat([]byte("q"), 1<<20)
+	start := func() (string, *domain.Running) {
+		id, r := startDomain(t, d, ctx, ws, "echo ready; sleep 600")
+		waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+		plantFile(t, d, ctx, id, "big", append([]byte(id), big...))
+		return id, r
+	}
+	a, ra := start()
+	first, err := d.Checkpoint(ctx, a)
+	if err != nil {
+		t.Fatalf("first checkpoint, within the quota: %v", err)
+	}
+	plantFile(t, d, ctx, a, "more", []byte("more"))
+	files, used := storeState()
+	if res, err := d.Checkpoint(ctx, a); !errors.Is(err, protocol.E(protocol.CodeCheckpointStoreFull)) {
+		t.Fatalf("checkpoint over the domain's quota: %+v %v, want checkpoint_store_full", res, err)
+	}
+	if f2, u2 := storeState(); f2 != files || u2 != used {
+		t.Fatalf("the refused checkpoint changed the store: %d files %d bytes, then %d, %d", files, used, f2, u2)
+	}
+	if st, err := d.Inspect(ctx, a); err != nil || st.Frozen || st.Processes == 0 {
+		t.Fatalf("domain after refused checkpoint: %+v %v", st, err)
+	}
+	b, rb := start()
+	other, err := d.Checkpoint(ctx, b)
+	if err != nil {
+		t.Fatalf("another domain's checkpoint, with its own quota: %v", err)
+	}
+	if _, err := d.Release(ctx, a, first.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	second, err := d.Checkpoint(ctx, a)
+	if err != nil {
+		t.Fatalf("checkpoint after a release: %v", err)
+	}
+	for id, digest := range map[string]string{a: second.SHA256, b: other.SHA256} {
+		if res, err := d.Release(ctx, id, digest); err != nil || !res.Deleted {
+			t.Fatalf("release: %+v %v", res, err)
+		}
+		if _, err := d.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _ = ra.Wait()
+	_, _ = rb.Wait()
+	assertNoTrace(t, a)
+	assertNoTrace(t, b)
+}
+
 // TestOneShotMonitorSparesItsSuccessor: a one-shot monitor whose domain
 // was destroyed and re-created under the same id while the monitor waited
 // for the domain lock must not destroy the successor. The test holds the
