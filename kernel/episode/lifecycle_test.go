@@ -3,6 +3,7 @@ package episode_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -71,6 +72,13 @@ func TestEpisodeLifecycle(t *testing.T) {
 	}
 	if st, err := shared.bed.Domains().Inspect(ctx, launcherID); err != nil || st.Exists {
 		t.Fatalf("domain after completion: %+v, %v", st, err)
+	}
+	// Ended in the store, the episode gives back every checkpoint it took
+	// (the base's and its generation's): no launcher domain of it holds one.
+	for _, id := range []string{launcherID, launcherID + "-base"} {
+		if holds, err := os.ReadDir(filepath.Join(shared.bed.State, "holds", id)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still holds %d checkpoints after the episode ended (%v)", id, len(holds), err)
+		}
 	}
 	rec, err := r.st.Episode(ctx, e.ID())
 	if err != nil || rec.State != store.EpisodeCompleted {
