@@ -14,9 +14,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/autonomic-kernel/autonomic/launcher/internal/floor"
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
@@ -115,7 +117,9 @@ func (l *launcher) archive(upper int, base uint32, holder string) (*protocol.Che
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "create checkpoint: %w", err)
 	}
 	spec := ckptSpec{MaxEntries: l.cfg.MaxCheckpointEntries, MaxBytes: l.cfg.MaxCheckpointBytes, Room: room, MaxData: int64(l.cfg.DiskBytes)}
-	entries, err := l.runHelper(base, spec, upper, f)
+	// The domain's cgroup is frozen, and a helper born in it would be too:
+	// an archive's helper stays in the launcher's.
+	entries, err := l.runHelper(base, spec, upper, f, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -161,13 +165,15 @@ type ckptSpec struct {
 // runHelper archives the upper layer into f, or restores f into it, in a
 // helper that holds no host privilege: this binary again, in a user
 // namespace of its own that maps exactly the domain's id range (as the
-// domain's own does) and a network namespace with nothing in it. Its
-// capabilities reach only inodes the domain's ids own, so the tar code,
-// which reads and writes what a hostile worker made, runs with the
-// domain's reach, never root's: an entry that escaped the upper layer
-// would still meet the host's permissions as the domain's root. It gets
-// both as descriptors and answers with the number of entries.
-func (l *launcher) runHelper(base uint32, spec ckptSpec, upper int, f *os.File) (int, error) {
+// domain's own does), and mount, pid, IPC, UTS and cgroup namespaces of its
+// own with a network namespace with nothing in it. Its capabilities reach
+// only inodes the domain's ids own, so the tar code, which reads and
+// writes what a hostile worker made, runs with the domain's reach, never
+// root's: an entry that escaped the upper layer would still meet the
+// host's permissions as the domain's root. It then confines itself
+// (confineHelper) before it reads a byte. It gets both as descriptors and
+// answers with the number of entries. cg >= 0 is the cgroup it is born in.
+func (l *launcher) runHelper(base uint32, spec ckptSpec, upper int, f *os.File, cg int) (int, error) {
 	spec.IDs = l.cfg.UIDPool.Size
 	mon, helper, err := seqpacketPair()
 	if err != nil {
@@ -181,10 +187,12 @@ func (l *launcher) runHelper(base uint32, spec ckptSpec, upper int, f *os.File) 
 	pid, err := syscall.ForkExec("/proc/self/exe", []string{ckptArg0}, &syscall.ProcAttr{
 		Env: reexecEnv, Files: []uintptr{closed, closed, closed, helper.Fd()},
 		Sys: &syscall.SysProcAttr{
-			Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWNET,
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNET | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
+				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
 			UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true, // it drops root's groups
-			Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
-			Pdeathsig:  unix.SIGKILL,
+			Credential:  &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+			Pdeathsig:   unix.SIGKILL,
+			UseCgroupFD: cg >= 0, CgroupFD: cg,
 		},
 	})
 	helper.Close()
@@ -219,6 +227,10 @@ func runCheckpointHelper() int {
 	if err != nil || len(fds) != 2 || json.Unmarshal(b, &spec) != nil {
 		return 1
 	}
+	if err := confineHelper(spec); err != nil {
+		_ = sendReply(ch, initReply{Error: string(protocol.CodeLauncherFailed)}, nil)
+		return 1
+	}
 	f := os.NewFile(uintptr(fds[1]), "archive")
 	n := 0
 	if spec.Restore {
@@ -242,6 +254,52 @@ func runCheckpointHelper() int {
 	return 0
 }
 
+// helperCaps are the capabilities the helper keeps, in its own user
+// namespace only: owners and modes as archived (chown, fowner), and every
+// inode of the domain's ids readable and writable whatever its mode (dac).
+const helperCaps = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH | 1<<unix.CAP_FOWNER
+
+// confineHelper leaves the helper only what the tar code needs before it
+// touches what a worker wrote: no capability but helperCaps in any set
+// (bounding included), on every thread; no_new_privs; the seccomp floor
+// the worker runs under (no mount, namespace, ptrace, BPF, io_uring, …);
+// and limits of its own rather than its caller's: files no larger than an
+// archive may be, CPU time bounded, no core dump.
+func confineHelper(spec ckptSpec) error {
+	for c := uintptr(0); c <= 63; c++ {
+		if helperCaps&(1<<c) != 0 {
+			continue
+		}
+		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); err == unix.EINVAL {
+			break // past the kernel's last capability
+		} else if err != nil {
+			return err
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{{Effective: helperCaps, Permitted: helperCaps}}
+	if err := allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
+		return err
+	}
+	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+		return err
+	}
+	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
+		return err
+	}
+	fsize := uint64(spec.MaxBytes) + 1<<20 // one archive, or one restored file
+	for _, r := range []struct {
+		res int
+		val uint64
+	}{{unix.RLIMIT_FSIZE, fsize}, {unix.RLIMIT_CPU, uint64(2 * actionDeadline / time.Second)}, {unix.RLIMIT_CORE, 0}} {
+		if err := unix.Setrlimit(r.res, &unix.Rlimit{Cur: r.val, Max: r.val}); err != nil {
+			return err
+		}
+	}
+	_, err := installFilter(floor.Program(), unix.SECCOMP_FILTER_FLAG_TSYNC)
+	return err
+}
+
 type archiver struct {
 	tw            *tar.Writer
 	entries       int
@@ -258,9 +316,15 @@ func (a *archiver) walk(dir int, prefix string, depth int) error {
 	if depth > maxArchiveDepth {
 		return protocol.Errorf(protocol.CodeCheckpointTooLarge, "deeper than %d levels", maxArchiveDepth)
 	}
-	names, err := readNames(dir)
+	// No more names are read than entries are left: a directory of
+	// millions is refused, never listed whole first.
+	left := a.maxEntries - a.entries
+	names, err := readSomeNames(dir, left+1)
 	if err != nil {
 		return protocol.Errorf(protocol.CodeLauncherFailed, "read upper: %w", err)
+	}
+	if len(names) > left {
+		return protocol.E(protocol.CodeCheckpointTooLarge)
 	}
 	slices.Sort(names)
 	for _, name := range names {

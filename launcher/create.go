@@ -179,15 +179,11 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 		return true, err
 	}
 	defer unix.Close(upper)
-	if ckpt != nil {
-		restore := ckptSpec{Restore: true, MaxEntries: l.cfg.MaxCheckpointEntries, MaxBytes: l.cfg.MaxCheckpointBytes}
-		if _, err := l.runHelper(base, restore, upper, ckpt); err != nil {
-			return true, err
-		}
-	}
 
 	// 3. cgroup: the init is born inside it (CLONE_INTO_CGROUP), so no
-	// process of the domain ever exists outside it, not even briefly.
+	// process of the domain ever exists outside it, not even briefly; a
+	// restore's helper runs in it before, so the restored pages are the
+	// domain's, not the kernel's.
 	parent, err := l.openCgroupParent()
 	if err != nil {
 		return true, err
@@ -197,6 +193,12 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 		return true, err
 	}
 	limits := append(applyLimits(parent, run.cgfd, lim), disk, protocol.Limit{Name: "tmp_bytes", Value: l.cfg.TmpBytes, Enforced: true})
+	if ckpt != nil {
+		restore := ckptSpec{Restore: true, MaxEntries: l.cfg.MaxCheckpointEntries, MaxBytes: l.cfg.MaxCheckpointBytes}
+		if _, err := l.runHelper(base, restore, upper, ckpt, run.cgfd); err != nil {
+			return true, err
+		}
+	}
 
 	// 4. Clone the init into new user, mount, pid, net, ipc, uts and cgroup
 	// namespaces. Its uid 0 is the first id of this domain's private range.

@@ -74,6 +74,29 @@ func readNames(fd int) ([]string, error) {
 // A short write is an error, never a shorter record: a caller's
 // RLIMIT_FSIZE once cut a cgroup id to its first digits, and destroy then
 // took the domain's own cgroup for someone else's (issue 27, finding 3).
+// readSomeNames lists at most n names of a directory (all when it has
+// fewer), through its descriptor.
+func readSomeNames(fd, n int) ([]string, error) {
+	dup, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "dir")
+	defer f.Close()
+	var names []string
+	for len(names) < n {
+		more, err := f.Readdirnames(min(n-len(names), 1024))
+		names = append(names, more...)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return names, nil
+}
+
 func writeFileAt(dirfd int, name string, data []byte, mode uint32) error {
 	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {

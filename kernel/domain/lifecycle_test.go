@@ -1065,3 +1065,136 @@ func TestCheckpointHelperHoldsNoHostPrivilege(t *testing.T) {
 	_, _ = r.Wait()
 	assertNoTrace(t, id)
 }
+
+// helperSeen is one sighting of this bed's checkpoint helper in /proc.
+type helperSeen struct {
+	status, limits, cgroup string
+	ns                     map[string]string
+}
+
+// watchHelpers records every checkpoint helper of this bed's launcher it
+// sees in /proc while action runs.
+func watchHelpers(t *testing.T, action func()) []helperSeen {
+	t.Helper()
+	var seen []helperSeen
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			procs, _ := os.ReadDir("/proc")
+			for _, p := range procs {
+				dir := "/proc/" + p.Name()
+				if cmd, _ := os.ReadFile(dir + "/cmdline"); string(cmd) != "autonomic-checkpoint\x00" {
+					continue
+				}
+				status, _ := os.ReadFile(dir + "/status")
+				var parent string
+				for _, line := range strings.Split(string(status), "\n") {
+					if rest, ok := strings.CutPrefix(line, "PPid:"); ok {
+						parent = strings.TrimSpace(rest)
+					}
+				}
+				if exe, _ := os.Readlink("/proc/" + parent + "/exe"); exe != bed.Launcher {
+					continue // another package's launcher
+				}
+				h := helperSeen{status: string(status), ns: map[string]string{}}
+				limits, _ := os.ReadFile(dir + "/limits")
+				cg, _ := os.ReadFile(dir + "/cgroup")
+				h.limits, h.cgroup = string(limits), string(cg)
+				for _, n := range []string{"user", "mnt", "pid", "ipc", "uts", "cgroup", "net"} {
+					h.ns[n], _ = os.Readlink(dir + "/ns/" + n)
+				}
+				// Seen once confined: the helper confines itself first thing.
+				if strings.Contains(h.status, "NoNewPrivs:\t1") && h.limits != "" {
+					seen = append(seen, h)
+				}
+			}
+		}
+	}()
+	action()
+	close(stop)
+	<-done
+	return seen
+}
+
+// TestCheckpointHelperConfined: the checkpoint helper (archive and restore)
+// runs in user, mount, pid, IPC, UTS, cgroup and network namespaces of its
+// own; keeps only chown, dac_override, dac_read_search and fowner, in
+// every set, bounding included; runs with no_new_privs under the seccomp
+// floor; with limits of its own (a file size cap, no core dump), not its
+// caller's; and a restore's helper is born in the domain's cgroup, so the
+// pages it writes are the domain's.
+func TestCheckpointHelperConfined(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, "head -c 67108864 /dev/zero > /workspace/big && echo ready && sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+	var digest string
+	var archiving []helperSeen
+	for try := 0; try < 5 && len(archiving) == 0; try++ {
+		archiving = watchHelpers(t, func() {
+			cp, err := d.Checkpoint(ctx, id)
+			if err != nil {
+				t.Errorf("checkpoint: %v", err)
+				return
+			}
+			digest = cp.SHA256
+		})
+	}
+	if _, err := d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = r.Wait()
+	restored := newID("rh")
+	var restoring []helperSeen
+	for try := 0; try < 5 && len(restoring) == 0; try++ {
+		restoring = watchHelpers(t, func() {
+			rr, err := d.Create(ctx, domain.Spec{ID: restored, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/true"}, Checkpoint: digest, OneShot: true})
+			if err != nil {
+				t.Errorf("restore: %v", err)
+				return
+			}
+			_, _ = rr.Wait()
+		})
+	}
+	if len(archiving) == 0 || len(restoring) == 0 {
+		t.Fatalf("helper seen archiving %d times, restoring %d times in five tries each", len(archiving), len(restoring))
+	}
+	self := map[string]string{}
+	for _, n := range []string{"user", "mnt", "pid", "ipc", "uts", "cgroup", "net"} {
+		self[n], _ = os.Readlink("/proc/self/ns/" + n)
+	}
+	want := fmt.Sprintf("%016x", 1<<unix.CAP_CHOWN|1<<unix.CAP_DAC_OVERRIDE|1<<unix.CAP_DAC_READ_SEARCH|1<<unix.CAP_FOWNER)
+	for i, h := range append(archiving, restoring...) {
+		for n, host := range self {
+			if h.ns[n] == "" || h.ns[n] == host {
+				t.Errorf("helper %d shares the host's %s namespace (%q)", i, n, h.ns[n])
+			}
+		}
+		for _, line := range []string{"CapInh:\t0000000000000000", "CapPrm:\t" + want, "CapEff:\t" + want, "CapBnd:\t" + want,
+			"CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+			if !strings.Contains(h.status, line+"\n") {
+				t.Errorf("helper %d: status lacks %q:\n%s", i, line, h.status)
+			}
+		}
+		for _, line := range []string{"Max file size", "Max core file size", "Max cpu time"} {
+			for _, l := range strings.Split(h.limits, "\n") {
+				if strings.HasPrefix(l, line) && strings.Contains(l, "unlimited") {
+					t.Errorf("helper %d: %s", i, l)
+				}
+			}
+		}
+	}
+	for i, h := range restoring {
+		if !strings.HasSuffix(strings.TrimSpace(h.cgroup), "/"+restored) && !strings.Contains(h.cgroup, "/"+restored+"\n") {
+			t.Errorf("restore helper %d is not in the domain's cgroup: %q", i, h.cgroup)
+		}
+	}
+	assertNoTrace(t, id)
+	assertNoTrace(t, restored)
+}
