@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,20 +17,38 @@ import (
 // openCgroupParent opens the configured parent and proves it is cgroup v2:
 // on a hybrid host the v1 hierarchies sit next to it and must never be
 // touched.
+// A missing parent is made only inside a directory proven to be on cgroup
+// v2: a mkdir in a v1 hierarchy would already have made a v1 cgroup.
 func (l *launcher) openCgroupParent() (int, error) {
-	if err := unix.Mkdir(l.cfg.CgroupParent, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-		return -1, protocol.Errorf(protocol.CodeCgroupFailed, "cgroup parent: %w", err)
+	fd, err := openAbsolute(l.cfg.CgroupParent)
+	if errors.Is(err, unix.ENOENT) {
+		dir, base := path.Split(l.cfg.CgroupParent)
+		var up int
+		if up, err = openAbsolute(dir); err != nil {
+			return -1, protocol.Errorf(protocol.CodeConfigInvalid, "cgroup_parent: %w", err)
+		}
+		defer unix.Close(up)
+		if !onCgroup2(up) {
+			return -1, protocol.Errorf(protocol.CodeConfigInvalid, "cgroup_parent is not on cgroup v2")
+		}
+		if err := unix.Mkdirat(up, base, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, protocol.Errorf(protocol.CodeCgroupFailed, "cgroup parent: %w", err)
+		}
+		fd, err = openDirBeneath(up, base)
 	}
-	fd, err := openRoot(l.cfg.CgroupParent)
 	if err != nil {
-		return -1, err
+		return -1, protocol.Errorf(protocol.CodeConfigInvalid, "cgroup_parent: %w", err)
 	}
-	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(fd, &sfs); err != nil || sfs.Type != unix.CGROUP2_SUPER_MAGIC {
+	if !onCgroup2(fd) {
 		unix.Close(fd)
 		return -1, protocol.Errorf(protocol.CodeConfigInvalid, "cgroup_parent is not on cgroup v2")
 	}
 	return fd, nil
+}
+
+func onCgroup2(fd int) bool {
+	var sfs unix.Statfs_t
+	return unix.Fstatfs(fd, &sfs) == nil && sfs.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
 // cgroupRecord, in the domain's root-owned directory, names the cgroup this

@@ -169,6 +169,13 @@ func (c *config) validate() error {
 	}
 	// The pool must never overlap a host account: a domain uid that is also
 	// a host user would own that user's files.
+	// Nor a range the host delegates to its users' own user namespaces
+	// (newuidmap): their processes would share the domain's ids.
+	for _, db := range []string{"/etc/subuid", "/etc/subgid"} {
+		if id, ok := subidsInRange(db, p.Base, p.Base+p.Count*p.Size); ok {
+			return protocol.Errorf(protocol.CodeConfigInvalid, "%s delegates id %d inside uid_pool", db, id)
+		}
+	}
 	for _, db := range []string{"/etc/passwd", "/etc/group"} {
 		if id, ok := accountInRange(db, p.Base, p.Base+p.Count*p.Size); ok {
 			return protocol.Errorf(protocol.CodeConfigInvalid, "%s has id %d inside uid_pool", db, id)
@@ -212,6 +219,32 @@ func accountInRange(db string, lo, hi uint32) (uint32, bool) {
 		id, err := strconv.ParseUint(fields[2], 10, 32)
 		if err == nil && uint32(id) >= lo && uint32(id) < hi {
 			return uint32(id), true
+		}
+	}
+	return 0, false
+}
+
+// subidsInRange reports the first id of a subordinate range in db
+// ("name:start:count" lines) that overlaps [lo, hi).
+func subidsInRange(db string, lo, hi uint32) (uint32, bool) {
+	f, err := os.Open(db)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Split(strings.TrimSpace(s.Text()), ":")
+		if len(fields) != 3 {
+			continue
+		}
+		start, err1 := strconv.ParseUint(fields[1], 10, 32)
+		count, err2 := strconv.ParseUint(fields[2], 10, 32)
+		if err1 != nil || err2 != nil || count == 0 {
+			continue
+		}
+		if start < uint64(hi) && start+count > uint64(lo) {
+			return uint32(max(start, uint64(lo))), true
 		}
 	}
 	return 0, false

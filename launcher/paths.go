@@ -47,16 +47,29 @@ func classifyOpen(err error) error {
 }
 
 // openRoot opens a configured absolute path. Configuration is root-owned and
-// trusted, but the final component must still not be a symlink.
+// trusted, but the directories on the way to a root may not be: an owner of
+// one could swap a component for a symlink and lead the launcher elsewhere.
+// So no component, intermediate or final, may be a symlink.
 func openRoot(path string) (int, error) {
-	if !strings.HasPrefix(path, "/") {
-		return -1, protocol.Errorf(protocol.CodeConfigInvalid, "relative path")
-	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := openAbsolute(path)
 	if err != nil {
 		return -1, protocol.Errorf(protocol.CodeConfigInvalid, "open configured root: %w", err)
 	}
 	return fd, nil
+}
+
+func openAbsolute(path string) (int, error) {
+	if !strings.HasPrefix(path, "/") {
+		return -1, errors.New("relative path")
+	}
+	how := &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	for {
+		fd, err := unix.Openat2(unix.AT_FDCWD, path, how)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		return fd, err
+	}
 }
 
 // readNames lists a directory through its descriptor.

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
 // TestStateWriteIsWhole: under a file-size limit that cuts the data short
@@ -41,5 +44,44 @@ func TestStateWriteIsWhole(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(dir + "/cgroup"); string(b) != "8537" {
 		t.Fatalf("record %q", b)
+	}
+}
+
+// TestConfiguredRootRefusesSymlinks: a configured root is refused when any
+// component on its way, not only the last, is a symlink (issue 27,
+// finding 7): whoever owns a directory on the path could swap one in.
+func TestConfiguredRootRefusesSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(dir+"/real/sub", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dir+"/real", dir+"/link"); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := openRoot(dir + "/real/sub")
+	if err != nil {
+		t.Fatalf("plain path refused: %v", err)
+	}
+	unix.Close(fd)
+	for _, p := range []string{dir + "/link/sub", dir + "/link", "real/sub"} {
+		if fd, err := openRoot(p); !errors.Is(err, protocol.E(protocol.CodeConfigInvalid)) {
+			closeAll(fd)
+			t.Errorf("openRoot(%q): %v, want config_invalid", p, err)
+		}
+	}
+}
+
+// TestCgroupParentCheckedBeforeMkdir: a missing cgroup_parent is created
+// only inside a directory proven to be on cgroup v2; elsewhere (a v1
+// hierarchy, here a plain directory) nothing is made.
+func TestCgroupParentCheckedBeforeMkdir(t *testing.T) {
+	dir := t.TempDir()
+	l := &launcher{cfg: &config{CgroupParent: dir + "/domains"}}
+	if fd, err := l.openCgroupParent(); !errors.Is(err, protocol.E(protocol.CodeConfigInvalid)) {
+		closeAll(fd)
+		t.Fatalf("cgroup_parent off cgroup v2: %v, want config_invalid", err)
+	}
+	if _, err := os.Lstat(dir + "/domains"); !os.IsNotExist(err) {
+		t.Fatalf("a refused cgroup_parent was created first: %v", err)
 	}
 }
