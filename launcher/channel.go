@@ -50,7 +50,12 @@ type initReply struct {
 	Signal   int    `json:"signal,omitempty"`
 	MaxRSS   int64  `json:"max_rss,omitempty"` // KiB, from the worker's own rusage
 	Listener bool   `json:"listener,omitempty"`
+	// Violation is the notifier's report of one refused call.
+	Violation *protocol.Violation `json:"violation,omitempty"`
 }
+
+// errDeadline is a receive that timed out.
+var errDeadline = errors.New("deadline")
 
 func seqpacketPair() (*os.File, *os.File, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
@@ -105,7 +110,7 @@ func recvSized(f *os.File, deadline time.Time, max int) ([]byte, []int, error) {
 	if !deadline.IsZero() {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return nil, nil, errors.New("deadline")
+			return nil, nil, errDeadline
 		}
 		tv = unix.NsecToTimeval(left.Nanoseconds())
 	}
@@ -119,7 +124,7 @@ func recvSized(f *os.File, deadline time.Time, max int) ([]byte, []int, error) {
 	}
 	switch {
 	case err == unix.EAGAIN:
-		return nil, nil, errors.New("deadline")
+		return nil, nil, errDeadline
 	case err != nil:
 		return nil, nil, err
 	case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0:

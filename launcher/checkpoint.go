@@ -266,25 +266,7 @@ const helperCaps = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DA
 // and limits of its own rather than its caller's: files no larger than an
 // archive may be, CPU time bounded, no core dump.
 func confineHelper(spec ckptSpec) error {
-	for c := uintptr(0); c <= 63; c++ {
-		if helperCaps&(1<<c) != 0 {
-			continue
-		}
-		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); err == unix.EINVAL {
-			break // past the kernel's last capability
-		} else if err != nil {
-			return err
-		}
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	data := [2]unix.CapUserData{{Effective: helperCaps, Permitted: helperCaps}}
-	if err := allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
-		return err
-	}
-	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
-		return err
-	}
-	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
+	if err := keepCaps(helperCaps); err != nil {
 		return err
 	}
 	fsize := uint64(spec.MaxBytes) + 1<<20 // one archive, or one restored file
@@ -298,6 +280,31 @@ func confineHelper(spec ckptSpec) error {
 	}
 	_, err := installFilter(floor.Program(), unix.SECCOMP_FILTER_FLAG_TSYNC)
 	return err
+}
+
+// keepCaps leaves every thread with the capabilities in mask (all below
+// 32) and no other, in every set, the bounding set included, and sets
+// no_new_privs: nothing it execs or is made to exec gains one back.
+func keepCaps(mask uint32) error {
+	for c := uintptr(0); c <= 63; c++ {
+		if c < 32 && mask&(1<<c) != 0 {
+			continue
+		}
+		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); err == unix.EINVAL {
+			break // past the kernel's last capability
+		} else if err != nil {
+			return err
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{{Effective: mask, Permitted: mask}}
+	if err := allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
+		return err
+	}
+	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+		return err
+	}
+	return allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
 }
 
 type archiver struct {

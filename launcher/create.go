@@ -44,6 +44,7 @@ func (l *launcher) create() error {
 type domainRun struct {
 	domfd, cgfd int
 	ctl, execCh *os.File
+	notify      *os.File // the notifier's channel: the listener goes out, violations come in
 	listener    int
 	initPID     int
 	done        chan waitResult
@@ -59,7 +60,7 @@ type waitResult struct {
 // channel close and exits.
 func (run *domainRun) release() {
 	closeAll(run.domfd, run.cgfd, run.listener)
-	for _, f := range []*os.File{run.ctl, run.execCh} {
+	for _, f := range []*os.File{run.ctl, run.execCh, run.notify} {
 		if f != nil {
 			f.Close()
 		}
@@ -211,11 +212,22 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 		return true, err
 	}
 	run.ctl, run.execCh = ctlMon, execMon
-	if err := l.startInit(run, base, ctlInit, execInit); err != nil {
+	var notifyInit *os.File
+	if notify {
+		// The init starts the notifier as it starts (init.go); the
+		// listener follows once the stage has made it.
+		if run.notify, notifyInit, err = seqpacketPair(); err != nil {
+			return true, err
+		}
+	}
+	if err := l.startInit(run, base, ctlInit, execInit, notifyInit); err != nil {
 		return true, err
 	}
 	ctlInit.Close()
 	execInit.Close()
+	if notifyInit != nil {
+		notifyInit.Close()
+	}
 	if err := setRlimits(run.initPID, lim); err != nil {
 		return true, protocol.Errorf(protocol.CodeNamespaceFailed, "prlimit: %w", err)
 	}
@@ -252,9 +264,19 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 	if err := l.awaitExec(run); err != nil {
 		return true, err
 	}
+	if run.listener >= 0 {
+		// The monitor keeps no copy: if the notifier dies, notified calls
+		// fail (ENOSYS) rather than wait for an answer that never comes.
+		err := sendReply(run.notify, initReply{Listener: true}, []int{run.listener})
+		unix.Close(run.listener)
+		run.listener = -1
+		if err != nil {
+			return true, protocol.Errorf(protocol.CodeSeccompFailed, "hand the listener to the notifier: %w", err)
+		}
+	}
 	started := &protocol.Started{
 		DomainID: r.DomainID, Generation: r.Generation, InitPID: run.initPID, UIDBase: base, Limits: limits,
-		Seccomp: "unfiltered", FloorSHA256: floor.ProgramSHA256, Notify: run.listener >= 0,
+		Seccomp: "unfiltered", FloorSHA256: floor.ProgramSHA256, Notify: run.notify != nil,
 		RootfsDigest: digest, Restored: r.Checkpoint, OneShot: r.OneShot,
 	}
 	if profile != nil {
@@ -267,13 +289,17 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 // startInit clones the init from a goroutine whose OS thread stays locked
 // and alive until the init is reaped: the parent-death signal fires when the
 // creating thread exits, not the process.
-func (l *launcher) startInit(run *domainRun, base uint32, ctl, execCh *os.File) error {
+func (l *launcher) startInit(run *domainRun, base uint32, ctl, execCh, notify *os.File) error {
 	size := int(l.cfg.UIDPool.Size)
+	files := []*os.File{ctl, execCh}
+	if notify != nil {
+		files = append(files, notify) // fdNotifier
+	}
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{initArg0},
 		Env:        reexecEnv,
-		ExtraFiles: []*os.File{ctl, execCh},
+		ExtraFiles: files,
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
 				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
@@ -584,7 +610,7 @@ func (l *launcher) stageMessages(run *domainRun, deadline time.Time) error {
 			}
 			return protocol.E(protocol.Code(msg.Error))
 		}
-		if msg.Listener && len(fds) == 1 && run.listener < 0 {
+		if msg.Listener && len(fds) == 1 && run.listener < 0 && run.notify != nil {
 			run.listener = fds[0]
 			continue
 		}

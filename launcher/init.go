@@ -36,6 +36,21 @@ func runInit() int {
 	if os.Getpid() != 1 {
 		return 1
 	}
+	// The monitor's descriptors arrive without close-on-exec: only what a
+	// child is handed by name (ExtraFiles) may reach it, or the notifier
+	// would hold the exec channel open and hide the stage's exec.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return 1
+	}
+	// The notifier (a domain whose profile notifies) starts first, while
+	// the init still has a bounding set: its one capability needs it.
+	if notifier, ok := isSocket(fdNotifier); ok {
+		err := startNotifier(notifier)
+		notifier.Close()
+		if err != nil {
+			return 1
+		}
+	}
 	// The bounding set goes first, while the monitor still prepares the
 	// mounts: it costs a stop-the-world per capability, and the init never
 	// execs, so it needs none of it (the stage's user namespace starts with
@@ -322,6 +337,27 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// fdNotifier is where the monitor passes the notifier's channel, when the
+// domain's profile notifies.
+const fdNotifier = 5
+
+func isSocket(fd int) (*os.File, bool) {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, false
+	}
+	return os.NewFile(uintptr(fd), "notify"), true
+}
+
+// startNotifier starts the domain's notifier (runNotifier): this binary
+// again, as the domain's root, in the domain's namespaces and cgroup; the
+// init reaps it with every other orphan, and the PID namespace ends it
+// with the init.
+func startNotifier(ch *os.File) error {
+	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{notifyArg0}, Env: reexecEnv, ExtraFiles: []*os.File{ch}}
+	return cmd.Start()
 }
 
 // startStage starts the worker stage: this binary again, in a new session,

@@ -15,10 +15,11 @@ import (
 // fixed argv[0]. sudo always passes the command path as argv[0], so a caller
 // of the sudoers rule can only ever reach serve().
 const (
-	initArg0  = "autonomic-domain-init"
-	stageArg0 = "autonomic-worker-stage"
-	holdArg0  = "autonomic-userns-hold"
-	ckptArg0  = "autonomic-checkpoint"
+	initArg0   = "autonomic-domain-init"
+	stageArg0  = "autonomic-worker-stage"
+	holdArg0   = "autonomic-userns-hold"
+	ckptArg0   = "autonomic-checkpoint"
+	notifyArg0 = "autonomic-notify"
 )
 
 // reexecEnv is the whole environment of the init, the stage and the
@@ -47,6 +48,8 @@ func main() {
 		os.Exit(0) // traced: stopped at its exec, then killed
 	case ckptArg0:
 		os.Exit(runCheckpointHelper())
+	case notifyArg0:
+		os.Exit(runNotifier())
 	}
 	os.Exit(serve())
 }

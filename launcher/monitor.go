@@ -14,15 +14,15 @@ import (
 // one exited frame ends it.
 func (l *launcher) monitor(run *domainRun) error {
 	_ = unix.Flock(run.domfd, unix.LOCK_UN)
-	stop := make(chan struct{})
+	// The notifier's channel ends when the notifier does: with the
+	// domain's PID namespace, or earlier if something killed it, and then
+	// nothing would report the domain's refused calls: the domain goes.
 	violations := make(chan struct{})
-	if run.listener >= 0 {
+	if run.notify != nil {
 		go func() {
 			defer close(violations)
-			watchNotifications(run.listener, stop, l.out)
+			relayViolations(run.notify, l.out)
 		}()
-	} else {
-		close(violations)
 	}
 	kernelGone := make(chan struct{})
 	go func() {
@@ -39,6 +39,17 @@ func (l *launcher) monitor(run *domainRun) error {
 		killedBy = "kernel_gone"
 		_ = killCgroup(run.cgfd, time.Now().Add(actionDeadline))
 		res = <-run.done
+	case <-violations:
+		// The init's end ends the notifier too, a moment before the
+		// monitor reaps it: only a notifier gone while the init lives is
+		// one something killed.
+		select {
+		case res = <-run.done:
+		case <-time.After(time.Second):
+			killedBy = "notifier_gone"
+			_ = killCgroup(run.cgfd, time.Now().Add(actionDeadline))
+			res = <-run.done
+		}
 	}
 	// The init is reaped: whatever it sent is queued on its channel, which
 	// then ends, so its exit report needs no reader while the domain runs.
@@ -54,8 +65,9 @@ func (l *launcher) monitor(run *domainRun) error {
 			break
 		}
 	}
-	close(stop)
-	<-violations
+	if run.notify != nil {
+		<-violations
+	}
 	// The init's own rusage would report the monitor's memory (the init is
 	// forked from it); the worker's comes from the init's wait4 instead.
 	ex := &protocol.Exited{MaxRSSBytes: uint64(max(exit.MaxRSS, 0)) * 1024, Killed: killedBy}

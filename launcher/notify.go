@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"os"
 	"strconv"
@@ -38,33 +39,33 @@ type seccompNotifResp struct {
 // second, so a flood costs the monitor bounded memory and output.
 const violationBudget = 64
 
-// watchNotifications answers every notified syscall. A call whose every
-// destination stays in the domain (destination) continues; anything else is
-// refused with EPERM and reported by number (the kernel names it).
-func watchNotifications(listener int, stop <-chan struct{}, out *frameWriter) {
+// notifyRate and notifyBurst bound how many notified calls a domain's
+// notifier answers a second: past them the calling task stays parked in
+// its call until the next token, so a sendmmsg loop costs the notifier (in
+// the domain's cgroup) bounded CPU and the worker waits instead.
+const (
+	notifyRate  = 4096
+	notifyBurst = 256
+)
+
+// serveNotifications is the notifier's loop, inside the domain: it answers
+// every notified syscall. A call whose every destination stays in the
+// domain (destination) continues; anything else is refused with EPERM and
+// reported, with a pidfd of its caller, once the refusal is delivered.
+func serveNotifications(listener int, report func(v *protocol.Violation, pidfd int)) {
 	defer unix.Close(listener)
-	windowStart, sent := time.Now(), 0
-	pending := map[int32]*protocol.Violation{}
-	flush := func() {
-		for nr, v := range pending {
-			out.send(&protocol.LauncherResponse{Type: protocol.TypeViolation, Violation: v})
-			delete(pending, nr)
-		}
-	}
-	defer flush()
+	tokens, last := float64(notifyBurst), time.Now()
 	pfd := []unix.PollFd{{Fd: int32(listener), Events: unix.POLLIN}}
 	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		if time.Since(windowStart) >= time.Second {
-			flush()
-			windowStart, sent = time.Now(), 0
+		now := time.Now()
+		tokens = min(notifyBurst, tokens+now.Sub(last).Seconds()*notifyRate)
+		last = now
+		if tokens < 1 {
+			time.Sleep(time.Duration((1 - tokens) / notifyRate * float64(time.Second)))
+			continue
 		}
 		pfd[0].Revents = 0
-		n, err := unix.Poll(pfd, 100)
+		n, err := unix.Poll(pfd, -1)
 		if err == unix.EINTR || n == 0 {
 			continue
 		}
@@ -75,47 +76,136 @@ func watchNotifications(listener int, stop <-chan struct{}, out *frameWriter) {
 		if err := ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
 			continue // EINTR, or the task died before we read it
 		}
+		tokens--
 		// The task is parked in the notified call until we answer, so its
 		// pid names it now; ID_VALID afterwards proves it still does (the
-		// pid cannot have been reused in between). A call that continues
-		// is not reported: its domain pid is not needed.
+		// pid cannot have been reused in between), and so does the pidfd
+		// taken before. The notifier is in the domain's PID namespace:
+		// the pid is the domain's.
 		dest, local := destination(&req)
-		var inDomain int32
+		pidfd := -1
 		if !local {
-			inDomain = domainPID(req.PID)
+			pidfd, _ = unix.PidfdOpen(int(req.PID), 0)
 		}
 		id := req.ID
-		if ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) != nil {
-			continue // the task died: no call happened to anyone
-		}
 		resp := seccompNotifResp{ID: req.ID, Error: -int32(unix.EPERM)}
 		if local {
 			resp = seccompNotifResp{ID: req.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
 		}
-		if ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)) != nil || local {
-			// Withdrawn: its task was killed. The filter waits killably
-			// once a call is received (stage.go), so no other signal can
-			// withdraw it and have it restarted and counted twice.
+		if ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) != nil ||
+			ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)) != nil || local {
+			// Gone, or withdrawn: its task was killed. The filter waits
+			// killably once a call is received (stage.go), so no other
+			// signal can withdraw it and have it restarted and counted
+			// twice.
+			closeAll(pidfd)
 			continue
 		}
 		var ts unix.Timespec
 		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-		v := &protocol.Violation{
-			Nr: req.Nr, Args: req.Args[:], PID: inDomain, HostPID: int32(req.PID),
-			MonotonicNs: ts.Nano(), Count: 1, Destination: dest,
+		report(&protocol.Violation{Nr: req.Nr, Args: req.Args[:], PID: int32(req.PID), MonotonicNs: ts.Nano(), Count: 1, Destination: dest}, pidfd)
+		closeAll(pidfd)
+	}
+}
+
+// relayViolations, in the monitor, turns the notifier's reports into
+// violation frames: violationBudget a second one by one, beyond that
+// counted per syscall and flushed once a second. Its work is per refused
+// call only; calls that continue never reach it. It returns when the
+// notifier's channel ends.
+func relayViolations(ch *os.File, out *frameWriter) {
+	windowStart, sent := time.Now(), 0
+	pending := map[int32]*protocol.Violation{}
+	flush := func() {
+		for nr, v := range pending {
+			out.send(&protocol.LauncherResponse{Type: protocol.TypeViolation, Violation: v})
+			delete(pending, nr)
+		}
+	}
+	defer flush()
+	for {
+		if time.Since(windowStart) >= time.Second {
+			flush()
+			windowStart, sent = time.Now(), 0
+		}
+		m, fds, err := recvMsg(ch, windowStart.Add(time.Second))
+		if errors.Is(err, errDeadline) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		v := m.Violation
+		if v == nil || len(fds) > 1 {
+			closeAll(fds...)
+			continue
+		}
+		if len(fds) == 1 {
+			v.HostPID = pidOfPidfd(fds[0])
+			unix.Close(fds[0])
 		}
 		if sent < violationBudget {
 			sent++
 			out.send(&protocol.LauncherResponse{Type: protocol.TypeViolation, Violation: v})
 			continue
 		}
-		if p, ok := pending[req.Nr]; ok {
+		if p, ok := pending[v.Nr]; ok {
 			p.Count++
 			p.MonotonicNs = v.MonotonicNs
 		} else {
-			pending[req.Nr] = v
+			pending[v.Nr] = v
 		}
 	}
+}
+
+// pidOfPidfd is the host pid a pidfd refers to (its fdinfo, read in the
+// monitor's PID namespace, the host's); 0 once the task is gone.
+func pidOfPidfd(fd int) int32 {
+	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Pid:"); ok {
+			if n, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 32); err == nil && n > 0 {
+				return int32(n)
+			}
+		}
+	}
+	return 0
+}
+
+// notifierCaps is all the notifier keeps, in the domain's user namespace:
+// reading a parked worker's memory (process_vm_readv) whatever it did to
+// its own dumpability.
+const notifierCaps = 1 << unix.CAP_SYS_PTRACE
+
+// runNotifier is the domain's notifier: started by the init as it starts
+// (while the init still has a bounding set to give), inside the domain's
+// user, PID and cgroup namespaces and its cgroup, so the work a worker's
+// notified calls cause is the domain's, never a host-root process's. It
+// keeps only notifierCaps, with no_new_privs, waits for the seccomp
+// listener the monitor passes on fd 3 and answers on it until every
+// filtered task is gone.
+func runNotifier() int {
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	ch := os.NewFile(3, "notify")
+	if err := keepCaps(notifierCaps); err != nil {
+		return 1
+	}
+	_, fds, err := recvMsg(ch, time.Time{})
+	if err != nil || len(fds) != 1 {
+		closeAll(fds...)
+		return 1
+	}
+	serveNotifications(fds[0], func(v *protocol.Violation, pidfd int) {
+		var rights []int
+		if pidfd >= 0 {
+			rights = []int{pidfd}
+		}
+		_ = sendReply(ch, initReply{Violation: v}, rights)
+	})
+	return 0
 }
 
 // maxSendmmsg is how many messages of one sendmmsg the monitor examines; a
@@ -146,11 +236,43 @@ func destination(req *seccompNotif) (dest string, local bool) {
 		}
 		return sockaddr(read(addr, int(min(uint32(n), 128)))) // the kernel refuses more
 	}
-	msghdr := func(p uint64) (string, bool) { // msg_name, msg_namelen
-		if h := read(p, 12); h != nil {
-			return named(binary.NativeEndian.Uint64(h), uint64(binary.NativeEndian.Uint32(h[8:])))
+	// msghdrs reads n message headers (struct mmsghdr is 64 bytes, its
+	// msghdr first; a lone msghdr is read as one) and then every name
+	// they point at: two reads, the second one vectored, whatever n is.
+	msghdrs := func(p uint64, n, stride int) (string, bool) {
+		hs := read(p, (n-1)*stride+12)
+		if hs == nil {
+			return "unreadable", false
 		}
-		return "unreadable", false
+		buf := make([]byte, 0, n*128)
+		var local []unix.Iovec
+		var remote []unix.RemoteIovec
+		var offs []int
+		for i := range n {
+			h := hs[i*stride:]
+			addr, l := binary.NativeEndian.Uint64(h), binary.NativeEndian.Uint32(h[8:])
+			if addr == 0 || l == 0 {
+				continue // the connected peer
+			}
+			l = min(l, 128) // the kernel refuses more
+			offs = append(offs, len(buf))
+			buf = buf[:len(buf)+int(l)]
+			local = append(local, unix.Iovec{Base: &buf[offs[len(offs)-1]], Len: uint64(l)})
+			remote = append(remote, unix.RemoteIovec{Base: uintptr(addr), Len: int(l)})
+		}
+		if len(remote) == 0 {
+			return "", true
+		}
+		got, err := unix.ProcessVMReadv(int(req.PID), local, remote, 0)
+		if err != nil || got != len(buf) {
+			return "unreadable", false
+		}
+		for i, off := range offs {
+			if dest, ok := sockaddr(buf[off : off+remote[i].Len]); !ok {
+				return dest, false
+			}
+		}
+		return "", true
 	}
 	a := req.Args
 	switch req.Nr {
@@ -159,17 +281,16 @@ func destination(req *seccompNotif) (dest string, local bool) {
 	case unix.SYS_SENDTO:
 		return named(a[4], a[5])
 	case unix.SYS_SENDMSG:
-		return msghdr(a[1])
+		return msghdrs(a[1], 1, 0)
 	case unix.SYS_SENDMMSG:
-		if uint32(a[2]) > maxSendmmsg {
+		switch n := uint32(a[2]); {
+		case n > maxSendmmsg:
 			return "sendmmsg batch", false
+		case n == 0:
+			return "", true
+		default:
+			return msghdrs(a[1], int(n), 64)
 		}
-		for i := range uint64(uint32(a[2])) {
-			if dest, ok := msghdr(a[1] + 64*i); !ok { // sizeof(struct mmsghdr)
-				return dest, false
-			}
-		}
-		return "", true
 	}
 	return "", false
 }
@@ -194,26 +315,6 @@ func sockaddr(sa []byte) (string, bool) {
 	}
 	u := ip.Unmap()
 	return netip.AddrPortFrom(ip, binary.BigEndian.Uint16(sa[2:])).String(), u.IsLoopback() || u.IsUnspecified()
-}
-
-// domainPID translates a host pid (as notifications report it to a
-// listener in the host's PID namespace) to the pid the worker has inside its
-// domain: the last NSpid entry. 0 if the task is already gone.
-func domainPID(host uint32) int32 {
-	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(host), 10) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			if f := strings.Fields(rest); len(f) > 0 {
-				if n, err := strconv.ParseInt(f[len(f)-1], 10, 32); err == nil {
-					return int32(n)
-				}
-			}
-		}
-	}
-	return 0
 }
 
 func ioctlPtr(fd int, req uint, arg unsafe.Pointer) error {
