@@ -67,6 +67,17 @@ func TestEpisodeLifecycle(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	launcherID := e.Status().LauncherID
+	// The post-commit checkpoint supersedes the base's: the base's
+	// archive goes back at once, not at the episode's end.
+	for {
+		if _, err := os.Stat(filepath.Join(shared.bed.State, "holds", launcherID+"-base")); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the base checkpoint is still held after a later stable checkpoint", launcherID)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err := e.End(ctx, episode.Completed, "worker committed the fix"); err != nil {
 		t.Fatal(err)
 	}

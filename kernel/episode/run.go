@@ -402,9 +402,22 @@ func (e *Episode) checkpointOf(ctx context.Context, id string, gen int) (string,
 	if err != nil {
 		return "", err
 	}
+	// The newest stable checkpoint is the only one a repair or a resumed
+	// episode restores (LatestStableCheckpoint), and the domain loop that
+	// takes checkpoints is the one that repairs: what it superseded goes
+	// back now, or a long episode would fill its domain's quota.
+	newest := heldCheckpoint{id, res.SHA256}
 	e.mu.Lock()
 	e.digests[c.ID] = res.SHA256
+	var superseded []heldCheckpoint
+	for _, h := range e.taken {
+		if h != newest {
+			superseded = append(superseded, h)
+		}
+	}
+	e.taken = []heldCheckpoint{newest}
 	e.mu.Unlock()
+	e.release(superseded)
 	return res.SHA256, nil
 }
 
@@ -802,6 +815,11 @@ func (e *Episode) releaseCheckpoints() {
 	taken := e.taken
 	e.taken = nil
 	e.mu.Unlock()
+	e.release(taken)
+}
+
+// release gives back the archives in taken, logging what it could not.
+func (e *Episode) release(taken []heldCheckpoint) {
 	rel, ok := e.k.cfg.Domains.(checkpointReleaser)
 	if !ok || len(taken) == 0 {
 		return
