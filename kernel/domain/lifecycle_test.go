@@ -1106,11 +1106,17 @@ func watchHelpers(t *testing.T, action func()) []helperSeen {
 				limits, _ := os.ReadFile(dir + "/limits")
 				cg, _ := os.ReadFile(dir + "/cgroup")
 				h.limits, h.cgroup = string(limits), string(cg)
+				gone := false
 				for _, n := range []string{"user", "mnt", "pid", "ipc", "uts", "cgroup", "net"} {
 					h.ns[n], _ = os.Readlink(dir + "/ns/" + n)
+					gone = gone || h.ns[n] == ""
 				}
-				// Seen once confined: the helper confines itself first thing.
-				if strings.Contains(h.status, "NoNewPrivs:\t1") && h.limits != "" {
+				if gone {
+					continue // it exited while we looked
+				}
+				// Seen once confined: the helper confines itself first
+				// thing, the seccomp floor last.
+				if strings.Contains(h.status, "Seccomp:\t2") && h.limits != "" {
 					seen = append(seen, h)
 				}
 			}
