@@ -271,7 +271,15 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 		unix.Close(run.listener)
 		run.listener = -1
 		if err != nil {
-			return true, protocol.Errorf(protocol.CodeSeccompFailed, "hand the listener to the notifier: %w", err)
+			// A worker that exits at once can take its domain, and the
+			// notifier with it, down before the listener arrives: then it
+			// ran, and nothing is left to answer.
+			select {
+			case res := <-run.done:
+				run.done <- res
+			case <-time.After(time.Second):
+				return true, protocol.Errorf(protocol.CodeSeccompFailed, "hand the listener to the notifier: %w", err)
+			}
 		}
 	}
 	started := &protocol.Started{

@@ -50,8 +50,8 @@ const (
 
 // serveNotifications is the notifier's loop, inside the domain: it answers
 // every notified syscall. A call whose every destination stays in the
-// domain (destination) continues; anything else is refused with EPERM and
-// reported, with a pidfd of its caller, once the refusal is delivered.
+// domain (destination) continues; anything else is reported, with a pidfd
+// of its caller, and refused with EPERM.
 func serveNotifications(listener int, report func(v *protocol.Violation, pidfd int)) {
 	defer unix.Close(listener)
 	tokens, last := float64(notifyBurst), time.Now()
@@ -88,23 +88,26 @@ func serveNotifications(listener int, report func(v *protocol.Violation, pidfd i
 			pidfd, _ = unix.PidfdOpen(int(req.PID), 0)
 		}
 		id := req.ID
-		resp := seccompNotifResp{ID: req.ID, Error: -int32(unix.EPERM)}
-		if local {
-			resp = seccompNotifResp{ID: req.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
-		}
-		if ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) != nil ||
-			ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)) != nil || local {
-			// Gone, or withdrawn: its task was killed. The filter waits
-			// killably once a call is received (stage.go), so no other
-			// signal can withdraw it and have it restarted and counted
-			// twice.
+		if ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) != nil {
 			closeAll(pidfd)
-			continue
+			continue // the task died: no call happened to anyone
 		}
-		var ts unix.Timespec
-		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-		report(&protocol.Violation{Nr: req.Nr, Args: req.Args[:], PID: int32(req.PID), MonotonicNs: ts.Nano(), Count: 1, Destination: dest}, pidfd)
-		closeAll(pidfd)
+		resp := seccompNotifResp{ID: req.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
+		if !local {
+			// Reported before it is answered: once answered, the worker
+			// may exit at once, and its domain's end (the PID namespace)
+			// ends the notifier too, with the report unsent. A call whose
+			// task a fatal signal withdraws now was still attempted, and
+			// the filter waits killably once a call is received (stage.go),
+			// so no other signal can withdraw it and have it restarted and
+			// counted twice.
+			var ts unix.Timespec
+			_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+			report(&protocol.Violation{Nr: req.Nr, Args: req.Args[:], PID: int32(req.PID), MonotonicNs: ts.Nano(), Count: 1, Destination: dest}, pidfd)
+			closeAll(pidfd)
+			resp = seccompNotifResp{ID: req.ID, Error: -int32(unix.EPERM)}
+		}
+		_ = ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
 	}
 }
 
