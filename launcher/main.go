@@ -6,50 +6,29 @@ import (
 	"sync"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/launcher/internal/archiver"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/domainroot"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/notifier"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/settings"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/wire"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
-// Internal stages are this binary re-executed through /proc/self/exe with a
-// fixed argv[0]. sudo always passes the command path as argv[0], so a caller
-// of the sudoers rule can only ever reach serve().
-const (
-	initArg0   = "autonomic-domain-init"
-	stageArg0  = "autonomic-worker-stage"
-	holdArg0   = "autonomic-userns-hold"
-	ckptArg0   = "autonomic-checkpoint"
-	notifyArg0 = "autonomic-notify"
-)
-
-// reexecEnv is the whole environment of the init, the stage and the
-// checkpoint helper: one P is all any needs, so the runtime starts fewer
-// threads, and each stop-the-world (the init's capability drops are 45)
-// waits for fewer. Without containermaxprocs=0 the runtime opens the
-// host's cgroup v1 cpu.cfs_quota_us and cpu.cfs_period_us as it starts,
-// before the init's pivot_root, and keeps them to re-read: the domain's
-// PID 1 held two host files (issue 27, finding 5).
-var reexecEnv = []string{"GOMAXPROCS=1", "GODEBUG=containermaxprocs=0,updatemaxprocs=0"}
-
-// requestDeadline bounds reading the one request; actionDeadline bounds
-// every action except a create's monitor phase.
-const (
-	requestDeadline = 10 * time.Second
-	actionDeadline  = 30 * time.Second
-)
-
 func main() {
 	switch os.Args[0] {
-	case initArg0:
-		os.Exit(runInit())
-	case stageArg0:
-		os.Exit(runStage())
-	case holdArg0:
+	case wire.InitArg0:
+		os.Exit(domainroot.RunInit())
+	case wire.StageArg0:
+		os.Exit(domainroot.RunStage())
+	case wire.HoldArg0:
 		os.Exit(0) // traced: stopped at its exec, then killed
-	case ckptArg0:
-		os.Exit(runCheckpointHelper())
-	case notifyArg0:
-		os.Exit(runNotifier())
+	case wire.CkptArg0:
+		os.Exit(archiver.Run())
+	case wire.NotifyArg0:
+		os.Exit(notifier.Run())
 	}
 	os.Exit(serve())
 }
@@ -95,7 +74,7 @@ func handlers() map[string]func(*launcher) error {
 }
 
 type launcher struct {
-	cfg      *config
+	cfg      *settings.Config
 	req      *protocol.LauncherRequest
 	out      *frameWriter
 	stdin    *os.File
@@ -123,7 +102,7 @@ func serve() int {
 	}
 	_ = unix.SetNonblock(0, true)
 	stdin := os.NewFile(0, "stdin")
-	b, err := protocol.ReadFrame(stdin, protocol.LauncherRequestMax, time.Now().Add(requestDeadline))
+	b, err := protocol.ReadFrame(stdin, protocol.LauncherRequestMax, time.Now().Add(wire.RequestDeadline))
 	if err != nil {
 		return out.fail(err)
 	}
@@ -136,7 +115,7 @@ func serve() int {
 	if err != nil {
 		return out.fail(err)
 	}
-	l := &launcher{cfg: cfg, req: req, out: out, stdin: stdin, deadline: time.Now().Add(actionDeadline)}
+	l := &launcher{cfg: cfg, req: req, out: out, stdin: stdin, deadline: time.Now().Add(wire.ActionDeadline)}
 	if l.state, err = openState(cfg); err != nil {
 		return out.fail(err)
 	}

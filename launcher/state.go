@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/launcher/internal/fsat"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/settings"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -21,10 +24,10 @@ type stateDirs struct {
 	root, domains, slots, checkpoints, holds int
 }
 
-func openState(c *config) (stateDirs, error) {
+func openState(c *settings.Config) (stateDirs, error) {
 	var s stateDirs
 	var err error
-	if s.root, err = openRoot(c.StateRoot); err != nil {
+	if s.root, err = fsat.OpenRoot(c.StateRoot); err != nil {
 		return s, err
 	}
 	for _, d := range []struct {
@@ -35,10 +38,10 @@ func openState(c *config) (stateDirs, error) {
 		if err := unix.Mkdirat(s.root, d.name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
 			return s, protocol.Errorf(protocol.CodeConfigInvalid, "state dir: %w", err)
 		}
-		if *d.fd, err = openDirBeneath(s.root, d.name); err != nil {
+		if *d.fd, err = fsat.OpenDir(s.root, d.name); err != nil {
 			return s, protocol.Errorf(protocol.CodeConfigInvalid, "state dir: %w", err)
 		}
-		if err := checkFdRootOwned(*d.fd, true); err != nil {
+		if err := fsat.CheckRootOwnedFd(*d.fd, true); err != nil {
 			return s, err
 		}
 		if err := errors.Join(unix.Fchown(*d.fd, 0, d.gid), unix.Fchmod(*d.fd, uint32(d.mode))); err != nil {
@@ -59,7 +62,7 @@ type domainMeta struct {
 }
 
 func readMeta(domfd int) (*domainMeta, error) {
-	b, err := readFileAt(domfd, "meta.json", 4096)
+	b, err := fsat.ReadFile(domfd, "meta.json", 4096)
 	if err != nil {
 		return nil, err
 	}

@@ -1,18 +1,18 @@
-package main
+package notifier
 
 import (
 	"encoding/binary"
-	"errors"
 	"net/netip"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/autonomic-kernel/autonomic/launcher/internal/confine"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/fsat"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/wire"
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"golang.org/x/sys/unix"
 )
 
 // seccompNotif and seccompNotifResp mirror struct seccomp_notif and
@@ -33,11 +33,6 @@ type seccompNotifResp struct {
 	Error int32
 	Flags uint32
 }
-
-// violationBudget is how many violation frames per second go out one by
-// one; beyond it, attempts are counted per syscall and flushed once a
-// second, so a flood costs the monitor bounded memory and output.
-const violationBudget = 64
 
 // notifyRate and notifyBurst bound how many notified calls a domain's
 // notifier answers a second: past them the calling task stays parked in
@@ -89,7 +84,7 @@ func serveNotifications(listener int, report func(v *protocol.Violation, pidfd i
 		}
 		id := req.ID
 		if ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) != nil {
-			closeAll(pidfd)
+			fsat.CloseAll(pidfd)
 			continue // the task died: no call happened to anyone
 		}
 		resp := seccompNotifResp{ID: req.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
@@ -104,78 +99,11 @@ func serveNotifications(listener int, report func(v *protocol.Violation, pidfd i
 			var ts unix.Timespec
 			_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 			report(&protocol.Violation{Nr: req.Nr, Args: req.Args[:], PID: int32(req.PID), MonotonicNs: ts.Nano(), Count: 1, Destination: dest}, pidfd)
-			closeAll(pidfd)
+			fsat.CloseAll(pidfd)
 			resp = seccompNotifResp{ID: req.ID, Error: -int32(unix.EPERM)}
 		}
 		_ = ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
 	}
-}
-
-// relayViolations, in the monitor, turns the notifier's reports into
-// violation frames: violationBudget a second one by one, beyond that
-// counted per syscall and flushed once a second. Its work is per refused
-// call only; calls that continue never reach it. It returns when the
-// notifier's channel ends.
-func relayViolations(ch *os.File, out *frameWriter) {
-	windowStart, sent := time.Now(), 0
-	pending := map[int32]*protocol.Violation{}
-	flush := func() {
-		for nr, v := range pending {
-			out.send(&protocol.LauncherResponse{Type: protocol.TypeViolation, Violation: v})
-			delete(pending, nr)
-		}
-	}
-	defer flush()
-	for {
-		if time.Since(windowStart) >= time.Second {
-			flush()
-			windowStart, sent = time.Now(), 0
-		}
-		m, fds, err := recvMsg(ch, windowStart.Add(time.Second))
-		if errors.Is(err, errDeadline) {
-			continue
-		}
-		if err != nil {
-			return
-		}
-		v := m.Violation
-		if v == nil || len(fds) > 1 {
-			closeAll(fds...)
-			continue
-		}
-		if len(fds) == 1 {
-			v.HostPID = pidOfPidfd(fds[0])
-			unix.Close(fds[0])
-		}
-		if sent < violationBudget {
-			sent++
-			out.send(&protocol.LauncherResponse{Type: protocol.TypeViolation, Violation: v})
-			continue
-		}
-		if p, ok := pending[v.Nr]; ok {
-			p.Count++
-			p.MonotonicNs = v.MonotonicNs
-		} else {
-			pending[v.Nr] = v
-		}
-	}
-}
-
-// pidOfPidfd is the host pid a pidfd refers to (its fdinfo, read in the
-// monitor's PID namespace, the host's); 0 once the task is gone.
-func pidOfPidfd(fd int) int32 {
-	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Pid:"); ok {
-			if n, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 32); err == nil && n > 0 {
-				return int32(n)
-			}
-		}
-	}
-	return 0
 }
 
 // notifierCaps is all the notifier keeps, in the domain's user namespace:
@@ -183,22 +111,22 @@ func pidOfPidfd(fd int) int32 {
 // its own dumpability.
 const notifierCaps = 1 << unix.CAP_SYS_PTRACE
 
-// runNotifier is the domain's notifier: started by the init as it starts
+// Run is the domain's notifier: started by the init as it starts
 // (while the init still has a bounding set to give), inside the domain's
 // user, PID and cgroup namespaces and its cgroup, so the work a worker's
 // notified calls cause is the domain's, never a host-root process's. It
 // keeps only notifierCaps, with no_new_privs, waits for the seccomp
 // listener the monitor passes on fd 3 and answers on it until every
 // filtered task is gone.
-func runNotifier() int {
+func Run() int {
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	ch := os.NewFile(3, "notify")
-	if err := keepCaps(notifierCaps); err != nil {
+	if err := confine.KeepCaps(notifierCaps); err != nil {
 		return 1
 	}
-	_, fds, err := recvMsg(ch, time.Time{})
+	_, fds, err := wire.Recv(ch, time.Time{})
 	if err != nil || len(fds) != 1 {
-		closeAll(fds...)
+		fsat.CloseAll(fds...)
 		return 1
 	}
 	serveNotifications(fds[0], func(v *protocol.Violation, pidfd int) {
@@ -206,7 +134,7 @@ func runNotifier() int {
 		if pidfd >= 0 {
 			rights = []int{pidfd}
 		}
-		_ = sendReply(ch, initReply{Violation: v}, rights)
+		_ = wire.SendReply(ch, wire.Reply{Violation: v}, rights)
 	})
 	return 0
 }

@@ -1,4 +1,4 @@
-package main
+package domainroot
 
 import (
 	"encoding/json"
@@ -13,22 +13,23 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/autonomic-kernel/autonomic/launcher/internal/confine"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/wire"
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"golang.org/x/sys/unix"
 )
 
 // newRoot is where the init assembles the domain's root inside its own
 // mount namespace, on a tmpfs of its own; nothing here is visible to the host.
 const newRoot = "/tmp/.autonomic-root"
 
-// workerHome is the worker's HOME inside its domain.
-const workerHome = "/tmp/home"
+// WorkerHome is the worker's HOME inside its domain.
+const WorkerHome = "/tmp/home"
 
-// runInit is PID 1 of a domain. It finishes the mounts, pivots into the
+// RunInit is PID 1 of a domain. It finishes the mounts, pivots into the
 // rootfs, starts the worker stage and reaps until the worker exits. When it
 // exits, the kernel kills every process left in its PID namespace.
-func runInit() int {
+func RunInit() int {
 	// Not dumpable: no process of the domain may ptrace us or open our
 	// /proc entries (exe, mem, fds) even though it shares our user namespace.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -59,17 +60,17 @@ func runInit() int {
 	bounded := dropBoundingSet()
 	ctl := os.NewFile(3, "ctl")
 	execCh := os.NewFile(4, "exec")
-	b, fds, err := recvSized(ctl, time.Now().Add(actionDeadline), 256<<10)
+	b, fds, err := wire.RecvSized(ctl, time.Now().Add(wire.ActionDeadline), 256<<10)
 	if err != nil {
 		return 1
 	}
-	var spec initSpec
-	if err := json.Unmarshal(b, &spec); err != nil || len(fds) != fdSockets+len(spec.Sockets) {
-		_ = sendReply(ctl, initReply{Error: string(protocol.CodeNamespaceFailed)}, nil)
+	var spec wire.Spec
+	if err := json.Unmarshal(b, &spec); err != nil || len(fds) != wire.FdSockets+len(spec.Sockets) {
+		_ = wire.SendReply(ctl, wire.Reply{Error: string(protocol.CodeNamespaceFailed)}, nil)
 		return 1
 	}
 	if err := assembleRoot(fds, &spec); err != nil {
-		_ = sendReply(ctl, initReply{Error: string(protocol.AsWire(err).Code)}, nil)
+		_ = wire.SendReply(ctl, wire.Reply{Error: string(protocol.AsWire(err).Code)}, nil)
 		return 1
 	}
 	for _, fd := range fds {
@@ -92,15 +93,15 @@ func runInit() int {
 		err = awaitStageExec(execed, stage)
 	}
 	if err != nil {
-		_ = sendReply(ctl, initReply{Error: string(protocol.CodeExecFailed)}, nil)
+		_ = wire.SendReply(ctl, wire.Reply{Error: string(protocol.CodeExecFailed)}, nil)
 		return 1
 	}
-	_ = sendReply(ctl, initReply{Ready: true}, nil)
+	_ = wire.SendReply(ctl, wire.Reply{Ready: true}, nil)
 
 	// The monitor closing its end means it died: take the domain down.
 	go func() {
 		for {
-			if _, _, err := recvRaw(ctl, time.Time{}); err != nil {
+			if _, _, err := wire.RecvRaw(ctl, time.Time{}); err != nil {
 				os.Exit(137)
 			}
 		}
@@ -118,13 +119,13 @@ func runInit() int {
 		if pid != stage {
 			continue // an orphan reparented to us: reap and go on
 		}
-		r := initReply{Exited: true, MaxRSS: ru.Maxrss}
+		r := wire.Reply{Exited: true, MaxRSS: ru.Maxrss}
 		if ws.Signaled() {
 			r.Signal = int(ws.Signal())
 		} else {
 			r.Code = ws.ExitStatus()
 		}
-		_ = sendReply(ctl, r, nil)
+		_ = wire.SendReply(ctl, r, nil)
 		return 0
 	}
 }
@@ -132,7 +133,7 @@ func runInit() int {
 // assembleRoot builds the domain's filesystem from the descriptors the
 // monitor sent. Every host object arrives as a descriptor (a detached mount
 // or an open directory); no host path is resolved by name here.
-func assembleRoot(fds []int, spec *initSpec) error {
+func assembleRoot(fds []int, spec *wire.Spec) error {
 	fail := func(step string, err error) error {
 		return protocol.Errorf(protocol.CodeMountFailed, "%s: %w", step, err)
 	}
@@ -146,7 +147,7 @@ func assembleRoot(fds []int, spec *initSpec) error {
 	if err := unix.Mkdir(newRoot, 0o700); err != nil {
 		return fail("staging dir", err)
 	}
-	if err := unix.MoveMount(fds[fdRootfs], "", unix.AT_FDCWD, newRoot, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+	if err := unix.MoveMount(fds[wire.FdRootfs], "", unix.AT_FDCWD, newRoot, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fail("attach rootfs", err)
 	}
 	at := func(p string) string { return newRoot + p }
@@ -162,7 +163,7 @@ func assembleRoot(fds []int, spec *initSpec) error {
 	}
 	// The worker's HOME: agents keep state there, so it is on the bounded
 	// /tmp, never under /workspace, whose changes are harvested.
-	if err := errors.Join(os.Mkdir(at(workerHome), 0o700), os.Chown(at(workerHome), int(spec.UID), int(spec.GID))); err != nil {
+	if err := errors.Join(os.Mkdir(at(WorkerHome), 0o700), os.Chown(at(WorkerHome), int(spec.UID), int(spec.GID))); err != nil {
 		return fail("home", err)
 	}
 	if err := minimalDev(at("/dev")); err != nil {
@@ -182,18 +183,18 @@ func assembleRoot(fds []int, spec *initSpec) error {
 		if err := os.WriteFile(sockPath, nil, 0o600); err != nil {
 			return fail("socket mountpoint", err)
 		}
-		if err := unix.MoveMount(fds[fdSockets+i], "", unix.AT_FDCWD, sockPath, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		if err := unix.MoveMount(fds[wire.FdSockets+i], "", unix.AT_FDCWD, sockPath, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 			return fail("attach socket", err)
 		}
 	}
 	// The overlay keeps private clones of its layers, so the lower's
 	// staging mount is detached again right after.
 	lowerAt := at("/run/autonomic/.lower")
-	if err := unix.MoveMount(fds[fdLower], "", unix.AT_FDCWD, lowerAt, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+	if err := unix.MoveMount(fds[wire.FdLower], "", unix.AT_FDCWD, lowerAt, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fail("attach lower", err)
 	}
 	layersAt := at("/run/autonomic/.layers")
-	if err := unix.MoveMount(fds[fdLayers], "", unix.AT_FDCWD, layersAt, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+	if err := unix.MoveMount(fds[wire.FdLayers], "", unix.AT_FDCWD, layersAt, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fail("attach layers", err)
 	}
 	// The domain directory holds layers/ (a bounded tmpfs) or, on hosts
@@ -229,22 +230,12 @@ func assembleRoot(fds []int, spec *initSpec) error {
 	return unix.Chdir("/")
 }
 
-// allThreads runs one syscall on every thread of the process.
-// AllThreadsSyscall needs a binary without cgo, which
-// scripts/build_launcher.sh proves the launcher is.
-func allThreads(trap, a1, a2, a3 uintptr) error {
-	if _, _, e := syscall.AllThreadsSyscall(trap, a1, a2, a3); e != 0 {
-		return e
-	}
-	return nil
-}
-
 // dropBoundingSet empties the bounding set of every thread (and so of
 // every thread the runtime starts later). It leaves the effective and
 // permitted sets alone: the init still mounts and maps the stage's ids.
 func dropBoundingSet() error {
 	for c := uintptr(0); ; c++ {
-		err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0)
+		err := confine.AllThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0)
 		if err == unix.EINVAL {
 			return nil // past the kernel's last capability
 		}
@@ -262,13 +253,13 @@ func dropBoundingSet() error {
 func dropPrivileges() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData // effective, permitted and inheritable: empty
-	if err := allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
+	if err := confine.AllThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
 		return err
 	}
-	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+	if err := confine.AllThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
 		return err
 	}
-	return allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+	return confine.AllThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
 }
 
 // maskProc hides the procfs entries that describe the host rather than the
@@ -356,7 +347,7 @@ func isSocket(fd int) (*os.File, bool) {
 // init reaps it with every other orphan, and the PID namespace ends it
 // with the init.
 func startNotifier(ch *os.File) error {
-	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{notifyArg0}, Env: reexecEnv, ExtraFiles: []*os.File{ch}}
+	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{wire.NotifyArg0}, Env: wire.ReexecEnv, ExtraFiles: []*os.File{ch}}
 	return cmd.Start()
 }
 
@@ -369,7 +360,7 @@ func startNotifier(ch *os.File) error {
 //
 // The stage also holds fd 5, the write end of a pipe whose read end it
 // returns (execed): it closes on the stage's exec or its death.
-func startStage(spec *initSpec, execCh *os.File) (int, *os.File, error) {
+func startStage(spec *wire.Spec, execCh *os.File) (int, *os.File, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return 0, nil, err
@@ -385,7 +376,7 @@ func startStage(spec *initSpec, execCh *os.File) (int, *os.File, error) {
 	}
 	defer devnull.Close()
 	cmd := &exec.Cmd{
-		Path: "/proc/self/exe", Args: []string{stageArg0}, Env: reexecEnv,
+		Path: "/proc/self/exe", Args: []string{wire.StageArg0}, Env: wire.ReexecEnv,
 		Stdin: devnull, Stdout: os.Stdout, Stderr: os.Stderr,
 		ExtraFiles: []*os.File{pr, execCh, ew},
 		SysProcAttr: &syscall.SysProcAttr{
@@ -429,7 +420,7 @@ const pfExiting = 0x4
 // failed); any other state is a worker that runs, or ran.
 func awaitStageExec(execed *os.File, stage int) error {
 	defer execed.Close()
-	_ = execed.SetReadDeadline(time.Now().Add(actionDeadline))
+	_ = execed.SetReadDeadline(time.Now().Add(wire.ActionDeadline))
 	var b [1]byte
 	if n, err := execed.Read(b[:]); n != 0 || !errors.Is(err, io.EOF) {
 		return fmt.Errorf("stage exec pipe: %d %w", n, err)

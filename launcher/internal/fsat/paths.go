@@ -1,4 +1,4 @@
-package main
+package fsat
 
 import (
 	"errors"
@@ -6,9 +6,8 @@ import (
 	"os"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"golang.org/x/sys/unix"
 )
 
 // beneath is the only way the launcher resolves a name: relative to a
@@ -17,7 +16,7 @@ import (
 // path_unsafe instead of us following it into the host.
 const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
-func openBeneath(dirfd int, name string, flags uint64) (int, error) {
+func OpenBeneath(dirfd int, name string, flags uint64) (int, error) {
 	for {
 		fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: beneath})
 		if err == unix.EINTR || err == unix.EAGAIN {
@@ -27,16 +26,16 @@ func openBeneath(dirfd int, name string, flags uint64) (int, error) {
 	}
 }
 
-// openDirBeneath opens name as a directory and proves it is one.
-func openDirBeneath(dirfd int, name string) (int, error) {
-	fd, err := openBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY)
+// OpenDir opens name as a directory and proves it is one.
+func OpenDir(dirfd int, name string) (int, error) {
+	fd, err := OpenBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
-		return -1, classifyOpen(err)
+		return -1, Classify(err)
 	}
 	return fd, nil
 }
 
-func classifyOpen(err error) error {
+func Classify(err error) error {
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		return err
@@ -46,19 +45,19 @@ func classifyOpen(err error) error {
 	return err
 }
 
-// openRoot opens a configured absolute path. Configuration is root-owned and
+// OpenRoot opens a configured absolute path. Configuration is root-owned and
 // trusted, but the directories on the way to a root may not be: an owner of
 // one could swap a component for a symlink and lead the launcher elsewhere.
 // So no component, intermediate or final, may be a symlink.
-func openRoot(path string) (int, error) {
-	fd, err := openAbsolute(path)
+func OpenRoot(path string) (int, error) {
+	fd, err := OpenAbsolute(path)
 	if err != nil {
 		return -1, protocol.Errorf(protocol.CodeConfigInvalid, "open configured root: %w", err)
 	}
 	return fd, nil
 }
 
-func openAbsolute(path string) (int, error) {
+func OpenAbsolute(path string) (int, error) {
 	if !strings.HasPrefix(path, "/") {
 		return -1, errors.New("relative path")
 	}
@@ -72,8 +71,8 @@ func openAbsolute(path string) (int, error) {
 	}
 }
 
-// readNames lists a directory through its descriptor.
-func readNames(fd int) ([]string, error) {
+// Names lists a directory through its descriptor.
+func Names(fd int) ([]string, error) {
 	dup, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -83,13 +82,13 @@ func readNames(fd int) ([]string, error) {
 	return f.Readdirnames(-1)
 }
 
-// writeFileAt creates name with exactly data, on disk before it returns.
+// WriteFile creates name with exactly data, on disk before it returns.
 // A short write is an error, never a shorter record: a caller's
 // RLIMIT_FSIZE once cut a cgroup id to its first digits, and destroy then
 // took the domain's own cgroup for someone else's (issue 27, finding 3).
-// readSomeNames lists at most n names of a directory (all when it has
+// SomeNames lists at most n names of a directory (all when it has
 // fewer), through its descriptor.
-func readSomeNames(fd, n int) ([]string, error) {
+func SomeNames(fd, n int) ([]string, error) {
 	dup, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -110,12 +109,12 @@ func readSomeNames(fd, n int) ([]string, error) {
 	return names, nil
 }
 
-func writeFileAt(dirfd int, name string, data []byte, mode uint32) error {
+func WriteFile(dirfd int, name string, data []byte, mode uint32) error {
 	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
 		return err
 	}
-	err = writeAll(fd, data)
+	err = WriteAll(fd, data)
 	if err == nil {
 		err = unix.Fsync(fd)
 	}
@@ -129,8 +128,8 @@ func writeFileAt(dirfd int, name string, data []byte, mode uint32) error {
 	return err
 }
 
-// writeAll writes every byte of data or fails.
-func writeAll(fd int, data []byte) error {
+// WriteAll writes every byte of data or fails.
+func WriteAll(fd int, data []byte) error {
 	for len(data) > 0 {
 		n, err := unix.Write(fd, data)
 		if err == unix.EINTR {
@@ -147,8 +146,8 @@ func writeAll(fd int, data []byte) error {
 	return nil
 }
 
-func readFileAt(dirfd int, name string, max int64) ([]byte, error) {
-	fd, err := openBeneath(dirfd, name, unix.O_RDONLY)
+func ReadFile(dirfd int, name string, max int64) ([]byte, error) {
+	fd, err := OpenBeneath(dirfd, name, unix.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
