@@ -1,12 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"errors"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/autonomic-kernel/autonomic/launcher/internal/cgstat"
+
+	"github.com/autonomic-kernel/autonomic/launcher/internal/fsat"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/settings"
 
 	"golang.org/x/sys/unix"
 
@@ -16,20 +21,38 @@ import (
 // openCgroupParent opens the configured parent and proves it is cgroup v2:
 // on a hybrid host the v1 hierarchies sit next to it and must never be
 // touched.
+// A missing parent is made only inside a directory proven to be on cgroup
+// v2: a mkdir in a v1 hierarchy would already have made a v1 cgroup.
 func (l *launcher) openCgroupParent() (int, error) {
-	if err := unix.Mkdir(l.cfg.CgroupParent, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-		return -1, protocol.Errorf(protocol.CodeCgroupFailed, "cgroup parent: %w", err)
+	fd, err := fsat.OpenAbsolute(l.cfg.CgroupParent)
+	if errors.Is(err, unix.ENOENT) {
+		dir, base := path.Split(l.cfg.CgroupParent)
+		var up int
+		if up, err = fsat.OpenAbsolute(dir); err != nil {
+			return -1, protocol.Errorf(protocol.CodeConfigInvalid, "cgroup_parent: %w", err)
+		}
+		defer unix.Close(up)
+		if !onCgroup2(up) {
+			return -1, protocol.Errorf(protocol.CodeConfigInvalid, "cgroup_parent is not on cgroup v2")
+		}
+		if err := unix.Mkdirat(up, base, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, protocol.Errorf(protocol.CodeCgroupFailed, "cgroup parent: %w", err)
+		}
+		fd, err = fsat.OpenDir(up, base)
 	}
-	fd, err := openRoot(l.cfg.CgroupParent)
 	if err != nil {
-		return -1, err
+		return -1, protocol.Errorf(protocol.CodeConfigInvalid, "cgroup_parent: %w", err)
 	}
-	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(fd, &sfs); err != nil || sfs.Type != unix.CGROUP2_SUPER_MAGIC {
+	if !onCgroup2(fd) {
 		unix.Close(fd)
 		return -1, protocol.Errorf(protocol.CodeConfigInvalid, "cgroup_parent is not on cgroup v2")
 	}
 	return fd, nil
+}
+
+func onCgroup2(fd int) bool {
+	var sfs unix.Statfs_t
+	return unix.Fstatfs(fd, &sfs) == nil && sfs.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
 // cgroupRecord, in the domain's root-owned directory, names the cgroup this
@@ -47,17 +70,17 @@ func makeCgroup(parent, domfd int, id string) (int, error) {
 		}
 		return -1, protocol.Errorf(protocol.CodeCgroupFailed, "mkdir cgroup: %w", err)
 	}
-	cg, err := openDirBeneath(parent, id)
+	cg, err := fsat.OpenDir(parent, id)
 	var st unix.Stat_t
 	if err == nil {
 		if err = unix.Fstat(cg, &st); err == nil {
-			err = writeFileAt(domfd, cgroupRecord, []byte(strconv.FormatUint(st.Ino, 10)), 0o600)
+			err = fsat.WriteFile(domfd, cgroupRecord, []byte(strconv.FormatUint(st.Ino, 10)), 0o600)
 		}
 	}
 	if err != nil {
 		// Unrecorded, it would never be removed: take it back now, while
 		// it is certainly empty and ours.
-		closeAll(cg)
+		fsat.CloseAll(cg)
 		_ = unix.Unlinkat(parent, id, unix.AT_REMOVEDIR)
 		return -1, protocol.Errorf(protocol.CodeCgroupFailed, "record cgroup: %w", err)
 	}
@@ -69,7 +92,7 @@ func makeCgroup(parent, domfd int, id string) (int, error) {
 // name, or one with another id (someone else's, never to be frozen, killed
 // or removed by us).
 func ownCgroup(parent, domfd int, id string) (int, error) {
-	rec, err := readFileAt(domfd, cgroupRecord, 32)
+	rec, err := fsat.ReadFile(domfd, cgroupRecord, 32)
 	if errors.Is(err, unix.ENOENT) {
 		return -1, nil
 	}
@@ -80,7 +103,7 @@ func ownCgroup(parent, domfd int, id string) (int, error) {
 	if err != nil {
 		return -1, protocol.Errorf(protocol.CodeLauncherFailed, "cgroup record: %w", err)
 	}
-	cg, err := openDirBeneath(parent, id)
+	cg, err := fsat.OpenDir(parent, id)
 	if errors.Is(err, unix.ENOENT) {
 		return -1, nil
 	}
@@ -93,53 +116,44 @@ func ownCgroup(parent, domfd int, id string) (int, error) {
 		return -1, protocol.Errorf(protocol.CodeCgroupFailed, "stat cgroup: %w", err)
 	}
 	if st.Ino != want {
+		// Not the cgroup we made. Empty, it is left alone as someone
+		// else's; populated, it may be ours under a damaged record, and
+		// going on would free the uid range of a live domain: fail closed.
+		state, err := cgstat.ReadState(cg)
 		unix.Close(cg)
+		if err != nil || state.Populated {
+			return -1, protocol.Errorf(protocol.CodeCgroupForeign, "populated cgroup does not match the record")
+		}
 		return -1, nil
 	}
 	return cg, nil
 }
 
-func cgRead(fd int, name string) (string, error) {
-	b, err := readFileAt(fd, name, 64<<10)
-	return string(b), err
-}
-
 func cgWrite(fd int, name, value string) error {
-	f, err := openBeneath(fd, name, unix.O_WRONLY)
+	f, err := fsat.OpenBeneath(fd, name, unix.O_WRONLY)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(f)
-	_, err = unix.Write(f, []byte(value))
-	return err
-}
-
-// cgKey returns the value of "key value" lines in a flat-keyed cgroup file.
-func cgKey(content, key string) (string, bool) {
-	for _, line := range strings.Split(content, "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == key {
-			return v, true
-		}
-	}
-	return "", false
+	return fsat.WriteAll(f, []byte(value))
 }
 
 // cgLimits is the one table of the limits a cgroup v2 controller enforces:
 // create writes them (applyLimits), preflight reports which it could.
 var cgLimits = []struct {
 	name, controller, file string
-	value                  func(limitSet) uint64
+	value                  func(settings.Limits) uint64
 }{
-	{"pids", "pids", "pids.max", func(l limitSet) uint64 { return l.Pids }},
-	{"memory_bytes", "memory", "memory.max", func(l limitSet) uint64 { return l.MemoryBytes }},
-	{"cpu_millis", "cpu", "cpu.max", func(l limitSet) uint64 { return l.CPUMillis }},
+	{"pids", "pids", "pids.max", func(l settings.Limits) uint64 { return l.Pids }},
+	{"memory_bytes", "memory", "memory.max", func(l settings.Limits) uint64 { return l.MemoryBytes }},
+	{"cpu_millis", "cpu", "cpu.max", func(l settings.Limits) uint64 { return l.CPUMillis }},
 }
 
 // applyLimits enables what the parent offers and writes each limit into
 // cg, reporting honestly which ones this host enforces. With cg < 0 it
 // changes nothing and reports what this host could enforce (preflight).
-func applyLimits(parent, cg int, lim limitSet) []protocol.Limit {
-	avail, _ := cgRead(parent, "cgroup.controllers")
+func applyLimits(parent, cg int, lim settings.Limits) []protocol.Limit {
+	avail, _ := cgstat.Read(parent, "cgroup.controllers")
 	var out []protocol.Limit
 	for _, w := range cgLimits {
 		r := protocol.Limit{Name: w.name, Value: w.value(lim)}
@@ -170,43 +184,6 @@ func applyLimits(parent, cg int, lim limitSet) []protocol.Limit {
 		protocol.Limit{Name: "nofile", Value: lim.NoFile, Enforced: true, Reason: "RLIMIT_NOFILE"})
 }
 
-type cgState struct {
-	populated, frozen bool
-	procs             int
-}
-
-func readCgState(cg int) (cgState, error) {
-	ev, err := cgRead(cg, "cgroup.events")
-	if err != nil {
-		return cgState{}, err
-	}
-	p, _ := cgKey(ev, "populated")
-	f, _ := cgKey(ev, "frozen")
-	procs, _ := cgRead(cg, "cgroup.procs")
-	return cgState{populated: p == "1", frozen: f == "1", procs: bytes.Count([]byte(procs), []byte("\n"))}, nil
-}
-
-// waitCg polls cgroup.events until cond holds or the deadline passes.
-func waitCg(cg int, deadline time.Time, cond func(cgState) bool) error {
-	delay := 200 * time.Microsecond
-	for {
-		st, err := readCgState(cg)
-		if err != nil {
-			return err
-		}
-		if cond(st) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.New("deadline")
-		}
-		time.Sleep(delay)
-		if delay < 10*time.Millisecond {
-			delay *= 2
-		}
-	}
-}
-
 // killCgroup kills every process of the domain and proves the cgroup empty.
 // cgroup.kill reaches processes that forked, double-forked or left their
 // session; nothing in the domain can escape it by reparenting.
@@ -214,31 +191,8 @@ func killCgroup(cg int, deadline time.Time) error {
 	if err := cgWrite(cg, "cgroup.kill", "1"); err != nil {
 		return protocol.Errorf(protocol.CodeCgroupFailed, "cgroup.kill: %w", err)
 	}
-	if err := waitCg(cg, deadline, func(s cgState) bool { return !s.populated }); err != nil {
+	if err := cgstat.Wait(cg, deadline, func(s cgstat.State) bool { return !s.Populated }); err != nil {
 		return protocol.Errorf(protocol.CodeKillTimeout, "%w", err)
 	}
 	return nil
-}
-
-// cpuUsage reads user and system CPU microseconds from cpu.stat, which
-// cgroup v2 keeps even without the cpu controller.
-func cpuUsage(cg int) (user, system uint64) {
-	s, err := cgRead(cg, "cpu.stat")
-	if err != nil {
-		return 0, 0
-	}
-	u, _ := cgKey(s, "user_usec")
-	y, _ := cgKey(s, "system_usec")
-	user, _ = strconv.ParseUint(u, 10, 64)
-	system, _ = strconv.ParseUint(y, 10, 64)
-	return user, system
-}
-
-func memoryPeak(cg int) uint64 {
-	s, err := cgRead(cg, "memory.peak")
-	if err != nil {
-		return 0
-	}
-	v, _ := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
-	return v
 }

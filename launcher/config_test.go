@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
@@ -106,20 +104,6 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-func TestAccountInRange(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "passwd")
-	content := "root:x:0:0::/root:/bin/sh\nodd:x:1879048200:1879048200::/:/bin/sh\nbroken line\n"
-	if err := os.WriteFile(db, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if id, ok := accountInRange(db, 1879048192, 1879048192+65536); !ok || id != 1879048200 {
-		t.Fatalf("account inside the pool not found: %d %v", id, ok)
-	}
-	if _, ok := accountInRange(db, 1, 1000); ok {
-		t.Fatal("found an account where there is none")
-	}
-}
-
 func TestConfigSymlinkRefused(t *testing.T) {
 	privileged.Require(t)
 	dir := t.TempDir()
@@ -137,69 +121,5 @@ func TestConfigSymlinkRefused(t *testing.T) {
 	defer func() { configPath = old }()
 	if _, err := loadConfig(); !errors.Is(err, protocol.E(protocol.CodeConfigInvalid)) {
 		t.Fatalf("symlinked config: %v", err)
-	}
-}
-
-// TestRemoveBeneathNeverFollowsSymlinks: an upper layer full of symlinks to
-// host directories is deleted without touching what they point at.
-func TestRemoveBeneathNeverFollowsSymlinks(t *testing.T) {
-	outside := t.TempDir()
-	victim := filepath.Join(outside, "victim")
-	if err := os.WriteFile(victim, []byte("keep"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	root := t.TempDir()
-	tree := filepath.Join(root, "tree")
-	if err := os.MkdirAll(filepath.Join(tree, "a", "b"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range []string{filepath.Join(tree, "link"), filepath.Join(tree, "a", "b", "link")} {
-		if err := os.Symlink(outside, l); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(filepath.Join(tree, "a"), 0); err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := removeBeneath(fd, "tree"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Lstat(tree); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("tree survived: %v", err)
-	}
-	if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
-		t.Fatalf("removal followed a symlink: %v %q", err, b)
-	}
-}
-
-func TestOpenBeneathRefusesEscapes(t *testing.T) {
-	root := t.TempDir()
-	if err := os.Symlink("/etc", filepath.Join(root, "etc")); err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	for _, name := range []string{"etc", "../", "/etc", "etc/passwd"} {
-		if got, err := openDirBeneath(fd, name); err == nil {
-			unix.Close(got)
-			t.Errorf("openDirBeneath(%q) escaped", name)
-		}
-	}
-}
-
-func TestProgramUsesNotify(t *testing.T) {
-	ret := func(k uint32) []byte {
-		return []byte{0x06, 0, 0, 0, byte(k), byte(k >> 8), byte(k >> 16), byte(k >> 24)}
-	}
-	if !programUsesNotify(ret(unix.SECCOMP_RET_USER_NOTIF)) || programUsesNotify(ret(unix.SECCOMP_RET_ALLOW)) {
-		t.Fatal("programUsesNotify misreads a return instruction")
 	}
 }

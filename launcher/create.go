@@ -12,6 +12,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/launcher/internal/archiver"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/confine"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/domainroot"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/fsat"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/settings"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/wire"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/autonomic-kernel/autonomic/launcher/internal/floor"
@@ -33,7 +40,7 @@ func (l *launcher) create() error {
 		}
 		run.release() // drops the domain lock, so destroy can take it
 		if claimed {
-			_, _ = l.destroyDomain(l.req.DomainID, time.Now().Add(actionDeadline), bound)
+			_, _ = l.destroyDomain(l.req.DomainID, time.Now().Add(wire.ActionDeadline), bound)
 		}
 		return err
 	}
@@ -44,6 +51,7 @@ func (l *launcher) create() error {
 type domainRun struct {
 	domfd, cgfd int
 	ctl, execCh *os.File
+	notify      *os.File // the notifier's channel: the listener goes out, violations come in
 	listener    int
 	initPID     int
 	done        chan waitResult
@@ -58,8 +66,8 @@ type waitResult struct {
 // release closes what a failed build holds; the init, if any, sees its
 // channel close and exits.
 func (run *domainRun) release() {
-	closeAll(run.domfd, run.cgfd, run.listener)
-	for _, f := range []*os.File{run.ctl, run.execCh} {
+	fsat.CloseAll(run.domfd, run.cgfd, run.listener)
+	for _, f := range []*os.File{run.ctl, run.execCh, run.notify} {
 		if f != nil {
 			f.Close()
 		}
@@ -73,11 +81,11 @@ func (run *domainRun) release() {
 // returns; run holds what the monitor keeps.
 func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 	r := l.req
-	lim, err := l.effectiveLimits()
+	lim, err := l.cfg.EffectiveLimits(r.Limits)
 	if err != nil {
 		return false, err
 	}
-	env, err := l.workerEnv()
+	env, err := l.cfg.WorkerEnv(r.Env, domainroot.WorkerHome)
 	if err != nil {
 		return false, err
 	}
@@ -90,8 +98,8 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 	if err := checkStderr(); err != nil {
 		return false, err
 	}
-	notify := profile != nil && hostSeccompActions()["user_notif"]
-	if profile != nil && !notify && programUsesNotify(profile) {
+	notify := profile != nil && confine.HostSeccompActions()["user_notif"]
+	if profile != nil && !notify && confine.ProgramUsesNotify(profile) {
 		return false, protocol.Errorf(protocol.CodeSeccompUnsupported, "host lacks user notification")
 	}
 
@@ -141,7 +149,7 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 	}
 	claimed = true
 
-	domfd, err := openDirBeneath(l.state.domains, r.DomainID)
+	domfd, err := fsat.OpenDir(l.state.domains, r.DomainID)
 	if errors.Is(err, unix.ENOENT) {
 		// A destroy removed it between our mkdir and this open.
 		return true, protocol.Errorf(protocol.CodeDomainNotFound, "destroyed while being created")
@@ -166,7 +174,7 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 	base := l.uidBase(slot)
 	run.meta = domainMeta{Generation: r.Generation, Slot: slot, UIDBase: base, OneShot: r.OneShot, RootfsDigest: digest}
 	mb, _ := json.Marshal(run.meta)
-	if err := writeFileAt(domfd, "meta.json", mb, 0o600); err != nil {
+	if err := fsat.WriteFile(domfd, "meta.json", mb, 0o600); err != nil {
 		return true, protocol.Errorf(protocol.CodeLauncherFailed, "meta: %w", err)
 	}
 
@@ -174,20 +182,16 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 	if err != nil {
 		return true, protocol.Errorf(protocol.CodeMountFailed, "layers: %w", err)
 	}
-	upper, err := openDirBeneath(domfd, "upper")
+	upper, err := fsat.OpenDir(domfd, "upper")
 	if err != nil {
 		return true, err
 	}
 	defer unix.Close(upper)
-	if ckpt != nil {
-		restore := ckptSpec{Restore: true, MaxEntries: l.cfg.MaxCheckpointEntries, MaxBytes: l.cfg.MaxCheckpointBytes}
-		if _, err := l.runHelper(base, restore, upper, ckpt); err != nil {
-			return true, err
-		}
-	}
 
 	// 3. cgroup: the init is born inside it (CLONE_INTO_CGROUP), so no
-	// process of the domain ever exists outside it, not even briefly.
+	// process of the domain ever exists outside it, not even briefly; a
+	// restore's helper runs in it before, so the restored pages are the
+	// domain's, not the kernel's.
 	parent, err := l.openCgroupParent()
 	if err != nil {
 		return true, err
@@ -197,23 +201,40 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 		return true, err
 	}
 	limits := append(applyLimits(parent, run.cgfd, lim), disk, protocol.Limit{Name: "tmp_bytes", Value: l.cfg.TmpBytes, Enforced: true})
+	if ckpt != nil {
+		restore := archiver.Spec{Restore: true, MaxEntries: l.cfg.MaxCheckpointEntries, MaxBytes: l.cfg.MaxCheckpointBytes}
+		if _, err := l.runHelper(base, restore, upper, ckpt, run.cgfd); err != nil {
+			return true, err
+		}
+	}
 
 	// 4. Clone the init into new user, mount, pid, net, ipc, uts and cgroup
 	// namespaces. Its uid 0 is the first id of this domain's private range.
-	ctlMon, ctlInit, err := seqpacketPair()
+	ctlMon, ctlInit, err := wire.Pair()
 	if err != nil {
 		return true, err
 	}
-	execMon, execInit, err := seqpacketPair()
+	execMon, execInit, err := wire.Pair()
 	if err != nil {
 		return true, err
 	}
 	run.ctl, run.execCh = ctlMon, execMon
-	if err := l.startInit(run, base, ctlInit, execInit); err != nil {
+	var notifyInit *os.File
+	if notify {
+		// The init starts the notifier as it starts (init.go); the
+		// listener follows once the stage has made it.
+		if run.notify, notifyInit, err = wire.Pair(); err != nil {
+			return true, err
+		}
+	}
+	if err := l.startInit(run, base, ctlInit, execInit, notifyInit); err != nil {
 		return true, err
 	}
 	ctlInit.Close()
 	execInit.Close()
+	if notifyInit != nil {
+		notifyInit.Close()
+	}
 	if err := setRlimits(run.initPID, lim); err != nil {
 		return true, protocol.Errorf(protocol.CodeNamespaceFailed, "prlimit: %w", err)
 	}
@@ -226,7 +247,7 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 	if err != nil {
 		return true, err
 	}
-	spec := initSpec{
+	spec := wire.Spec{
 		Argv: r.Argv, Env: env, Cwd: r.Cwd, UID: l.cfg.WorkerUID, GID: l.cfg.WorkerGID, IDs: l.cfg.UIDPool.Size, TmpBytes: l.cfg.TmpBytes,
 		Floor: floor.Program(), Profile: profile, Notify: notify,
 	}
@@ -237,7 +258,7 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 		spec.Cwd = "/workspace"
 	}
 	sb, _ := json.Marshal(spec)
-	err = sendMsg(run.ctl, sb, fds)
+	err = wire.Send(run.ctl, sb, fds)
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
@@ -250,9 +271,27 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 	if err := l.awaitExec(run); err != nil {
 		return true, err
 	}
+	if run.listener >= 0 {
+		// The monitor keeps no copy: if the notifier dies, notified calls
+		// fail (ENOSYS) rather than wait for an answer that never comes.
+		err := wire.SendReply(run.notify, wire.Reply{Listener: true}, []int{run.listener})
+		unix.Close(run.listener)
+		run.listener = -1
+		if err != nil {
+			// A worker that exits at once can take its domain, and the
+			// notifier with it, down before the listener arrives: then it
+			// ran, and nothing is left to answer.
+			select {
+			case res := <-run.done:
+				run.done <- res
+			case <-time.After(time.Second):
+				return true, protocol.Errorf(protocol.CodeSeccompFailed, "hand the listener to the notifier: %w", err)
+			}
+		}
+	}
 	started := &protocol.Started{
 		DomainID: r.DomainID, Generation: r.Generation, InitPID: run.initPID, UIDBase: base, Limits: limits,
-		Seccomp: "unfiltered", FloorSHA256: floor.ProgramSHA256, Notify: run.listener >= 0,
+		Seccomp: "unfiltered", FloorSHA256: floor.ProgramSHA256, Notify: run.notify != nil,
 		RootfsDigest: digest, Restored: r.Checkpoint, OneShot: r.OneShot,
 	}
 	if profile != nil {
@@ -265,13 +304,17 @@ func (l *launcher) build(run *domainRun) (claimed bool, err error) {
 // startInit clones the init from a goroutine whose OS thread stays locked
 // and alive until the init is reaped: the parent-death signal fires when the
 // creating thread exits, not the process.
-func (l *launcher) startInit(run *domainRun, base uint32, ctl, execCh *os.File) error {
+func (l *launcher) startInit(run *domainRun, base uint32, ctl, execCh, notify *os.File) error {
 	size := int(l.cfg.UIDPool.Size)
+	files := []*os.File{ctl, execCh}
+	if notify != nil {
+		files = append(files, notify) // fdNotifier
+	}
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
-		Args:       []string{initArg0},
-		Env:        reexecEnv,
-		ExtraFiles: []*os.File{ctl, execCh},
+		Args:       []string{wire.InitArg0},
+		Env:        wire.ReexecEnv,
+		ExtraFiles: files,
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
 				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
@@ -412,7 +455,7 @@ func checkStderr() error {
 // and only the launcher (root on the host) could raise a hard limit the
 // caller had lowered. Memory, CPU time and processes are the cgroup's to
 // bound; these close the rest (protocol/README.md §5.2 lists them).
-func setRlimits(pid int, lim limitSet) error {
+func setRlimits(pid int, lim settings.Limits) error {
 	inf := uint64(unix.RLIM_INFINITY)
 	for _, r := range []struct {
 		res      int
@@ -445,7 +488,7 @@ func setRlimits(pid int, lim limitSet) error {
 func (l *launcher) prepareMounts(base uint32, rootfs, lower, domdir int, socks []domainSocket) ([]int, error) {
 	var fds []int
 	fail := func(err error) ([]int, error) {
-		closeAll(fds...)
+		fsat.CloseAll(fds...)
 		return nil, protocol.Errorf(protocol.CodeMountFailed, "%w", err)
 	}
 	nobody := uint32(65534)
@@ -526,7 +569,7 @@ func cloneMount(fd, userns int, attrs uint64, recursive bool) (int, error) {
 // once the namespace is open (the descriptor keeps the namespace alive).
 func (l *launcher) idmapUserns(uid, toUID, gid, toGID uint32) (int, error) {
 	cmd := &exec.Cmd{
-		Path: "/proc/self/exe", Args: []string{holdArg0}, Env: []string{},
+		Path: "/proc/self/exe", Args: []string{wire.HoldArg0}, Env: []string{},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER,
 			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(toUID), Size: 1}},
@@ -546,18 +589,30 @@ func (l *launcher) idmapUserns(uid, toUID, gid, toGID uint32) (int, error) {
 	return fd, err
 }
 
+// awaitExec waits for the init's word that the worker's execve happened
+// (or why not), then takes what the stage sent: its listener, or the
+// reason it failed, which names the failure more exactly than the init.
 func (l *launcher) awaitExec(run *domainRun) error {
-	deadline := time.Now().Add(actionDeadline)
-	// init first: it reports whether the mounts and the stage came up.
-	msg, _, err := recvMsg(run.ctl, deadline)
+	deadline := time.Now().Add(wire.ActionDeadline)
+	msg, _, err := wire.Recv(run.ctl, deadline)
 	if err != nil {
 		return protocol.Errorf(protocol.CodeNamespaceFailed, "init: %w", err)
 	}
+	stageErr := l.stageMessages(run, deadline)
 	if msg.Error != "" {
+		if stageErr != nil {
+			return stageErr
+		}
 		return protocol.E(protocol.Code(msg.Error))
 	}
+	return stageErr
+}
+
+// stageMessages reads the exec channel to its end: the init has answered,
+// so the stage has exec'd or is gone, and everything it sent is queued.
+func (l *launcher) stageMessages(run *domainRun, deadline time.Time) error {
 	for {
-		msg, fds, err := recvMsg(run.execCh, deadline)
+		msg, fds, err := wire.Recv(run.execCh, deadline)
 		if errors.Is(err, io.EOF) {
 			return nil // channel closed on exec: the worker runs
 		}
@@ -570,7 +625,7 @@ func (l *launcher) awaitExec(run *domainRun) error {
 			}
 			return protocol.E(protocol.Code(msg.Error))
 		}
-		if msg.Listener && len(fds) == 1 && run.listener < 0 {
+		if msg.Listener && len(fds) == 1 && run.listener < 0 && run.notify != nil {
 			run.listener = fds[0]
 			continue
 		}

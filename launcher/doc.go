@@ -1,4 +1,6 @@
-// Command autonomic-launcher is Autonomic's only root code. It is reached
+// Command autonomic-launcher is Autonomic's only root code. This package is
+// what runs as host root; what needs no host root is in launcher/internal,
+// one package per privilege (docs/LAUNCHER.md, "Privilege map"). It is reached
 // through one exact sudoers rule, reads one request from standard input,
 // acts, answers on standard output, and exits — except create, which stays
 // as the domain's monitor until the worker exits.

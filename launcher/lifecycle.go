@@ -4,6 +4,10 @@ import (
 	"errors"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/launcher/internal/cgstat"
+
+	"github.com/autonomic-kernel/autonomic/launcher/internal/fsat"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -18,7 +22,7 @@ func (l *launcher) answerDomain(st *protocol.DomainState) error {
 // it has none (a half-created domain). Any other failure is an error: an
 // action that went on without the cgroup would act on a domain it cannot see.
 func (l *launcher) openDomain() (domfd, cg int, err error) {
-	domfd, err = openDirBeneath(l.state.domains, l.req.DomainID)
+	domfd, err = fsat.OpenDir(l.state.domains, l.req.DomainID)
 	if errors.Is(err, unix.ENOENT) {
 		return -1, -1, protocol.E(protocol.CodeDomainNotFound)
 	}
@@ -44,8 +48,8 @@ func (l *launcher) state1(domfd, cg int) *protocol.DomainState {
 		st.Generation, st.UIDBase = m.Generation, m.UIDBase
 	}
 	if cg >= 0 {
-		if s, err := readCgState(cg); err == nil {
-			st.Populated, st.Frozen, st.Processes = s.populated, s.frozen, s.procs
+		if s, err := cgstat.ReadState(cg); err == nil {
+			st.Populated, st.Frozen, st.Processes = s.Populated, s.Frozen, s.Procs
 		}
 	}
 	var stt unix.Stat_t
@@ -61,7 +65,7 @@ func (l *launcher) inspect() error {
 	if err != nil {
 		return err
 	}
-	defer closeAll(domfd, cg)
+	defer fsat.CloseAll(domfd, cg)
 	return l.answerDomain(l.state1(domfd, cg))
 }
 
@@ -75,7 +79,7 @@ func (l *launcher) setFrozen(frozen bool) error {
 	if err != nil {
 		return err
 	}
-	defer closeAll(domfd, cg)
+	defer fsat.CloseAll(domfd, cg)
 	if cg < 0 {
 		return protocol.E(protocol.CodeDomainNotRunning)
 	}
@@ -96,7 +100,7 @@ func freezeCg(cg int, frozen bool, deadline time.Time) error {
 	if err := cgWrite(cg, "cgroup.freeze", v); err != nil {
 		return protocol.Errorf(protocol.CodeCgroupFailed, "cgroup.freeze: %w", err)
 	}
-	if err := waitCg(cg, deadline, func(s cgState) bool { return s.frozen == frozen }); err != nil {
+	if err := cgstat.Wait(cg, deadline, func(s cgstat.State) bool { return s.Frozen == frozen }); err != nil {
 		return protocol.Errorf(protocol.CodeFreezeTimeout, "%w", err)
 	}
 	return nil
@@ -122,7 +126,7 @@ func (l *launcher) destroy() error {
 // bound, when set, is the domain directory the caller created: a one-shot
 // monitor must not destroy a later domain that reuses the id.
 func (l *launcher) destroyDomain(id string, deadline time.Time, bound *unix.Stat_t) (existed bool, err error) {
-	domfd, err := openDirBeneath(l.state.domains, id)
+	domfd, err := fsat.OpenDir(l.state.domains, id)
 	if errors.Is(err, unix.ENOENT) {
 		// create makes the directory first and destroy removes it last, so
 		// without it nothing of the domain exists; and touching anything
@@ -140,10 +144,10 @@ func (l *launcher) destroyDomain(id string, deadline time.Time, bound *unix.Stat
 	// held the lock before us may have removed it, and a create made a new
 	// one, whose slot and directory are not ours to take.
 	var named unix.Stat_t
-	if err := unix.Fstatat(l.state.domains, id, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(domfd, &named) {
+	if err := unix.Fstatat(l.state.domains, id, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil || !fsat.SameFile(domfd, &named) {
 		return false, nil
 	}
-	if bound != nil && !sameFile(domfd, bound) {
+	if bound != nil && !fsat.SameFile(domfd, bound) {
 		return false, nil
 	}
 	parent, err := l.openCgroupParent()
@@ -169,115 +173,8 @@ func (l *launcher) destroyDomain(id string, deadline time.Time, bound *unix.Stat
 		return true, protocol.Errorf(protocol.CodeLauncherFailed, "release uid slot: %w", err)
 	}
 	unmountLayers(domfd) // issue 11 hook (launcher-mounts): the upper layer's tmpfs
-	if err := removeBeneath(l.state.domains, id); err != nil {
+	if err := fsat.RemoveAll(l.state.domains, id); err != nil {
 		return true, protocol.Errorf(protocol.CodeLauncherFailed, "remove domain: %w", err)
 	}
 	return true, nil
-}
-
-// sameFile reports whether fd is the file st was taken from.
-func sameFile(fd int, st *unix.Stat_t) bool {
-	var now unix.Stat_t
-	return unix.Fstat(fd, &now) == nil && now.Dev == st.Dev && now.Ino == st.Ino
-}
-
-func closeAll(fds ...int) {
-	for _, fd := range fds {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-	}
-}
-
-// removeBeneath deletes name under dirfd recursively without following any
-// symlink: the tree holds whatever a hostile worker wrote into its upper
-// layer, including symlinks to host paths and chains of directories deeper
-// than any descriptor limit. So it holds at most two descriptors whatever
-// the depth: it descends by name beneath the directory it holds and climbs
-// back through "..", proving each climb lands on the directory it came from
-// (dev and inode), and keeps only the names still to visit per level.
-func removeBeneath(dirfd int, name string) error {
-	err := unix.Unlinkat(dirfd, name, 0)
-	if err == nil || errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
-		return err
-	}
-	type level struct {
-		name  string   // this directory's name in its parent
-		left  []string // entries still to remove
-		where unix.Stat_t
-	}
-	fd := -1
-	defer func() { closeAll(fd) }()
-	var stack []level
-	enter := func(parent int, n string) error {
-		child, err := openBeneath(parent, n, unix.O_RDONLY|unix.O_DIRECTORY)
-		if err != nil {
-			return err
-		}
-		// Overlay's work dir leaves mode-000 directories; root reads them
-		// anyway, and the chmod keeps this correct without CAP_DAC_OVERRIDE.
-		_ = unix.Fchmod(child, 0o700)
-		lv := level{name: n}
-		if err = unix.Fstat(child, &lv.where); err == nil {
-			lv.left, err = readNames(child)
-		}
-		if err != nil {
-			unix.Close(child)
-			return err
-		}
-		closeAll(fd)
-		fd, stack = child, append(stack, lv)
-		return nil
-	}
-	if err := enter(dirfd, name); err != nil {
-		return ignoreENOENT(err)
-	}
-	for len(stack) > 0 {
-		top := &stack[len(stack)-1]
-		if len(top.left) == 0 {
-			done := top.name
-			stack = stack[:len(stack)-1]
-			if len(stack) == 0 {
-				break
-			}
-			up, err := unix.Openat(fd, "..", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			unix.Close(fd)
-			fd = up
-			if p := &stack[len(stack)-1].where; !sameFile(fd, p) {
-				return protocol.Errorf(protocol.CodePathUnsafe, "tree moved during removal")
-			}
-			if err := unix.Unlinkat(fd, done, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
-				return err
-			}
-			continue
-		}
-		n := top.left[len(top.left)-1]
-		top.left = top.left[:len(top.left)-1]
-		err := unix.Unlinkat(fd, n, 0)
-		switch {
-		case err == nil || errors.Is(err, unix.ENOENT):
-		case errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EPERM):
-			if err := enter(fd, n); err != nil && !errors.Is(err, unix.ENOENT) {
-				return err
-			}
-		default:
-			return err
-		}
-	}
-	closeAll(fd)
-	fd = -1
-	return ignoreENOENT(unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR))
-}
-
-func ignoreENOENT(err error) error {
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	return err
 }

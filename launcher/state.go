@@ -6,38 +6,42 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/launcher/internal/fsat"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/settings"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
 // stateDirs are descriptors for the launcher's root-owned state:
-// domains/<id>/{meta.json,upper,work}, slots/<n> -> <id>, checkpoints/<sha>.tar.
+// domains/<id>/{meta.json,upper,work}, slots/<n> -> <id>, checkpoints/<sha>.tar,
+// holds/<id>/<sha> (the archives a domain id holds, which outlive it).
 // checkpoints/ alone is readable by workspace_owner_gid (0750, archives
 // 0640): the kernel's account reads a final checkpoint for the harvest and
 // re-hashes it; it never writes there.
 type stateDirs struct {
-	root, domains, slots, checkpoints int
+	root, domains, slots, checkpoints, holds int
 }
 
-func openState(c *config) (stateDirs, error) {
+func openState(c *settings.Config) (stateDirs, error) {
 	var s stateDirs
 	var err error
-	if s.root, err = openRoot(c.StateRoot); err != nil {
+	if s.root, err = fsat.OpenRoot(c.StateRoot); err != nil {
 		return s, err
 	}
 	for _, d := range []struct {
 		name      string
 		fd        *int
 		gid, mode int
-	}{{"domains", &s.domains, 0, 0o700}, {"slots", &s.slots, 0, 0o700}, {"checkpoints", &s.checkpoints, int(c.WorkspaceOwnerGID), 0o750}} {
+	}{{"domains", &s.domains, 0, 0o700}, {"slots", &s.slots, 0, 0o700}, {"checkpoints", &s.checkpoints, int(c.WorkspaceOwnerGID), 0o750}, {"holds", &s.holds, 0, 0o700}} {
 		if err := unix.Mkdirat(s.root, d.name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
 			return s, protocol.Errorf(protocol.CodeConfigInvalid, "state dir: %w", err)
 		}
-		if *d.fd, err = openDirBeneath(s.root, d.name); err != nil {
+		if *d.fd, err = fsat.OpenDir(s.root, d.name); err != nil {
 			return s, protocol.Errorf(protocol.CodeConfigInvalid, "state dir: %w", err)
 		}
-		if err := checkFdRootOwned(*d.fd, true); err != nil {
+		if err := fsat.CheckRootOwnedFd(*d.fd, true); err != nil {
 			return s, err
 		}
 		if err := errors.Join(unix.Fchown(*d.fd, 0, d.gid), unix.Fchmod(*d.fd, uint32(d.mode))); err != nil {
@@ -58,7 +62,7 @@ type domainMeta struct {
 }
 
 func readMeta(domfd int) (*domainMeta, error) {
-	b, err := readFileAt(domfd, "meta.json", 4096)
+	b, err := fsat.ReadFile(domfd, "meta.json", 4096)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +98,8 @@ func (l *launcher) allocSlot(id string) (uint32, error) {
 	for i := uint32(0); i < l.cfg.UIDPool.Count; i++ {
 		err := unix.Symlinkat(id, l.state.slots, strconv.FormatUint(uint64(i), 10))
 		if err == nil {
-			return i, nil
+			// On disk before any process runs under the range.
+			return i, unix.Fsync(l.state.slots)
 		}
 		if !errors.Is(err, unix.EEXIST) {
 			return 0, err

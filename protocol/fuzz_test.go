@@ -111,7 +111,7 @@ func FuzzAdmitLauncherRequest(f *testing.F) {
 			wantCatalogued(t, err)
 			return
 		}
-		if a.Version != LauncherVersion || s.Kinds[a.Kind].Required == nil {
+		if !slices.Contains(LauncherVersions(), a.Version) || s.Kinds[a.Kind].Required == nil {
 			t.Fatalf("admission %+v", a)
 		}
 		// An independent parser (gjson) must see the top-level keys
@@ -156,7 +156,7 @@ func FuzzDecodeLauncherRequest(f *testing.F) {
 		if err := r.Validate(); err != nil {
 			t.Fatalf("decoded request fails Validate: %v", err)
 		}
-		if r.Protocol != LauncherVersion {
+		if !slices.Contains(LauncherVersions(), r.Protocol) {
 			t.Fatalf("protocol %d", r.Protocol)
 		}
 		b1, err := Encode(r)

@@ -9,11 +9,21 @@ import (
 	"strings"
 )
 
-// LauncherVersion is the launcher protocol version this build speaks.
-const LauncherVersion = 1
+// LauncherVersion is the newest launcher protocol version this build
+// speaks. Version 2 adds the release action; everything else is as in 1.
+const LauncherVersion = 2
 
 // LauncherVersions lists every launcher protocol version this build speaks.
-func LauncherVersions() []int { return []int{LauncherVersion} }
+func LauncherVersions() []int { return []int{1, LauncherVersion} }
+
+// VersionFor is the version a client sends an action in: the oldest that
+// has it, so an older launcher still serves every action it knows.
+func VersionFor(action string) int {
+	if action == ActionRelease {
+		return 2
+	}
+	return 1
+}
 
 // Launcher actions. The launcher does nothing else.
 const (
@@ -24,6 +34,7 @@ const (
 	ActionCheckpoint = "checkpoint"
 	ActionDestroy    = "destroy"
 	ActionInspect    = "inspect"
+	ActionRelease    = "release" // version 2
 )
 
 // Launcher response types.
@@ -141,6 +152,7 @@ func LauncherRequestSchema() *Schema {
 			ActionCheckpoint: lifecycle,
 			ActionDestroy:    lifecycle,
 			ActionInspect:    lifecycle,
+			ActionRelease:    {Required: []string{"request_id", "domain_id", "checkpoint"}},
 		},
 	}
 }
@@ -171,6 +183,15 @@ func (r *LauncherRequest) Validate() error {
 	}
 	if !ValidID(r.DomainID) {
 		return Errorf(CodeInvalidField, "domain_id")
+	}
+	if r.Action == ActionRelease {
+		if r.Protocol < VersionFor(ActionRelease) {
+			return Errorf(CodeUnsupportedVersion, "release needs version 2")
+		}
+		if !ValidDigest(r.Checkpoint) {
+			return Errorf(CodeInvalidField, "checkpoint")
+		}
+		return nil
 	}
 	if r.Action != ActionCreate {
 		return nil
@@ -452,4 +473,8 @@ type CheckpointResult struct {
 	SHA256   string `json:"sha256"`
 	Bytes    int64  `json:"bytes"`
 	Entries  int    `json:"entries"`
+	// Released (release only): the domain no longer holds the archive;
+	// Deleted: nothing else held it, and it is gone from the store.
+	Released bool `json:"released,omitempty"`
+	Deleted  bool `json:"deleted,omitempty"`
 }

@@ -40,6 +40,18 @@ func TestValidate(t *testing.T) {
 	}{
 		{"valid", func(*LauncherRequest) {}, ""},
 		{"unknown action", func(r *LauncherRequest) { r.Action = "exec" }, CodeUnknownAction},
+		{"release v2", func(r *LauncherRequest) {
+			*r = LauncherRequest{Protocol: 2, Action: ActionRelease, RequestID: "r", DomainID: "d", Checkpoint: strings.Repeat("ab", 32)}
+		}, ""},
+		{"release v1", func(r *LauncherRequest) {
+			*r = LauncherRequest{Protocol: 1, Action: ActionRelease, RequestID: "r", DomainID: "d", Checkpoint: strings.Repeat("ab", 32)}
+		}, CodeUnsupportedVersion},
+		{"release bad digest", func(r *LauncherRequest) {
+			*r = LauncherRequest{Protocol: 2, Action: ActionRelease, RequestID: "r", DomainID: "d", Checkpoint: "../x"}
+		}, CodeInvalidField},
+		{"release no digest", func(r *LauncherRequest) {
+			*r = LauncherRequest{Protocol: 2, Action: ActionRelease, RequestID: "r", DomainID: "d"}
+		}, CodeInvalidField},
 		{"empty action", func(r *LauncherRequest) { r.Action = "" }, CodeUnknownAction},
 
 		{"request_id empty", func(r *LauncherRequest) { r.RequestID = "" }, CodeInvalidField},
@@ -278,7 +290,7 @@ func TestDecodeLauncherResponse(t *testing.T) {
 		{"nested unknown field", raw(`{"protocol":1,"request_id":"r","type":"domain","domain":{"root":true}}`), CodeUnknownField},
 		{"nested wrong case", raw(`{"protocol":1,"request_id":"r","type":"domain","domain":{"Exists":true}}`), CodeUnknownField},
 		{"unknown field in limit", raw(`{"protocol":1,"request_id":"r","type":"started","started":{"limits":[{"name":"pids","x":1}]}}`), CodeUnknownField},
-		{"version 2", raw(`{"protocol":2,"request_id":"r","type":"domain","domain":{}}`), CodeUnsupportedVersion},
+		{"version 3", raw(`{"protocol":3,"request_id":"r","type":"domain","domain":{}}`), CodeUnsupportedVersion},
 		{"too deep", raw(`{"protocol":1,"request_id":"r","type":"started","started":{"limits":[{"name":{"a":{"b":{}}}}]}}`), CodeTooDeep},
 	}
 	for _, tc := range cases {

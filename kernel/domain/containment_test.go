@@ -523,3 +523,51 @@ stat -c 'SIZES %s' /tmp/fill /workspace/fill; echo DONE; sleep 600`)
 	}
 	assertNoTrace(t, id)
 }
+
+// TestInitHoldsNoHostDescriptors: the domain's PID 1 holds no descriptor of
+// a host file. Before the fix the Go runtime's cgroup-aware GOMAXPROCS
+// opened the host's cgroup v1 cpu.cfs_quota_us and cpu.cfs_period_us before
+// pivot_root and kept them. Listed from the host, each of the init's
+// descriptors must be a pipe, a socket, an anonymous inode or /dev/null.
+// (The launcher also marks whatever its caller left open close-on-exec, so
+// nothing of the caller's reaches the init.)
+func TestInitHoldsNoHostDescriptors(t *testing.T) {
+	_, ctx := setup(t)
+	// The caller leaves a host file open (not close-on-exec) on fd 7.
+	wrapper := filepath.Join(bed.Dir, "bin", "leaky-"+newID("l"))
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec 7<"+bed.ConfigPath+"\nexec "+bed.Launcher+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := &domain.Linux{LauncherPath: wrapper, Direct: true}
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, "echo ready; sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+	dir := fmt.Sprintf("/proc/%d/fd", r.Started.InitPID)
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("init's descriptors: %v (%d)", err, len(entries))
+	}
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatalf("fd %s: %v", e.Name(), err)
+		}
+		ok := false
+		for _, p := range []string{"pipe:[", "socket:[", "anon_inode:"} {
+			ok = ok || strings.HasPrefix(target, p)
+		}
+		var st, null syscall.Stat_t
+		if !ok && syscall.Stat(filepath.Join(dir, e.Name()), &st) == nil && syscall.Stat("/dev/null", &null) == nil {
+			ok = st.Mode&syscall.S_IFMT == syscall.S_IFCHR && st.Rdev == null.Rdev
+		}
+		t.Logf("init fd %s -> %s", e.Name(), target)
+		if !ok {
+			t.Errorf("init holds fd %s -> %s", e.Name(), target)
+		}
+	}
+	if _, err := d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}

@@ -3,6 +3,7 @@ package domain_test
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -224,6 +225,93 @@ func TestUnreadableCgroupRecordFailsClosed(t *testing.T) {
 	}
 	_, _ = r.Wait()
 	assertNoTrace(t, id)
+}
+
+// limitedLauncher is the bed's launcher run the way sudo runs it for a
+// caller with low limits: sudo passes on the caller's file-size and CPU
+// limits (RLIMIT_FSIZE of 3 bytes cut a cgroup id 8537 to 853).
+func limitedLauncher(t *testing.T, limits ...string) *domain.Linux {
+	t.Helper()
+	wrapper := filepath.Join(bed.Dir, "bin", "limited-"+newID("l"))
+	script := "#!/bin/sh\nexec /usr/bin/prlimit " + strings.Join(limits, " ") + " -- " + bed.Launcher + "\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("/usr/bin/prlimit"); err != nil {
+		t.Skip("no prlimit(1) here")
+	}
+	return &domain.Linux{LauncherPath: wrapper, Direct: true}
+}
+
+// TestDestroyUnderLowFSIZE: a launcher started with a caller's tiny
+// RLIMIT_FSIZE (and RLIMIT_CPU) writes its records whole or not at all:
+// with the hard limit high it raises its own and creates; with the hard
+// limit low too (a host that denies root CAP_SYS_RESOURCE cannot raise it)
+// the create is refused and leaves nothing. A destroy under the low limits
+// kills the domain and only then frees its range; and a populated cgroup
+// whose record does not match (a record cut short before this fix) makes
+// destroy fail closed: nothing killed, nothing freed, until the record is
+// right again.
+func TestDestroyUnderLowFSIZE(t *testing.T) {
+	_, ctx := setup(t)
+	soft := limitedLauncher(t, "--fsize=3:unlimited", "--cpu=60:unlimited")
+	hard := limitedLauncher(t, "--fsize=3:3", "--cpu=60:60")
+	ws, _ := workspace(t, nil)
+
+	refused := newID("fs")
+	if r, err := hard.Create(ctx, domain.Spec{ID: refused, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/sh", "-c", "sleep 600"}}); err == nil {
+		// This host let root raise its hard limit: the records must be whole.
+		checkCgroupRecord(t, refused)
+		if st, err := hard.Destroy(ctx, refused); err != nil || !st.Destroyed {
+			t.Fatalf("destroy: %+v %v", st, err)
+		}
+		_, _ = r.Wait()
+	}
+	assertNoTrace(t, refused)
+
+	id, r := startDomain(t, soft, ctx, ws, "echo ready; sleep 600 & sleep 601")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+	base := r.Started.UIDBase
+	good := checkCgroupRecord(t, id)
+	// A record cut short names another cgroup: destroy must not take the
+	// domain's populated one for someone else's.
+	rec := filepath.Join(bed.State, "domains", id, "cgroup")
+	if err := os.WriteFile(rec, good[:len(good)-1], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := hard.Destroy(ctx, id); err == nil {
+		t.Fatalf("destroy with a mismatched record over a populated cgroup: %+v, want an error", st)
+	}
+	if !slotHeld(id) || len(liveInRange(base)) == 0 {
+		t.Fatal("a destroy that could not prove the cgroup its own freed the range or killed the domain")
+	}
+	if err := os.WriteFile(rec, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := hard.Destroy(ctx, id)
+	if err != nil || !st.Destroyed {
+		t.Fatalf("destroy under RLIMIT_FSIZE 3: %+v %v", st, err)
+	}
+	if live := liveInRange(base); len(live) > 0 || slotHeld(id) {
+		t.Fatalf("destroyed, yet %v still run (slot held: %v)", live, slotHeld(id))
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
+
+// checkCgroupRecord returns the domain's cgroup record, failing unless it
+// is the whole id of the domain's cgroup.
+func checkCgroupRecord(t *testing.T, id string) []byte {
+	t.Helper()
+	good, err := os.ReadFile(filepath.Join(bed.State, "domains", id, "cgroup"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(bed.CgroupParent, id), &st); err != nil || strconv.FormatUint(st.Ino, 10) != string(good) {
+		t.Fatalf("cgroup record %q, cgroup id %d (%v): written short", good, st.Ino, err)
+	}
+	return good
 }
 
 // TestForeignCgroupIsNeverTouched: a cgroup under cgroup_parent named like
@@ -499,6 +587,230 @@ func TestCheckpointStoreCap(t *testing.T) {
 	assertNoTrace(t, id)
 }
 
+// storeState is the checkpoint store's file count and bytes.
+func storeState() (int, int64) {
+	entries, _ := os.ReadDir(filepath.Join(bed.State, "checkpoints"))
+	var used int64
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil {
+			used += fi.Size()
+		}
+	}
+	return len(entries), used
+}
+
+// plantInUpper writes into a running domain's upper layer from the host,
+// as its worker could, with the domain frozen meanwhile.
+func plantInUpper(t *testing.T, d *domain.Linux, ctx context.Context, id string, plant func(upper string) error) {
+	t.Helper()
+	if _, err := d.Freeze(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := plant(filepath.Join(bed.State, "domains", id, "upper")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Thaw(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSparseFileCannotFillTheStore: a checkpoint archives no more than the
+// upper layer holds. A sparse 60 MiB file (one page on the domain's
+// tmpfs) is refused as checkpoint_unsafe, not written out as 60 MiB of
+// zeros; a file hard-linked under ten names, its data archived once per
+// name, may not make the archive's data pass disk_bytes
+// (checkpoint_too_large). Either way the store is unchanged and the domain
+// runs on.
+func TestSparseFileCannotFillTheStore(t *testing.T) {
+	d, ctx := setup(t)
+	withConfig(t, func(c string) string {
+		return strings.Replace(c, `"max_checkpoint_bytes"`, `"disk_bytes": 8388608, "max_checkpoint_bytes"`, 1)
+	})
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, "echo ready; sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+	for _, tc := range []struct {
+		name  string
+		plant func(upper string) error
+		want  protocol.Code
+	}{
+		{"sparse", func(upper string) error {
+			f, err := os.Create(filepath.Join(upper, "sparse"))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.WriteAt([]byte("x"), 60<<20-1)
+			return err
+		}, protocol.CodeCheckpointUnsafe},
+		{"hard links", func(upper string) error {
+			_ = os.Remove(filepath.Join(upper, "sparse"))
+			if err := os.WriteFile(filepath.Join(upper, "dense"), bytes.Repeat([]byte("y"), 2<<20), 0o644); err != nil {
+				return err
+			}
+			for i := 0; i < 9; i++ {
+				if err := os.Link(filepath.Join(upper, "dense"), filepath.Join(upper, fmt.Sprintf("link%d", i))); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, protocol.CodeCheckpointTooLarge},
+	} {
+		plantInUpper(t, d, ctx, id, tc.plant)
+		files, used := storeState()
+		if res, err := d.Checkpoint(ctx, id); !errors.Is(err, protocol.E(tc.want)) {
+			t.Fatalf("%s: checkpoint %+v, %v; want %s", tc.name, res, err, tc.want)
+		}
+		if f2, u2 := storeState(); f2 != files || u2 != used {
+			t.Fatalf("%s: the refused checkpoint changed the store: %d files %d bytes, then %d, %d", tc.name, files, used, f2, u2)
+		}
+		if st, err := d.Inspect(ctx, id); err != nil || st.Frozen || st.Processes == 0 {
+			t.Fatalf("%s: domain after refused checkpoint: %+v %v", tc.name, st, err)
+		}
+	}
+	if _, err := d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = r.Wait()
+	assertNoTrace(t, id)
+}
+
+// archived reports whether the store holds digest.
+func archived(digest string) bool {
+	_, err := os.Stat(filepath.Join(bed.State, "checkpoints", digest+".tar"))
+	return err == nil
+}
+
+// plantFile writes one file of content with a fixed mtime into a running
+// domain's upper layer, so two domains archive to one digest.
+func plantFile(t *testing.T, d *domain.Linux, ctx context.Context, id, name string, content []byte) {
+	t.Helper()
+	plantInUpper(t, d, ctx, id, func(upper string) error {
+		p := filepath.Join(upper, name)
+		if err := os.WriteFile(p, content, 0o644); err != nil {
+			return err
+		}
+		return os.Chtimes(p, time.Unix(1e9, 0), time.Unix(1e9, 0))
+	})
+}
+
+// TestCheckpointReleased: every archive is held by the domain that took it
+// until that domain releases it (protocol version 2), and deleted once no
+// domain holds it: two domains archiving the same upper layer share one
+// archive, which the first release keeps and the second deletes; a
+// repeated release succeeds and deletes nothing; release in a version-1
+// request is unsupported_version.
+func TestCheckpointReleased(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	content := []byte("released " + newID("c"))
+	var ids []string
+	var digest string
+	for i := 0; i < 2; i++ {
+		id, r := startDomain(t, d, ctx, ws, "echo ready; sleep 600")
+		waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+		plantFile(t, d, ctx, id, "f", content)
+		cp, err := d.Checkpoint(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if digest != "" && cp.SHA256 != digest {
+			t.Fatalf("the same upper layer archived as %s and %s", digest, cp.SHA256)
+		}
+		digest = cp.SHA256
+		ids = append(ids, id)
+		if _, err := d.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = r.Wait()
+	}
+	if !archived(digest) {
+		t.Fatal("checkpoint not in the store")
+	}
+	v1 := map[string]any{"protocol": 1, "action": "release", "request_id": "r", "domain_id": ids[0], "checkpoint": digest}
+	if r := rawRequest(t, jsonFrame(t, v1)); r.Type != protocol.TypeError || r.Error.Code != protocol.CodeUnsupportedVersion {
+		t.Fatalf("release as version 1: %s %+v", r.Type, r.Error)
+	}
+	// Destroyed domains still hold their archives: a later create restores them.
+	res, err := d.Release(ctx, ids[0], digest)
+	if err != nil || !res.Released || res.Deleted || !archived(digest) {
+		t.Fatalf("first release: %+v %v (archived %v); the other domain still holds it", res, err, archived(digest))
+	}
+	res, err = d.Release(ctx, ids[1], digest)
+	if err != nil || !res.Released || !res.Deleted || archived(digest) {
+		t.Fatalf("last release: %+v %v (archived %v)", res, err, archived(digest))
+	}
+	res, err = d.Release(ctx, ids[1], digest)
+	if err != nil || res.Deleted {
+		t.Fatalf("repeated release: %+v %v", res, err)
+	}
+	for _, id := range ids {
+		if _, err := os.Lstat(filepath.Join(bed.State, "holds", id)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("holds of %s left behind: %v", id, err)
+		}
+		assertNoTrace(t, id)
+	}
+}
+
+// TestStoreQuotaPerDomain: the archives one domain holds are capped
+// together at max_checkpoint_domain_bytes: a domain at its quota gets
+// checkpoint_store_full and the store is unchanged, while another domain
+// still checkpoints; a release gives the first its room back.
+func TestStoreQuotaPerDomain(t *testing.T) {
+	d, ctx := setup(t)
+	withConfig(t, func(c string) string {
+		return strings.Replace(c, `"max_checkpoint_bytes"`, `"max_checkpoint_domain_bytes": 1572864, "max_checkpoint_bytes"`, 1)
+	})
+	ws, _ := workspace(t, nil)
+	big := bytes.Repeat([]byte("q"), 1<<20)
+	start := func() (string, *domain.Running) {
+		id, r := startDomain(t, d, ctx, ws, "echo ready; sleep 600")
+		waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+		plantFile(t, d, ctx, id, "big", append([]byte(id), big...))
+		return id, r
+	}
+	a, ra := start()
+	first, err := d.Checkpoint(ctx, a)
+	if err != nil {
+		t.Fatalf("first checkpoint, within the quota: %v", err)
+	}
+	plantFile(t, d, ctx, a, "more", []byte("more"))
+	files, used := storeState()
+	if res, err := d.Checkpoint(ctx, a); !errors.Is(err, protocol.E(protocol.CodeCheckpointStoreFull)) {
+		t.Fatalf("checkpoint over the domain's quota: %+v %v, want checkpoint_store_full", res, err)
+	}
+	if f2, u2 := storeState(); f2 != files || u2 != used {
+		t.Fatalf("the refused checkpoint changed the store: %d files %d bytes, then %d, %d", files, used, f2, u2)
+	}
+	if st, err := d.Inspect(ctx, a); err != nil || st.Frozen || st.Processes == 0 {
+		t.Fatalf("domain after refused checkpoint: %+v %v", st, err)
+	}
+	b, rb := start()
+	other, err := d.Checkpoint(ctx, b)
+	if err != nil {
+		t.Fatalf("another domain's checkpoint, with its own quota: %v", err)
+	}
+	if _, err := d.Release(ctx, a, first.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	second, err := d.Checkpoint(ctx, a)
+	if err != nil {
+		t.Fatalf("checkpoint after a release: %v", err)
+	}
+	for id, digest := range map[string]string{a: second.SHA256, b: other.SHA256} {
+		if res, err := d.Release(ctx, id, digest); err != nil || !res.Deleted {
+			t.Fatalf("release: %+v %v", res, err)
+		}
+		if _, err := d.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _ = ra.Wait()
+	_, _ = rb.Wait()
+	assertNoTrace(t, a)
+	assertNoTrace(t, b)
+}
+
 // TestOneShotMonitorSparesItsSuccessor: a one-shot monitor whose domain
 // was destroyed and re-created under the same id while the monitor waited
 // for the domain lock must not destroy the successor. The test holds the
@@ -752,4 +1064,143 @@ func TestCheckpointHelperHoldsNoHostPrivilege(t *testing.T) {
 	}
 	_, _ = r.Wait()
 	assertNoTrace(t, id)
+}
+
+// helperSeen is one sighting of this bed's checkpoint helper in /proc.
+type helperSeen struct {
+	status, limits, cgroup string
+	ns                     map[string]string
+}
+
+// watchHelpers records every checkpoint helper of this bed's launcher it
+// sees in /proc while action runs.
+func watchHelpers(t *testing.T, action func()) []helperSeen {
+	t.Helper()
+	var seen []helperSeen
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			procs, _ := os.ReadDir("/proc")
+			for _, p := range procs {
+				dir := "/proc/" + p.Name()
+				if cmd, _ := os.ReadFile(dir + "/cmdline"); string(cmd) != "autonomic-checkpoint\x00" {
+					continue
+				}
+				status, _ := os.ReadFile(dir + "/status")
+				var parent string
+				for _, line := range strings.Split(string(status), "\n") {
+					if rest, ok := strings.CutPrefix(line, "PPid:"); ok {
+						parent = strings.TrimSpace(rest)
+					}
+				}
+				if exe, _ := os.Readlink("/proc/" + parent + "/exe"); exe != bed.Launcher {
+					continue // another package's launcher
+				}
+				h := helperSeen{status: string(status), ns: map[string]string{}}
+				limits, _ := os.ReadFile(dir + "/limits")
+				cg, _ := os.ReadFile(dir + "/cgroup")
+				h.limits, h.cgroup = string(limits), string(cg)
+				gone := false
+				for _, n := range []string{"user", "mnt", "pid", "ipc", "uts", "cgroup", "net"} {
+					h.ns[n], _ = os.Readlink(dir + "/ns/" + n)
+					gone = gone || h.ns[n] == ""
+				}
+				if gone {
+					continue // it exited while we looked
+				}
+				// Seen once confined: the helper confines itself first
+				// thing, the seccomp floor last.
+				if strings.Contains(h.status, "Seccomp:\t2") && h.limits != "" {
+					seen = append(seen, h)
+				}
+			}
+		}
+	}()
+	action()
+	close(stop)
+	<-done
+	return seen
+}
+
+// TestCheckpointHelperConfined: the checkpoint helper (archive and restore)
+// runs in user, mount, pid, IPC, UTS, cgroup and network namespaces of its
+// own; keeps only chown, dac_override, dac_read_search and fowner, in
+// every set, bounding included; runs with no_new_privs under the seccomp
+// floor; with limits of its own (a file size cap, no core dump), not its
+// caller's; and a restore's helper is born in the domain's cgroup, so the
+// pages it writes are the domain's.
+func TestCheckpointHelperConfined(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	id, r := startDomain(t, d, ctx, ws, "head -c 67108864 /dev/zero > /workspace/big && echo ready && sleep 600")
+	waitFor(t, func() bool { return strings.Contains(string(r.Output()), "ready") })
+	var digest string
+	var archiving []helperSeen
+	for try := 0; try < 5 && len(archiving) == 0; try++ {
+		archiving = watchHelpers(t, func() {
+			cp, err := d.Checkpoint(ctx, id)
+			if err != nil {
+				t.Errorf("checkpoint: %v", err)
+				return
+			}
+			digest = cp.SHA256
+		})
+	}
+	if _, err := d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = r.Wait()
+	restored := newID("rh")
+	var restoring []helperSeen
+	for try := 0; try < 5 && len(restoring) == 0; try++ {
+		restoring = watchHelpers(t, func() {
+			rr, err := d.Create(ctx, domain.Spec{ID: restored, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/true"}, Checkpoint: digest, OneShot: true})
+			if err != nil {
+				t.Errorf("restore: %v", err)
+				return
+			}
+			_, _ = rr.Wait()
+		})
+	}
+	if len(archiving) == 0 || len(restoring) == 0 {
+		t.Fatalf("helper seen archiving %d times, restoring %d times in five tries each", len(archiving), len(restoring))
+	}
+	self := map[string]string{}
+	for _, n := range []string{"user", "mnt", "pid", "ipc", "uts", "cgroup", "net"} {
+		self[n], _ = os.Readlink("/proc/self/ns/" + n)
+	}
+	want := fmt.Sprintf("%016x", 1<<unix.CAP_CHOWN|1<<unix.CAP_DAC_OVERRIDE|1<<unix.CAP_DAC_READ_SEARCH|1<<unix.CAP_FOWNER)
+	for i, h := range append(archiving, restoring...) {
+		for n, host := range self {
+			if h.ns[n] == "" || h.ns[n] == host {
+				t.Errorf("helper %d shares the host's %s namespace (%q)", i, n, h.ns[n])
+			}
+		}
+		for _, line := range []string{"CapInh:\t0000000000000000", "CapPrm:\t" + want, "CapEff:\t" + want, "CapBnd:\t" + want,
+			"CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+			if !strings.Contains(h.status, line+"\n") {
+				t.Errorf("helper %d: status lacks %q:\n%s", i, line, h.status)
+			}
+		}
+		for _, line := range []string{"Max file size", "Max core file size", "Max cpu time"} {
+			for _, l := range strings.Split(h.limits, "\n") {
+				if strings.HasPrefix(l, line) && strings.Contains(l, "unlimited") {
+					t.Errorf("helper %d: %s", i, l)
+				}
+			}
+		}
+	}
+	for i, h := range restoring {
+		if !strings.HasSuffix(strings.TrimSpace(h.cgroup), "/"+restored) && !strings.Contains(h.cgroup, "/"+restored+"\n") {
+			t.Errorf("restore helper %d is not in the domain's cgroup: %q", i, h.cgroup)
+		}
+	}
+	assertNoTrace(t, id)
+	assertNoTrace(t, restored)
 }

@@ -58,7 +58,9 @@ type session struct {
 }
 
 func (l *Linux) start(ctx context.Context, req *protocol.LauncherRequest) (*session, error) {
-	req.Protocol, req.RequestID = protocol.LauncherVersion, uuid.Must(uuid.NewV7()).String()
+	// The oldest version with the action: an installed launcher that
+	// speaks only version 1 still serves everything but release.
+	req.Protocol, req.RequestID = protocol.VersionFor(req.Action), uuid.Must(uuid.NewV7()).String()
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -184,6 +186,16 @@ func (l *Linux) Inspect(ctx context.Context, id string) (*protocol.DomainState, 
 
 func (l *Linux) Checkpoint(ctx context.Context, id string) (*protocol.CheckpointResult, error) {
 	r, err := l.call(ctx, &protocol.LauncherRequest{Action: protocol.ActionCheckpoint, DomainID: id}, protocol.TypeCheckpoint)
+	if err != nil {
+		return nil, err
+	}
+	return r.Checkpoint, nil
+}
+
+// Release drops the domain id's hold on a stored checkpoint; the launcher
+// deletes the archive once no domain holds it.
+func (l *Linux) Release(ctx context.Context, id, digest string) (*protocol.CheckpointResult, error) {
+	r, err := l.call(ctx, &protocol.LauncherRequest{Action: protocol.ActionRelease, DomainID: id, Checkpoint: digest}, protocol.TypeCheckpoint)
 	if err != nil {
 		return nil, err
 	}

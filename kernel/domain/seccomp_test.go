@@ -1,6 +1,7 @@
 package domain_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -195,5 +196,34 @@ func TestFloorConfinesFamiliesPersonaAndNewerCalls(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestExecFailureIsNotStarted: started means the worker's execve happened.
+// A profile that kills the process at execve (the stage dies before the
+// worker exists) or refuses it is an exec_failed create, never started
+// followed by exited SIGSYS; and the failed create leaves nothing.
+func TestExecFailureIsNotStarted(t *testing.T) {
+	d, ctx := setup(t)
+	ws, _ := workspace(t, nil)
+	for name, action := range map[string]string{"kill": "SCMP_ACT_KILL_PROCESS", "errno": "SCMP_ACT_ERRNO"} {
+		t.Run(name, func(t *testing.T) {
+			prog := compileJSON(t, `{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64"],"syscalls":[{"names":["execve","execveat"],"action":"`+action+`"}]}`)
+			id := newID("ex")
+			r, err := d.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: ws, Argv: []string{"/bin/true"}, Seccomp: prog, OneShot: true})
+			if err == nil {
+				ex, _ := r.Wait()
+				t.Fatalf("a worker whose execve was %s got started (%+v), then exited %+v", name, r.Started, ex)
+			}
+			if !errors.Is(err, protocol.E(protocol.CodeExecFailed)) {
+				t.Fatalf("create: %v, want exec_failed", err)
+			}
+			assertNoTrace(t, id)
+		})
+	}
+	// The same profile with execve allowed starts and exits 0.
+	out, ex, _ := runFiltered(t, compileJSON(t, allowAll), "/bin/true")
+	if ex.ExitCode == nil || *ex.ExitCode != 0 {
+		t.Fatalf("allowed exec: %+v %s", ex, out)
 	}
 }

@@ -235,6 +235,15 @@ func (c *crashable) Destroy(ctx context.Context, id string) (*protocol.DomainSta
 	return c.ExecutionDomain.Destroy(ctx, id)
 }
 
+// Release passes the launcher's release through, so an episode that ends
+// under the harness gives its checkpoints back as it would in production.
+func (c *crashable) Release(ctx context.Context, id, digest string) (*protocol.CheckpointResult, error) {
+	if c.dead.Load() {
+		return nil, errKernelGone
+	}
+	return c.ExecutionDomain.(*domain.Linux).Release(ctx, id, digest)
+}
+
 func (c *crashable) Checkpoint(ctx context.Context, id string) (*protocol.CheckpointResult, error) {
 	if c.dead.Load() {
 		return nil, errKernelGone

@@ -247,12 +247,14 @@ func (e *Episode) finalCheckpoint(ctx context.Context) (*protocol.CheckpointResu
 	e.mu.Lock()
 	gen := e.gen
 	e.mu.Unlock()
-	res, err := e.k.cfg.Domains.Checkpoint(ctx, e.k.launcherID(e.id, gen))
+	id := e.k.launcherID(e.id, gen)
+	res, err := e.k.cfg.Domains.Checkpoint(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("final checkpoint: %s", protocol.AsWire(err).Code)
 	}
 	e.mu.Lock()
 	epoch, dom := e.epoch, e.domainID
+	e.taken = append(e.taken, heldCheckpoint{id, res.SHA256})
 	e.mu.Unlock()
 	if _, err := e.k.cfg.Store.RecordCheckpoint(ctx, store.NewCheckpoint{EpisodeID: e.id, DomainID: dom, Generation: gen, Epoch: epoch,
 		Digest: "sha256:" + res.SHA256}); err != nil {

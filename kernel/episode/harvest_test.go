@@ -337,7 +337,7 @@ try: os.mknod("src/null", 0o20666, os.makedev(1, 3))
 except OSError: pass`), episode.OutcomeDenied, "FIFO"},
 		{"newline name", fix + py(`open(b"src/evil\nname.sh", "w").write("x")`), episode.OutcomeDenied, "control"},
 		{"invalid utf-8 name", fix + py(`open(b"src/bad\xff.sh", "w").write("x")`), episode.OutcomeDenied, "UTF-8"},
-		{"sparse giant", fix + py(`f = open("src/giant", "wb"); f.truncate(512 << 20)`), episode.OutcomeFailed, "checkpoint_too_large"},
+		{"sparse giant", fix + py(`f = open("src/giant", "wb"); f.truncate(512 << 20)`), episode.OutcomeFailed, "checkpoint_unsafe"},
 		{"modified .git and a hard link", fix + "ln Makefile src/hard.mk\n" +
 			"mkdir -p .git/hooks; for h in pre-commit post-commit reference-transaction post-checkout pre-push; do printf '#!/bin/sh\\ntouch " + marker + "\\n' > .git/hooks/$h; chmod +x .git/hooks/$h; done\n" +
 			"printf '[core]\\n\\tfsmonitor = touch " + marker + "\\n\\thooksPath = .git/hooks\\n[include]\\n\\tpath = /etc/shadow\\n' >> .git/config\n" +

@@ -3,6 +3,7 @@ package episode_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -66,11 +67,29 @@ func TestEpisodeLifecycle(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	launcherID := e.Status().LauncherID
+	// The post-commit checkpoint supersedes the base's: the base's
+	// archive goes back at once, not at the episode's end.
+	for {
+		if _, err := os.Stat(filepath.Join(shared.bed.State, "holds", launcherID+"-base")); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the base checkpoint is still held after a later stable checkpoint", launcherID)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err := e.End(ctx, episode.Completed, "worker committed the fix"); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := shared.bed.Domains().Inspect(ctx, launcherID); err != nil || st.Exists {
 		t.Fatalf("domain after completion: %+v, %v", st, err)
+	}
+	// Ended in the store, the episode gives back every checkpoint it took
+	// (the base's and its generation's): no launcher domain of it holds one.
+	for _, id := range []string{launcherID, launcherID + "-base"} {
+		if holds, err := os.ReadDir(filepath.Join(shared.bed.State, "holds", id)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still holds %d checkpoints after the episode ended (%v)", id, len(holds), err)
+		}
 	}
 	rec, err := r.st.Episode(ctx, e.ID())
 	if err != nil || rec.State != store.EpisodeCompleted {

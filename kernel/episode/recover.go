@@ -13,6 +13,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/workspace"
+	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 )
 
@@ -119,6 +120,7 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 	// previous kernel: suspended, with its domain not yet proven gone
 	// (the table's pending → suspended move).
 	e.epoch, e.started = rec.Epoch, rec.CreatedAt
+	e.taken = k.recordedCheckpoints(ctx, rec.ID)
 	if err := e.move(Suspended); err != nil {
 		k.forget(rec.ID)
 		return nil, "", err
@@ -177,6 +179,7 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 			k.forget(rec.ID)
 			return nil, "", err
 		}
+		e.releaseCheckpoints()
 		e.mu.Lock()
 		err := e.moveLocked(Contained, why) // suspended → contained
 		e.mu.Unlock()
@@ -207,6 +210,7 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 			e.workspace = true
 			e.mu.Unlock()
 			e.cleanupStart()
+			e.releaseCheckpoints()
 			out.Ended[rec.ID] = o
 			e.log.Info("ended at kernel start: its harvest had landed", "outcome", string(o.Kind), "effect", o.Effect)
 			return nil, "", nil
@@ -289,4 +293,35 @@ func (k *Controller) lastLease(ctx context.Context, id uuid.UUID) (authority.Cap
 		return authority.Capability{}, err
 	}
 	return decodeLease(l.Capabilities)
+}
+
+// recordedCheckpoints are the archives the store's ledger says the episode
+// took (checkpoint_recorded), each with the launcher domains that may hold
+// it: a kernel that restarted knows the earlier ones from there alone. A
+// generation 1 archive may be the base's; releasing it for a domain that
+// does not hold it leaves it to the one that does.
+func (k *Controller) recordedCheckpoints(ctx context.Context, ep uuid.UUID) []heldCheckpoint {
+	evs, err := k.cfg.Store.Events(ctx, ep)
+	if err != nil {
+		return nil
+	}
+	var out []heldCheckpoint
+	for _, ev := range evs {
+		var b struct {
+			Digest     string `json:"digest"`
+			Generation int    `json:"generation"`
+		}
+		if ev.Kind != "checkpoint_recorded" || json.Unmarshal(ev.Body, &b) != nil {
+			continue
+		}
+		hex, ok := strings.CutPrefix(b.Digest, "sha256:")
+		if !ok || !protocol.ValidDigest(hex) {
+			continue
+		}
+		out = append(out, heldCheckpoint{k.launcherID(ep, b.Generation), hex})
+		if b.Generation == 1 {
+			out = append(out, heldCheckpoint{k.baseLauncherID(ep), hex})
+		}
+	}
+	return out
 }

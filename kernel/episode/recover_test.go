@@ -3,6 +3,9 @@ package episode_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -127,4 +130,11 @@ func TestKernelRestartReconciles(t *testing.T) {
 		t.Fatalf("unsettled after the commit: %+v, %v", u, err)
 	}
 	r.end(t, ctx, e2, episode.Completed, "resumed and committed")
+	// Ended, it gives back what both kernels had stored for it, the first
+	// one's checkpoints known to the second from the ledger alone.
+	for _, id := range []string{first.LauncherID, first.LauncherID + "-base", s.LauncherID} {
+		if holds, err := os.ReadDir(filepath.Join(shared.bed.State, "holds", id)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still holds %d checkpoints after the episode ended (%v)", id, len(holds), err)
+		}
+	}
 }

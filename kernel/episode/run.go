@@ -71,9 +71,13 @@ type Episode struct {
 	// digests are the checkpoints this controller took, as the launcher
 	// reported them: a repair refuses a store record that disagrees.
 	digests map[uuid.UUID]string
-	stop    context.CancelFunc
-	done    chan struct{}
-	exit    *supervisor.Exit
+	// taken are the archives this controller had the launcher store for
+	// the episode, each held by the launcher domain that took it until
+	// releaseCheckpoints gives it back.
+	taken []heldCheckpoint
+	stop  context.CancelFunc
+	done  chan struct{}
+	exit  *supervisor.Exit
 	// started is when the episode was created: its wall time counts from
 	// there, across repairs and kernel restarts.
 	started time.Time
@@ -414,15 +418,29 @@ func (e *Episode) checkpointOf(ctx context.Context, id string, gen int) (string,
 	}
 	e.mu.Lock()
 	epoch, dom := e.epoch, e.domainID
+	e.taken = append(e.taken, heldCheckpoint{id, res.SHA256})
 	e.mu.Unlock()
 	c, err := e.k.cfg.Store.RecordCheckpoint(ctx, store.NewCheckpoint{EpisodeID: e.id, DomainID: dom, Generation: gen, Epoch: epoch,
 		Digest: "sha256:" + res.SHA256, Stable: true})
 	if err != nil {
 		return "", err
 	}
+	// The newest stable checkpoint is the only one a repair or a resumed
+	// episode restores (LatestStableCheckpoint), and the domain loop that
+	// takes checkpoints is the one that repairs: what it superseded goes
+	// back now, or a long episode would fill its domain's quota.
+	newest := heldCheckpoint{id, res.SHA256}
 	e.mu.Lock()
 	e.digests[c.ID] = res.SHA256
+	var superseded []heldCheckpoint
+	for _, h := range e.taken {
+		if h != newest {
+			superseded = append(superseded, h)
+		}
+	}
+	e.taken = []heldCheckpoint{newest}
 	e.mu.Unlock()
+	e.release(superseded)
 	return res.SHA256, nil
 }
 
@@ -734,6 +752,7 @@ func (e *Episode) containFinal(ctx context.Context, old *domain.Running, why str
 	if _, err := e.k.cfg.Store.EndEpisode(ctx, store.EndEpisode{EpisodeID: e.id, Epoch: epoch, State: store.EpisodeContained, Reason: why}); err != nil {
 		return err
 	}
+	e.releaseCheckpoints()
 	e.mu.Lock()
 	err := e.moveLocked(Contained, why)
 	e.mu.Unlock()
@@ -756,6 +775,7 @@ func (e *Episode) settle() {
 		// Ended by itself (finish): its host objects go as End's do.
 		e.mu.Unlock()
 		e.cleanupStart()
+		e.releaseCheckpoints()
 		return
 	}
 	if !e.ending && !e.state.Final() && Allowed(e.state, Suspended) {
@@ -795,7 +815,45 @@ func (e *Episode) End(ctx context.Context, to State, reason string) error {
 	err := e.moveLocked(to, reason)
 	e.mu.Unlock()
 	e.cleanupStart()
+	e.releaseCheckpoints()
 	return err
+}
+
+// checkpointReleaser is a domain backend whose checkpoint store gives back
+// what a domain holds (the launcher's release, protocol version 2).
+type checkpointReleaser interface {
+	Release(ctx context.Context, id, digest string) (*protocol.CheckpointResult, error)
+}
+
+// heldCheckpoint is one archive and the launcher domain holding it.
+type heldCheckpoint struct{ domain, digest string }
+
+// releaseCheckpoints gives back every archive this controller took for the
+// episode. It runs only once the store has recorded the episode's end:
+// nothing resumes or repairs it after that, the queue cannot take it over,
+// and its harvest (which reads the final archive) is behind it. An archive
+// another domain holds too (the same upper layer) stays in the store.
+func (e *Episode) releaseCheckpoints() {
+	e.mu.Lock()
+	taken := e.taken
+	e.taken = nil
+	e.mu.Unlock()
+	e.release(taken)
+}
+
+// release gives back the archives in taken, logging what it could not.
+func (e *Episode) release(taken []heldCheckpoint) {
+	rel, ok := e.k.cfg.Domains.(checkpointReleaser)
+	if !ok || len(taken) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range taken {
+		if _, err := rel.Release(ctx, c.domain, c.digest); err != nil {
+			e.log.Warn("could not release a checkpoint; it stays in the store", "domain", c.domain, "digest", c.digest, "error", err)
+		}
+	}
 }
 
 // cleanupStart releases host objects of an episode that no longer runs.

@@ -222,6 +222,11 @@ func main() {
 			// loopback, the second to ADDR.
 			report(what+":"+os.Args[i+1], sendmmsg(os.Args[i+1]))
 			i++
+		case "sendmmsg-loop":
+			// sendmmsg of 64 datagrams to this domain's loopback, over and
+			// over for N ms: every call notified, every one local. Prints
+			// the calls made and this process's CPU time.
+			sendmmsgLoop(arg(&i))
 		case "connect-loop":
 			// N loopback connects (and closes), timed: what a notified
 			// connect costs a worker.
@@ -539,6 +544,37 @@ func sendmmsg(addr string) syscall.Errno {
 	}
 	_, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), 2, 0, 0, 0)
 	return e
+}
+
+func sendmmsgLoop(ms int) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		fmt.Printf("sendmmsg-loop=%v\n", err)
+		return
+	}
+	defer unix.Close(fd)
+	type mmsghdr struct {
+		hdr unix.Msghdr
+		n   uint32
+		_   [4]byte
+	}
+	name := [16]byte{byte(unix.AF_INET), 0, 0, 9, 127, 0, 0, 1}
+	payload := []byte("probe")
+	iov := unix.Iovec{Base: &payload[0]}
+	iov.SetLen(len(payload))
+	var msgs [64]mmsghdr
+	for i := range msgs {
+		msgs[i].hdr = unix.Msghdr{Name: &name[0], Namelen: 16, Iov: &iov, Iovlen: 1}
+	}
+	calls, failed := 0, 0
+	for end := time.Now().Add(time.Duration(ms) * time.Millisecond); time.Now().Before(end); calls++ {
+		if _, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), 64, 0, 0, 0); e != 0 && e != unix.ECONNREFUSED {
+			failed++
+		}
+	}
+	var ru unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	fmt.Printf("sendmmsg-loop=%d failed=%d cpu_us=%d\n", calls, failed, ru.Utime.Nano()/1000+ru.Stime.Nano()/1000)
 }
 
 func connectLoop(n int) {

@@ -1,4 +1,4 @@
-package main
+package wire
 
 import (
 	"encoding/json"
@@ -7,19 +7,13 @@ import (
 	"os"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"golang.org/x/sys/unix"
 )
 
-// The monitor, the init and the worker stage talk over SOCK_SEQPACKET
-// socket pairs: one JSON message per packet, descriptors attached with
-// SCM_RIGHTS. Every received descriptor is returned to the caller, so none
-// can leak into a later stage unnoticed.
-
-// initSpec is what the monitor tells the domain init, alongside the mount
+// Spec is what the monitor tells the domain init, alongside the mount
 // descriptors it passes with SCM_RIGHTS (see mountFds).
-type initSpec struct {
+type Spec struct {
 	Argv     []string `json:"argv"`
 	Env      []string `json:"env"`
 	Cwd      string   `json:"cwd"`
@@ -35,14 +29,14 @@ type initSpec struct {
 
 // Order of the descriptors sent to init.
 const (
-	fdRootfs = iota
-	fdLower
-	fdLayers // the domain directory, holding upper/ and work/
-	fdSockets
+	FdRootfs = iota
+	FdLower
+	FdLayers // the domain directory, holding upper/ and work/
+	FdSockets
 )
 
-// initReply is what init and the worker stage send back on their channels.
-type initReply struct {
+// Reply is what init and the worker stage send back on their channels.
+type Reply struct {
 	Ready    bool   `json:"ready,omitempty"`
 	Error    string `json:"error,omitempty"`
 	Exited   bool   `json:"exited,omitempty"`
@@ -50,9 +44,14 @@ type initReply struct {
 	Signal   int    `json:"signal,omitempty"`
 	MaxRSS   int64  `json:"max_rss,omitempty"` // KiB, from the worker's own rusage
 	Listener bool   `json:"listener,omitempty"`
+	// Violation is the notifier's report of one refused call.
+	Violation *protocol.Violation `json:"violation,omitempty"`
 }
 
-func seqpacketPair() (*os.File, *os.File, error) {
+// ErrDeadline is a receive that timed out.
+var ErrDeadline = errors.New("deadline")
+
+func Pair() (*os.File, *os.File, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, protocol.Errorf(protocol.CodeLauncherFailed, "socketpair: %w", err)
@@ -60,8 +59,8 @@ func seqpacketPair() (*os.File, *os.File, error) {
 	return os.NewFile(uintptr(fds[0]), "ctl"), os.NewFile(uintptr(fds[1]), "ctl"), nil
 }
 
-// sendMsg sends one JSON message with descriptors attached.
-func sendMsg(f *os.File, b []byte, fds []int) error {
+// Send sends one JSON message with descriptors attached.
+func Send(f *os.File, b []byte, fds []int) error {
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
@@ -69,16 +68,16 @@ func sendMsg(f *os.File, b []byte, fds []int) error {
 	return unix.Sendmsg(int(f.Fd()), b, oob, nil, 0)
 }
 
-func sendReply(f *os.File, r initReply, fds []int) error {
+func SendReply(f *os.File, r Reply, fds []int) error {
 	b, _ := json.Marshal(r)
-	return sendMsg(f, b, fds)
+	return Send(f, b, fds)
 }
 
-// recvMsg receives one message; io.EOF when the peer closed. Every received
+// Recv receives one message; io.EOF when the peer closed. Every received
 // descriptor is returned, so none can leak into a later stage unnoticed.
-func recvMsg(f *os.File, deadline time.Time) (initReply, []int, error) {
-	var r initReply
-	b, fds, err := recvRaw(f, deadline)
+func Recv(f *os.File, deadline time.Time) (Reply, []int, error) {
+	var r Reply
+	b, fds, err := RecvRaw(f, deadline)
 	if err != nil {
 		return r, nil, err
 	}
@@ -91,21 +90,21 @@ func recvMsg(f *os.File, deadline time.Time) (initReply, []int, error) {
 	return r, fds, nil
 }
 
-func recvRaw(f *os.File, deadline time.Time) ([]byte, []int, error) {
-	return recvSized(f, deadline, 4096)
+func RecvRaw(f *os.File, deadline time.Time) ([]byte, []int, error) {
+	return RecvSized(f, deadline, 4096)
 }
 
-// recvSized receives one message of at most max bytes (init's spec carries
+// RecvSized receives one message of at most max bytes (init's spec carries
 // the seccomp programs; everything else is small). The deadline is the
 // socket's receive timeout; a zero deadline blocks until the peer speaks or
 // closes (io.EOF).
-func recvSized(f *os.File, deadline time.Time, max int) ([]byte, []int, error) {
+func RecvSized(f *os.File, deadline time.Time, max int) ([]byte, []int, error) {
 	fd := int(f.Fd())
 	var tv unix.Timeval
 	if !deadline.IsZero() {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return nil, nil, errors.New("deadline")
+			return nil, nil, ErrDeadline
 		}
 		tv = unix.NsecToTimeval(left.Nanoseconds())
 	}
@@ -119,7 +118,7 @@ func recvSized(f *os.File, deadline time.Time, max int) ([]byte, []int, error) {
 	}
 	switch {
 	case err == unix.EAGAIN:
-		return nil, nil, errors.New("deadline")
+		return nil, nil, ErrDeadline
 	case err != nil:
 		return nil, nil, err
 	case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0:

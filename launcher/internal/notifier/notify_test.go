@@ -1,9 +1,12 @@
-package main
+package notifier
 
 import (
 	"encoding/binary"
 	"net/netip"
+	"os"
+	"runtime"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -89,4 +92,37 @@ func FuzzSockaddr(f *testing.F) {
 			t.Fatalf("%x: %s is local", sa, ip)
 		}
 	})
+}
+
+// TestDestinationReadsABatchAtOnce: a sendmmsg's names are read from the
+// caller (here this process) in one vectored read, headers without a name
+// are the connected peer, and the first name that leaves the domain is
+// the one reported.
+func TestDestinationReadsABatchAtOnce(t *testing.T) {
+	type mmsghdr struct {
+		hdr unix.Msghdr
+		n   uint32
+		_   [4]byte
+	}
+	names := [][]byte{inet4(unix.AF_INET, "127.0.0.1", 9), nil, inet4(unix.AF_INET, "9.9.9.9", 53), inet4(unix.AF_INET, "8.8.8.8", 53)}
+	var msgs [4]mmsghdr
+	for i, n := range names {
+		if n != nil {
+			msgs[i].hdr.Name, msgs[i].hdr.Namelen = &n[0], uint32(len(n))
+		}
+	}
+	req := func(count uint64) *seccompNotif {
+		return &seccompNotif{PID: uint32(os.Getpid()), Nr: unix.SYS_SENDMMSG, Args: [6]uint64{3, uint64(uintptr(unsafe.Pointer(&msgs[0]))), count}}
+	}
+	if dest, local := destination(req(2)); !local || dest != "" {
+		t.Errorf("loopback and the connected peer: %q %v", dest, local)
+	}
+	if dest, local := destination(req(4)); local || dest != "9.9.9.9:53" {
+		t.Errorf("batch with two outside names: %q %v, want the first", dest, local)
+	}
+	if dest, local := destination(req(maxSendmmsg + 1)); local || dest != "sendmmsg batch" {
+		t.Errorf("oversized batch: %q %v", dest, local)
+	}
+	runtime.KeepAlive(names)
+	runtime.KeepAlive(&msgs)
 }

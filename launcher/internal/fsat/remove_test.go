@@ -1,4 +1,4 @@
-package main
+package fsat
 
 import (
 	"errors"
@@ -53,7 +53,7 @@ func TestRemoveBeneathDeepTree(t *testing.T) {
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
 		t.Fatal(err)
 	}
-	err = removeBeneath(fd, "tree")
+	err = RemoveAll(fd, "tree")
 	_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &old)
 	if err != nil {
 		t.Fatalf("removeBeneath: %v", err)

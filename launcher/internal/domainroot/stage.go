@@ -1,7 +1,6 @@
-package main
+package domainroot
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"io"
 	"os"
@@ -9,25 +8,28 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/autonomic-kernel/autonomic/launcher/internal/confine"
+	"github.com/autonomic-kernel/autonomic/launcher/internal/wire"
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"golang.org/x/sys/unix"
 )
 
-// runStage is the worker's last stage before its own program: this binary,
+// RunStage is the worker's last stage before its own program: this binary,
 // inside the domain, as the domain's root. Go's ForkExec has no hook
 // between fork and exec, so everything that must happen on the exec'ing
 // thread happens here, on one locked thread, in this order: drop the
 // bounding set and groups, become the worker, forbid new privileges,
 // install the seccomp floor and the profile, close every inherited
 // descriptor, execve. Its rlimits were set on the init by the launcher.
-func runStage() int {
+func RunStage() int {
 	runtime.LockOSThread()
+	// Named so that the init can tell a stage that died before its exec
+	// from a worker (awaitStageExec); fd 5 closes on either.
+	_ = os.WriteFile("/proc/self/comm", []byte(stageComm), 0)
 	execCh := os.NewFile(4, "exec")
 	fail := func(code protocol.Code) int {
-		_ = sendReply(execCh, initReply{Error: string(code)}, nil)
+		_ = wire.SendReply(execCh, wire.Reply{Error: string(code)}, nil)
 		return 127
 	}
 	b, err := io.ReadAll(io.LimitReader(os.NewFile(3, "spec"), 1<<20))
@@ -35,7 +37,7 @@ func runStage() int {
 		return fail(protocol.CodeExecFailed)
 	}
 	unix.Close(3)
-	var spec initSpec
+	var spec wire.Spec
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fail(protocol.CodeExecFailed)
 	}
@@ -67,7 +69,7 @@ func runStage() int {
 	// and the next syscalls (futex, close_range, execve) must be allowed.
 	// The floor goes to every thread; the profile only to this one, the
 	// thread that execs (execve discards the others).
-	if _, err := installFilter(spec.Floor, unix.SECCOMP_FILTER_FLAG_TSYNC); err != nil {
+	if _, err := confine.InstallFilter(spec.Floor, unix.SECCOMP_FILTER_FLAG_TSYNC); err != nil {
 		return fail(protocol.CodeSeccompFailed)
 	}
 	if spec.Profile != nil {
@@ -78,7 +80,7 @@ func runStage() int {
 			// it, so a received call is answered, and counted, once.
 			flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER | unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
 		}
-		listener, err := installFilter(spec.Profile, flags)
+		listener, err := confine.InstallFilter(spec.Profile, flags)
 		if err != nil {
 			return fail(protocol.CodeSeccompFailed)
 		}
@@ -88,7 +90,7 @@ func runStage() int {
 			// It leaves from another thread, under the floor only: the
 			// profile may notify sendmsg, which nobody would answer yet.
 			sent := make(chan error)
-			go func() { sent <- sendReply(execCh, initReply{Listener: true}, []int{listener}) }()
+			go func() { sent <- wire.SendReply(execCh, wire.Reply{Listener: true}, []int{listener}) }()
 			err := <-sent
 			unix.Close(listener)
 			if err != nil {
@@ -115,43 +117,4 @@ func lookPath(name string, env []string) (string, error) {
 		}
 	}
 	return exec.LookPath(name)
-}
-
-// installFilter loads one classic-BPF program with seccomp(2). It returns
-// the listener descriptor when flags ask for one. SPEC_ALLOW is never used.
-func installFilter(raw []byte, flags uintptr) (int, error) {
-	prog := make([]unix.SockFilter, len(raw)/8)
-	for i := range prog {
-		rec := raw[i*8:]
-		prog[i] = unix.SockFilter{Code: binary.LittleEndian.Uint16(rec), Jt: rec[2], Jf: rec[3], K: binary.LittleEndian.Uint32(rec[4:])}
-	}
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	r, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(prog)
-	if errno != 0 {
-		return -1, errno
-	}
-	return int(r), nil
-}
-
-// programUsesNotify reports whether a program can return USER_NOTIF, which
-// a host without user notification cannot honour.
-func programUsesNotify(raw []byte) bool {
-	for i := 0; i+8 <= len(raw); i += 8 {
-		code := binary.LittleEndian.Uint16(raw[i:])
-		k := binary.LittleEndian.Uint32(raw[i+4:])
-		if code == unix.BPF_RET|unix.BPF_K && k&unix.SECCOMP_RET_ACTION_FULL == unix.SECCOMP_RET_USER_NOTIF {
-			return true
-		}
-	}
-	return false
-}
-
-func hostSeccompActions() map[string]bool {
-	b, _ := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
-	out := map[string]bool{}
-	for _, a := range strings.Fields(string(b)) {
-		out[a] = true
-	}
-	return out
 }
