@@ -227,6 +227,9 @@ type ArtifactTarget struct {
 type API struct {
 	Socket        string `json:"socket"`
 	OperatorGroup string `json:"operator_group"`
+	// MetricsListen, when set, serves Prometheus metrics (GET /metrics)
+	// on "unix:/abs/path" or a loopback host:port.
+	MetricsListen string `json:"metrics_listen"`
 }
 
 // Problem is one thing wrong with a configuration.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"os/user"
@@ -184,6 +185,13 @@ func (cfg *Config) validate() []Problem {
 	}
 
 	c.absPath("api.socket", cfg.API.Socket, false)
+	if m := cfg.API.MetricsListen; m != "" {
+		if p, ok := strings.CutPrefix(m, "unix:"); ok {
+			c.absPath("api.metrics_listen", p, true)
+		} else if host, port, err := net.SplitHostPort(m); err != nil || port == "" || !(host == "localhost" || isLoopback(host)) {
+			c.add("api.metrics_listen", "must be unix:/absolute/path or a loopback host:port")
+		}
+	}
 	if g := cfg.API.OperatorGroup; g != "" {
 		if _, err := user.LookupGroup(g); err != nil {
 			c.add("api.operator_group", "group %q does not exist on this host", g)
@@ -350,4 +358,9 @@ func mapKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+func isLoopback(host string) bool {
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }

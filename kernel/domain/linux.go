@@ -26,6 +26,15 @@ type Linux struct {
 	// a kernel that already has the privilege, such as tests run as root.
 	Direct bool
 	Log    hclog.Logger
+	// Observe, when set, is told how long each launcher action took
+	// (create: until the worker started), whatever its outcome.
+	Observe func(action string, d time.Duration)
+}
+
+func (l *Linux) observe(action string, start time.Time) {
+	if l.Observe != nil {
+		l.Observe(action, time.Since(start))
+	}
 }
 
 var _ ExecutionDomain = (*Linux)(nil)
@@ -133,6 +142,7 @@ func (s *session) next() (*protocol.LauncherResponse, error) {
 
 // call runs one short request and expects one frame of type want.
 func (l *Linux) call(ctx context.Context, req *protocol.LauncherRequest, want string) (*protocol.LauncherResponse, error) {
+	defer l.observe(req.Action, time.Now())
 	s, err := l.start(ctx, req)
 	if err != nil {
 		return nil, err
@@ -205,6 +215,7 @@ func (l *Linux) Release(ctx context.Context, id, digest string) (*protocol.Check
 // Create starts a domain and returns once the worker runs. The returned
 // Running owns the monitor: its events stream until the worker exits.
 func (l *Linux) Create(ctx context.Context, spec Spec) (*Running, error) {
+	defer l.observe(protocol.ActionCreate, time.Now())
 	req := &protocol.LauncherRequest{
 		Action: protocol.ActionCreate, DomainID: spec.ID, Generation: spec.Generation, WorkspaceID: spec.WorkspaceID,
 		Checkpoint: spec.Checkpoint, BrokerSocket: spec.BrokerSocket, RelaySocket: spec.RelaySocket, EgressSocket: spec.EgressSocket, Rootfs: spec.Rootfs, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd,

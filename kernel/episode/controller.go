@@ -55,6 +55,9 @@ type Config struct {
 	// RelayMemory bounds what every episode's relay holds for calls at
 	// once (nil: New makes one of relay.DefaultMemory).
 	RelayMemory *relay.Memory
+	// OnViolation, when set, is told of each kernel denial a domain
+	// reports (the metrics endpoint counts them).
+	OnViolation func()
 	// Egress, when set, serves an egress proxy to each episode whose
 	// signed policy grants egress (nil: none is served).
 	Egress *EgressConfig

@@ -562,6 +562,9 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 					reason += " to " + d
 				}
 				e.traj.Remember(sensor.Event{Kind: sensor.EventViolation, Detail: ev.Violation.Syscall})
+				if f := e.k.cfg.OnViolation; f != nil {
+					f()
+				}
 				e.mu.Lock()
 				epoch := e.epoch
 				e.mu.Unlock()

@@ -20,6 +20,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/egress"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/governor"
+	"github.com/autonomic-kernel/autonomic/kernel/metrics"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/relay"
@@ -57,6 +58,9 @@ type composition struct {
 	// episodes is nil when the configuration cannot run episodes (see
 	// compose); episode start then answers "not available".
 	episodes *episode.Controller
+	// metrics observes the parts above; serve exposes it when
+	// metrics.listen is configured.
+	metrics *metrics.Metrics
 }
 
 // compose builds the kernel in one direction, each part from the ones
@@ -80,6 +84,16 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		return nil, err
 	}
 	k := &composition{domains: backendFor(cfg, log)}
+	src := metrics.Source{}
+	if c, ok := st.(interface {
+		Counts(context.Context) (store.Counts, error)
+	}); ok {
+		src.Counts = c.Counts
+	}
+	k.metrics = metrics.New(src)
+	if l, ok := k.domains.(*domain.Linux); ok {
+		l.Observe = k.metrics.ObserveLauncher
+	}
 
 	d := cfg.Domain
 	episodes := true
@@ -136,7 +150,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		return nil, err
 	}
 	for i, a := range adapters {
-		adapters[i] = gov.Wrap(a)
+		adapters[i] = k.metrics.Adapter(gov.Wrap(a))
 	}
 	// Trajectory and its table come from the governor: an episode it does
 	// not watch reads as containment, so nothing commits for it.
@@ -162,7 +176,8 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		Seccomp: prog, Profiles: map[string][]byte{episode.ProfileAgent: agentProg}, Providers: cfg.Inference.Providers,
 		WallTime:    time.Duration(cfg.Episode.WallTimeMS) * time.Millisecond,
 		MaxWallTime: time.Duration(cfg.Episode.MaxWallTimeMS) * time.Millisecond,
-		PolicyKeys:  policyKeys, EffectConcurrency: cfg.EffectConcurrency, Logger: log.Named("episode")}
+		PolicyKeys:  policyKeys, EffectConcurrency: cfg.EffectConcurrency, Logger: log.Named("episode"),
+		OnViolation: k.metrics.Violation}
 	if cfg.Episode.CheckpointsDir != "" {
 		ec.Archives = workspace.ArchiveDir(cfg.Episode.CheckpointsDir)
 	}

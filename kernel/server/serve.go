@@ -17,6 +17,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/metrics"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/autonomic-kernel/autonomic/store/pgcluster"
@@ -93,6 +94,22 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 	srv, err := api.New(ac)
 	if err != nil {
 		return err
+	}
+	if m := cfg.API.MetricsListen; m != "" {
+		if k.episodes != nil {
+			k.metrics.SetAutonomy(func() int { return int(k.regulator.State().Level) })
+		}
+		k.metrics.SetSaturations(k.broker.Saturations)
+		ml, err := metrics.Listen(m)
+		if err != nil {
+			return fmt.Errorf("api.metrics_listen: %w", err)
+		}
+		go func() {
+			if err := k.metrics.Serve(ctx, ml); err != nil {
+				log.Error("metrics endpoint stopped", "error", err)
+			}
+		}()
+		log.Info("metrics served", "listen", m)
 	}
 	ln, err := api.Listen(cfg.APISocket(), os.Getuid(), gid)
 	if err != nil {
