@@ -36,6 +36,12 @@ func scanPatch(patch []byte) (patchScan, error) {
 		switch {
 		case strings.HasPrefix(line, "+") && !strings.HasPrefix(line, "+++ "):
 			s.ResultBytes += int64(len(lines[i]) - 1)
+			if strings.IndexByte(line, 0) >= 0 {
+				// A NUL in a text hunk: git's own test reads only a file's
+				// first 8000 bytes, so a binary file can arrive as text.
+				// Binary is binary wherever the NUL is.
+				s.Binary = true
+			}
 		case strings.HasPrefix(line, "Binary files ") || line == "Binary patch":
 			// No data: git would take the result from the object database.
 			return s, protocol.Errorf(protocol.CodeInvalidField, "binary patch without data")

@@ -1,11 +1,13 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -193,4 +195,26 @@ func TestRecoveryWithRemovedTarget(t *testing.T) {
 	if eff, _ := e.store.Effect(ctxT(t), uuid.MustParse(p.ID)); eff.State != store.CommitUnknown {
 		t.Fatalf("the effect is %s, want commit_unknown", eff.State)
 	}
+}
+
+// TestNULPastGitsWindowIsBinary: git decides "binary" from a file's first
+// 8000 bytes, so a file whose NUL comes later travels as a text hunk; the
+// broker reads the whole patch and treats it as the binary change it is:
+// refused on a target without allow_binary, admitted on one with it.
+func TestNULPastGitsWindowIsBinary(t *testing.T) {
+	f := newGitFixture(t)
+	var gc *GitCommit
+	e := gitEnv(t, f, &gc)
+	base := f.head()
+	patch := f.patch(func(d string) {
+		os.WriteFile(filepath.Join(d, "lib/late.bin"), []byte(strings.Repeat("a", 9000)+"\x00b\n"), 0o644)
+	})
+	if bytes.Contains(patch, []byte("GIT binary patch")) || !bytes.Contains(patch, []byte{0}) {
+		t.Fatal("the fixture's git did not send the file as a text hunk with its NUL")
+	}
+	wantErr(t, e.do(prepareReq(e, "git_commit", "repo", gitTarget(base), patch)), protocol.CodeForbidden)
+	tg := gc.Targets["repo"]
+	tg.AllowBinary = true
+	gc.Targets["repo"] = tg
+	mustOK(t, e.do(prepareReq(e, "git_commit", "repo", gitTarget(base), patch)))
 }

@@ -77,7 +77,7 @@ func Table() []Gate {
 				// Issue 23: a message reads as what it is; .git spellings
 				// refused whatever the repository's config says.
 				"TestCommitMessageRefusesControls", "TestNTFSSpellingsRefused", "TestCaseAndNormalisationCollisionsRefused", "TestGrantCarriesRefs", "TestGrantRefsAlgebra",
-				"TestConcurrentRunsNeverCommitUnknown", "TestRecoveryWithRemovedTarget"}},
+				"TestConcurrentRunsNeverCommitUnknown", "TestRecoveryWithRemovedTarget", "TestNULPastGitsWindowIsBinary"}},
 			{"./kernel/verify", []string{"TestVerifierChecksCommittedBytes", "TestVerificationUsesBaseTestInputs"}},
 		}, Scope: "real git repositories on this host; remotes are local bare repositories"},
 		{Name: "db_outage_blocks_authority", Proves: "authority stops when durability stops (real ephemeral cluster)", Tests: []Run{

@@ -375,8 +375,10 @@ func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim
 	return Change{Patch: patch.Bytes(), Paths: paths, Ignored: u.left}, nil
 }
 
-// binary is git's own test: a NUL in the first 8000 bytes.
-func binary(b []byte) bool { return bytes.IndexByte(b[:min(len(b), 8000)], 0) >= 0 }
+// binary: a NUL anywhere. (git's own test reads only the first 8000
+// bytes, so a file with its NUL past them would be harvested as text and
+// land, NUL and all, on a target that admits no binary.)
+func binary(b []byte) bool { return bytes.IndexByte(b, 0) >= 0 }
 
 // writeSection writes one file's section of a git patch. oldMode empty is
 // a new file, newMode empty a deletion.

@@ -173,6 +173,7 @@ func TestHarvestRefusesHostileEntries(t *testing.T) {
 		"dotdot name":              {{name: "../escape", typ: tar.TypeReg, data: "x\n"}},
 		"absolute name":            {{name: "/etc/passwd", typ: tar.TypeReg, data: "x\n"}},
 		"binary file":              {{name: "bin", typ: tar.TypeReg, data: "a\x00b"}},
+		"NUL past git's 8000":      {{name: "late", typ: tar.TypeReg, data: strings.Repeat("a", 9000) + "\x00b\n"}},
 		"replaced base symlink":    {{name: "link", typ: tar.TypeReg, data: "x\n"}},
 		"deleted base symlink":     {{name: "link", typ: tar.TypeChar}},
 		"file over the limit":      {{name: "big", typ: tar.TypeReg, data: strings.Repeat("x", 2<<20)}},
