@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -37,7 +38,32 @@ type Cache struct {
 	mu      sync.Mutex
 	bytes   int64
 	entries int
+	// used is when this process last served each blob (eviction order;
+	// a blob's mtime carries it coarsely across restarts). verified is
+	// the file each blob was last read whole and found to match its name
+	// as: while the inode's identity, size and times are unchanged, it is
+	// served without hashing again; any write to it changes its ctime.
+	used     map[string]int64
+	verified map[string]fileID
 }
+
+// fileID is what changes when a file's content can have: its identity,
+// size, and modification and change times.
+type fileID struct {
+	dev, ino, size uint64
+	mtime, ctime   int64
+}
+
+func idOf(fi os.FileInfo) (fileID, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}, true
+}
+
+// touchEvery is how stale a blob's mtime may grow before a hit renews it.
+const touchEvery = time.Hour
 
 // CacheBounds bound a cache; DefaultCacheBounds are the defaults.
 type CacheBounds struct {
@@ -70,7 +96,7 @@ func OpenCacheWith(dir string, b CacheBounds) (*Cache, error) {
 	for _, e := range tmp {
 		os.Remove(filepath.Join(dir, "tmp", e.Name()))
 	}
-	c := &Cache{dir: dir, b: b}
+	c := &Cache{dir: dir, b: b, used: map[string]int64{}, verified: map[string]fileID{}}
 	blobs, err := os.ReadDir(filepath.Join(dir, "blobs"))
 	if err != nil {
 		return nil, fmt.Errorf("egress cache: %w", err)
@@ -119,7 +145,11 @@ func (c *Cache) shrink() {
 	var bs []blob
 	for _, e := range ents {
 		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
-			bs = append(bs, blob{e.Name(), fi.Size(), fi.ModTime().UnixNano()})
+			used := fi.ModTime().UnixNano()
+			c.mu.Lock()
+			used = max(used, c.used[e.Name()])
+			c.mu.Unlock()
+			bs = append(bs, blob{e.Name(), fi.Size(), used})
 		}
 	}
 	slices.SortFunc(bs, func(a, b blob) int { return cmp.Compare(a.used, b.used) })
@@ -134,6 +164,8 @@ func (c *Cache) shrink() {
 			c.mu.Lock()
 			c.bytes -= b.size
 			c.entries--
+			delete(c.used, b.name)
+			delete(c.verified, b.name)
 			c.mu.Unlock()
 		}
 	}
@@ -168,11 +200,17 @@ func (c *Cache) lookup(key string) (entry, *os.File, bool) {
 		os.Remove(filepath.Join(c.dir, "index", indexName(key)))
 		return entry{}, nil, false
 	}
-	now := time.Now()
-	os.Chtimes(f.Name(), now, now) // recently used: evicted last
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() != e.Size {
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Size() != e.Size {
 		f.Close()
 		return entry{}, nil, false
+	}
+	now := time.Now()
+	c.mu.Lock()
+	c.used[e.SHA256] = now.UnixNano() // recently used: evicted last
+	c.mu.Unlock()
+	if now.Sub(st.ModTime()) > touchEvery {
+		os.Chtimes(f.Name(), now, now) // and across a restart, coarsely
 	}
 	return e, f, true
 }
@@ -278,6 +316,41 @@ func hexDigest(s string) bool {
 
 // errCorrupt: a cached blob did not hash to its name.
 var errCorrupt = errors.New("egress cache: blob does not match its digest")
+
+// serve copies blob (e's, from lookup) to w: as it is when the file is
+// the one last verified, else through serveVerified, remembering the file
+// once it matched.
+func (c *Cache) serve(w io.Writer, blob *os.File, e entry) (int64, error) {
+	fi, err := blob.Stat()
+	if err != nil {
+		return 0, err
+	}
+	id, ok := idOf(fi)
+	c.mu.Lock()
+	known := ok && c.verified[e.SHA256] == id
+	c.mu.Unlock()
+	if known {
+		pooled := buffers.Get().(*[bufSize]byte)
+		defer buffers.Put(pooled)
+		n, err := io.CopyBuffer(w, io.LimitReader(blob, e.Size), pooled[:])
+		if err == nil && n != e.Size {
+			err = io.ErrUnexpectedEOF
+		}
+		return n, err
+	}
+	n, err := serveVerified(w, blob, e.SHA256)
+	if err == nil && ok {
+		// Re-read: a write while it was served changed the ctime.
+		if fi2, err2 := blob.Stat(); err2 == nil {
+			if id2, ok2 := idOf(fi2); ok2 && id2 == id {
+				c.mu.Lock()
+				c.verified[e.SHA256] = id
+				c.mu.Unlock()
+			}
+		}
+	}
+	return n, err
+}
 
 // serveVerified copies blob to w, holding back the last read until the
 // whole blob has hashed to want: a blob changed on disk is never

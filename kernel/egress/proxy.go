@@ -510,7 +510,7 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 			w.Header().Set("Content-Type", e.ContentType)
 			w.Header().Set("Content-Length", strconv.FormatInt(e.Size, 10))
 			w.WriteHeader(http.StatusOK)
-			n, err := serveVerified(w, blob, e.SHA256)
+			n, err := p.cfg.Cache.serve(w, blob, e)
 			f.Outcome, f.Status, f.Bytes = store.EgressCached, http.StatusOK, n
 			if err != nil {
 				f.Outcome, f.Code, f.Reason = store.EgressFailed, string(protocol.CodeInternal), "cache read: "+err.Error()

@@ -253,6 +253,12 @@ func TestCorruptCacheIsNotServed(t *testing.T) {
 	r := start(t, s, cfg)
 	const u = "http://example.com/golang.org/x/m/@v/v1.0.0.zip"
 	get(t, client(r.url), u)
+	// Served once from the cache: read whole, found to match, remembered
+	// (the next serve of the same file skips the hash) — until it changes.
+	if code, got, _ := get(t, client(r.url), u); code != 200 || !bytes.Equal(got, body) || up.count("/golang.org/x/m/@v/v1.0.0.zip") != 1 {
+		t.Fatalf("second fetch: %d, upstream %d", code, up.count("/golang.org/x/m/@v/v1.0.0.zip"))
+	}
+	r.p.wg.Wait()
 	sum := sha256.Sum256(body)
 	blob := filepath.Join(dir, "blobs", hex.EncodeToString(sum[:]))
 	bad := bytes.Clone(body)
