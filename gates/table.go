@@ -113,7 +113,7 @@ func Table() []Gate {
 				// bound registries; fills checked against the registry's
 				// digest; connections capped; a tunnel recorded as it opens.
 				"TestTunnelSNIMustMatch", "TestTunnelInnerRequestsAdmitted", "TestLockfileBoundEgress",
-				"TestCacheVerifiedAgainstRegistryDigest", "TestPyPIPathDigest", "TestEgressConnectionsBounded", "TestCloseCutsTunnels"}},
+				"TestCacheVerifiedAgainstRegistryDigest", "TestPyPIPathDigest", "TestCachedObjectTakenDown", "TestEgressConnectionsBounded", "TestCloseCutsTunnels"}},
 			{"./kernel/lockfile", []string{"TestParseNPMLock", "TestParseGoSum", "TestParseRefusals", "TestRead"}},
 			{"./store", []string{"TestEgressCapIsAtomic"}},
 			// A verification gets its own proxy, no wider than the worker's;

@@ -70,7 +70,14 @@ type CacheBounds struct {
 	MaxBytes     int64 // all blobs together
 	MaxEntries   int   // blobs
 	ReserveBytes int64 // free space a fill leaves on the file system
+	// Revalidate is how long a filled object is served before the
+	// registry is asked again whether it still serves it (a takedown is
+	// honoured: 404 or 410 evicts it). 0: DefaultRevalidate.
+	Revalidate time.Duration
 }
+
+// DefaultRevalidate is a cached object's life before it is revalidated.
+const DefaultRevalidate = 24 * time.Hour
 
 // DefaultCacheBounds are a host's cache bounds unless configured.
 var DefaultCacheBounds = CacheBounds{MaxBytes: 8 << 30, MaxEntries: 200000, ReserveBytes: 1 << 30}
@@ -177,6 +184,24 @@ type entry struct {
 	SHA256      string `json:"sha256"`
 	Size        int64  `json:"size"`
 	ContentType string `json:"content_type"`
+	// Filled is when the registry last said it serves the object (unix
+	// seconds): at the fill, then at each revalidation.
+	Filled int64 `json:"filled,omitempty"`
+}
+
+// stale reports whether e is due for revalidation.
+func (c *Cache) stale(e entry) bool {
+	r := c.b.Revalidate
+	if r <= 0 {
+		r = DefaultRevalidate
+	}
+	return time.Since(time.Unix(e.Filled, 0)) > r
+}
+
+// renew records that the registry still serves e's object.
+func (c *Cache) renew(e entry) {
+	e.Filled = time.Now().Unix()
+	_ = c.writeIndex(e)
 }
 
 func indexName(key string) string {
@@ -272,9 +297,14 @@ func (p *pending) commit(key string, e entry) error {
 		p.c.mu.Unlock()
 		defer p.c.shrink()
 	}
-	e.Key = key
+	e.Key, e.Filled = key, time.Now().Unix()
+	return p.c.writeIndex(e)
+}
+
+// writeIndex points e.Key at e, atomically.
+func (c *Cache) writeIndex(e entry) error {
 	b, _ := json.Marshal(e)
-	idx, err := os.CreateTemp(filepath.Join(p.c.dir, "tmp"), "index-")
+	idx, err := os.CreateTemp(filepath.Join(c.dir, "tmp"), "index-")
 	if err != nil {
 		return err
 	}
@@ -287,7 +317,7 @@ func (p *pending) commit(key string, e entry) error {
 		os.Remove(idx.Name())
 		return err
 	}
-	return os.Rename(idx.Name(), filepath.Join(p.c.dir, "index", indexName(key)))
+	return os.Rename(idx.Name(), filepath.Join(c.dir, "index", indexName(e.Key)))
 }
 
 // path is the file being filled, and whether it holds the whole body

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/autonomic-kernel/autonomic/kernel/lockfile"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -183,5 +184,59 @@ func TestPyPIPathDigest(t *testing.T) {
 	}
 	if x := p.expect(t.Context(), request{host: "files.pythonhosted.org", path: "/packages/xx/w.whl"}); x != nil {
 		t.Errorf("a path without a digest: %+v", x)
+	}
+}
+
+// TestCachedObjectTakenDown: a cached object older than the cache's
+// revalidation age is served only after the registry says it still
+// serves it (a HEAD; the entry renewed); once the registry answers 404 —
+// a takedown — the tool gets the 404 and the cache forgets the object.
+func TestCachedObjectTakenDown(t *testing.T) {
+	s := openStore(t)
+	body := modZip(t, "golang.org/x/m", "v1.0.0", 64<<10)
+	var gone atomic.Bool
+	var heads atomic.Int64
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/sumdb/") {
+			lookup(w, r, body)
+			return
+		}
+		if r.Method == http.MethodHead {
+			heads.Add(1)
+		}
+		if gone.Load() {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
+	})
+	cache, err := OpenCacheWith(t.TempDir(), CacheBounds{MaxBytes: 1 << 30, MaxEntries: 100, Revalidate: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := up.config("example.com")
+	cfg.Cache = cache
+	r := start(t, s, cfg)
+	const u = "http://example.com/golang.org/x/m/@v/v1.0.0.zip"
+	fetch := func() (int, []byte) {
+		code, b, _ := get(t, client(r.url), u)
+		r.p.wg.Wait()
+		return code, b
+	}
+	if code, b := fetch(); code != 200 || !bytes.Equal(b, body) {
+		t.Fatalf("fill: %d", code)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if code, b := fetch(); code != 200 || !bytes.Equal(b, body) || heads.Load() != 1 || up.count("/golang.org/x/m/@v/v1.0.0.zip") != 2 {
+		t.Fatalf("revalidated hit: %d, %d HEADs, %d requests for the path", code, heads.Load(), up.count("/golang.org/x/m/@v/v1.0.0.zip"))
+	}
+	gone.Store(true)
+	time.Sleep(5 * time.Millisecond)
+	if code, _ := fetch(); code != http.StatusNotFound {
+		t.Fatalf("after the takedown: %d, want 404", code)
+	}
+	if _, _, ok := cache.lookup("example.com/golang.org/x/m/@v/v1.0.0.zip"); ok {
+		t.Fatal("the cache still holds an object the registry took down")
 	}
 }

@@ -503,6 +503,14 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 	if cacheable {
 		if e, blob, ok := p.cfg.Cache.lookup(key); ok {
 			defer blob.Close()
+			if p.cfg.Cache.stale(e) && p.takenDown(ctx, q, e) {
+				// The registry no longer serves it: neither does the cache.
+				p.cfg.Cache.evict(key, e.SHA256)
+				f.Outcome, f.Status, f.Reason = store.EgressFetched, http.StatusNotFound, "taken down by the registry since it was cached"
+				http.Error(w, "autonomic egress proxy: the registry no longer serves this object", http.StatusNotFound)
+				p.record(ctx, f, start)
+				return
+			}
 			if err := p.bank.take(ctx, e.Size); err != nil {
 				p.refuse(w, ctx, f, capRefusal(err), start)
 				return
@@ -723,6 +731,35 @@ func (p *Proxy) fetch(w http.ResponseWriter, r *http.Request, q request, start t
 		p.npm.learn(learn.Bytes())
 	}
 	p.record(ctx, f, start)
+}
+
+// takenDown asks the registry whether it still serves a cached object (a
+// HEAD, with the fixed headers of a cacheable fetch): 404 or 410 is a
+// takedown; a 200 renews the entry; anything else (the registry down, an
+// error) keeps serving it, since the bytes are verified either way.
+func (p *Proxy) takenDown(ctx context.Context, q request, e entry) bool {
+	u := url.URL{Scheme: "https", Host: q.host, RawPath: q.path}
+	u.Path, _ = url.PathUnescape(q.path)
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u.String(), nil)
+	if err != nil {
+		return false
+	}
+	upHeaders(req.Header, nil, true)
+	if p.up.Add(outbound(req)) > p.cfg.MaxUpBytes {
+		return false
+	}
+	resp, err := p.client(q.host).Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNotFound, http.StatusGone:
+		return true
+	case http.StatusOK:
+		p.cfg.Cache.renew(e)
+	}
+	return false
 }
 
 // client is an HTTPS client to host's pinned address: TLS verified
