@@ -452,7 +452,6 @@ func TestServesOnUnixSocket(t *testing.T) {
 	}
 }
 
-
 // TestConcurrencyIsBounded: with every slot held by an open tunnel, the
 // next request is refused (503, effect_broker_saturated), recorded and
 // reported; once the tunnel closes, requests are served again.
