@@ -273,27 +273,8 @@ except Exception as e:
 func TestEpisodeTrustsItsEgressCA(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	p, err := seccomp.Shipped(episode.ProfileAgent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentProg, err := seccomp.Compile(p, seccomp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const host = "registry.npmjs.org"
-	r := newRig(t, ctx, "egressca", withConfig(func(c *episode.Config) {
-		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg.Bytes()}
-		c.Egress = &episode.EgressConfig{Operator: config.Egress{Allow: []string{host}, MaxBytesPerEpisode: 1 << 20,
-			AllowedNets: siteNets(t, host)}, Ledger: c.Store.(egress.Ledger)}
-	}))
-	spec := r.spec(nil)
-	signed, err := policy.Sign(policyKey(), policyKeyID, policy.Document{Schema: policy.Schema, ID: "egress-ca", Version: 1,
-		Capability: grantSpec(), Semantic: policy.Semantic{MaxRisk: 0.5}, Egress: &policy.Egress{Allow: []string{host}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Policy, spec.Seccomp = signed, episode.ProfileAgent
+	r, spec := egressRig(t, ctx, "egressca", host)
 	spec.Argv = []string{entryPath, "--bridge", "127.0.0.1:8788=/run/autonomic/egress.sock", "--",
 		"/bin/bash", "-c", httpsFetch + "; sleep 120"}
 	e, err := r.k.Start(ctx, spec)
@@ -341,27 +322,8 @@ func TestEpisodeTrustsItsEgressCA(t *testing.T) {
 func TestVerificationFetchesThroughItsOwnProxy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	p, err := seccomp.Shipped(episode.ProfileAgent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentProg, err := seccomp.Compile(p, seccomp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const host = "registry.npmjs.org"
-	r := newRig(t, ctx, "verifyegress", withVerification("/bin/bash", "-c", verifyFetch), withConfig(func(c *episode.Config) {
-		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg.Bytes()}
-		c.Egress = &episode.EgressConfig{Operator: config.Egress{Allow: []string{host}, MaxBytesPerEpisode: 1 << 20,
-			AllowedNets: siteNets(t, host)}, Ledger: c.Store.(egress.Ledger)}
-	}))
-	spec := r.spec(nil)
-	signed, err := policy.Sign(policyKey(), policyKeyID, policy.Document{Schema: policy.Schema, ID: "verify-egress", Version: 1,
-		Capability: grantSpec(), Semantic: policy.Semantic{MaxRisk: 0.5}, Egress: &policy.Egress{Allow: []string{host}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Policy, spec.Seccomp = signed, episode.ProfileAgent
+	r, spec := egressRig(t, ctx, "verifyegress", host, withVerification("/bin/bash", "-c", verifyFetch))
 	e, err := r.k.Start(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -419,4 +381,32 @@ func siteNets(t *testing.T, hosts ...string) []string {
 		}
 	}
 	return nets
+}
+
+// egressRig is a rig whose episodes may have an egress proxy to host (the
+// agent profile compiled, the operator allowing host), and a spec under
+// a signed policy granting it.
+func egressRig(t *testing.T, ctx context.Context, name, host string, opts ...rigOpt) (*rig, episode.Spec) {
+	t.Helper()
+	p, err := seccomp.Shipped(episode.ProfileAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentProg, err := seccomp.Compile(p, seccomp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, ctx, name, append(opts, withConfig(func(c *episode.Config) {
+		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg.Bytes()}
+		c.Egress = &episode.EgressConfig{Operator: config.Egress{Allow: []string{host}, MaxBytesPerEpisode: 1 << 20,
+			AllowedNets: siteNets(t, host)}, Ledger: c.Store.(egress.Ledger)}
+	}))...)
+	spec := r.spec(nil)
+	signed, err := policy.Sign(policyKey(), policyKeyID, policy.Document{Schema: policy.Schema, ID: name, Version: 1,
+		Capability: grantSpec(), Semantic: policy.Semantic{MaxRisk: 0.5}, Egress: &policy.Egress{Allow: []string{host}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Policy, spec.Seccomp = signed, episode.ProfileAgent
+	return r, spec
 }

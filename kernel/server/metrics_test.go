@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/autonomic-kernel/autonomic/kernel/server/servertest"
-	"github.com/autonomic-kernel/autonomic/store"
 )
 
 // TestMetricsScrape: a kernel serving api.metrics_listen answers GET
@@ -90,23 +89,7 @@ func TestMetricsScrape(t *testing.T) {
 	active := value(before, "autonomic_episodes", map[string]string{"state": "active"})
 
 	// An episode and its effect, recorded as the kernel records them.
-	st, err := store.Open(ctx, store.Config{URL: setup.Cluster.KernelConnString(setup.DB), InstanceID: "metrics-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1, Capabilities: []byte(`{}`), TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.ProposeEffect(ctx, store.Proposal{EpisodeID: ep.ID, Epoch: 1, LeaseID: lease.ID, Kind: "git_commit", Class: 3,
-		TargetID: "repo", Target: []byte(`{}`), PayloadDigest: "sha256:" + strings.Repeat("ab", 32)}); err != nil {
-		t.Fatal(err)
-	}
+	_, ep, _ := servertest.SeedEffect(t, ctx, setup.Cluster.KernelConnString(setup.DB))
 	after := scrape()
 	if got := value(after, "autonomic_episodes", map[string]string{"state": "active"}); got != active+1 {
 		t.Errorf("active episodes %v after one was created, want %v", got, active+1)

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -28,17 +27,7 @@ func TestVerificationUsesBaseTestInputs(t *testing.T) {
 		t.Fatal("make is required (provision installs it)")
 	}
 	dir := t.TempDir()
-	git := func(args ...string) string {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=f", "GIT_AUTHOR_EMAIL=f@x.invalid", "GIT_COMMITTER_NAME=f",
-			"GIT_COMMITTER_EMAIL=f@x.invalid", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	git := gitIn(t, dir)
 	git("init", "-q", "-b", "main")
 	for p, c := range map[string]string{"a.txt": "one\n", "Makefile": "test:\n\tsh tests/check.sh\n", "tests/check.sh": "grep -qx two a.txt\n"} {
 		os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755)

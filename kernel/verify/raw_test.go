@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -22,17 +20,7 @@ import (
 // fails on a CR or an expanded $Id$.
 func TestVerifierChecksCommittedBytes(t *testing.T) {
 	dir := t.TempDir()
-	git := func(args ...string) string {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=f", "GIT_AUTHOR_EMAIL=f@x.invalid", "GIT_COMMITTER_NAME=f",
-			"GIT_COMMITTER_EMAIL=f@x.invalid", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	git := gitIn(t, dir)
 	git("init", "-q", "-b", "main")
 	_ = os.WriteFile(filepath.Join(dir, ".gitattributes"), []byte("base.txt text eol=crlf\n"), 0o644)
 	_ = os.WriteFile(filepath.Join(dir, "base.txt"), []byte("one\ntwo\n"), 0o644)

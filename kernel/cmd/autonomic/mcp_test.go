@@ -55,7 +55,7 @@ func startMCPKernel(t *testing.T, db string, api map[string]any) mcpKernel {
 		t.Fatalf("serve: %v", err)
 	}
 	t.Cleanup(func() { stop() })
-	_, ep, eff := seedEffect(t, ctx, k.Cluster.KernelConnString(db))
+	_, ep, eff := servertest.SeedEffect(t, ctx, k.Cluster.KernelConnString(db))
 	return mcpKernel{socket: sock, episodeID: ep.ID.String(), effectID: eff.ID.String()}
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/server"
 	"github.com/autonomic-kernel/autonomic/kernel/server/servertest"
-	"github.com/autonomic-kernel/autonomic/store"
 )
 
 func TestServeRefusesABadConfigNamingTheKey(t *testing.T) {
@@ -43,7 +42,7 @@ func TestServeAndOperatorCommands(t *testing.T) {
 	defer stop()
 
 	// An episode with an effect, made directly in the store.
-	st, ep, eff := seedEffect(t, ctx, cluster.KernelConnString("cmd"))
+	st, ep, eff := servertest.SeedEffect(t, ctx, cluster.KernelConnString("cmd"))
 	// Released, so the kernel (another instance) may end it.
 	if err := st.ReleaseOwnership(ctx, ep.ID); err != nil {
 		t.Fatal(err)
@@ -110,29 +109,4 @@ func TestServeAndOperatorCommands(t *testing.T) {
 	if out := run(1, "episode", "status", "nope", "--socket", filepath.Join(cfg.StateDir, "missing.sock")); !strings.Contains(out, "no kernel answers") {
 		t.Fatalf("unreachable kernel: %s", out)
 	}
-}
-
-// seedEffect makes, directly in the store at url, an active episode with
-// one proposed git_commit effect, and returns the open store with them.
-func seedEffect(t *testing.T, ctx context.Context, url string) (*store.Postgres, store.Episode, store.Effect) {
-	t.Helper()
-	st, err := store.Open(ctx, store.Config{URL: url, InstanceID: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1, Capabilities: []byte(`{}`), TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eff, err := st.ProposeEffect(ctx, store.Proposal{EpisodeID: ep.ID, Epoch: 1, LeaseID: lease.ID, Kind: "git_commit", Class: 3,
-		TargetID: "repo", Target: []byte(`{}`), PayloadDigest: "sha256:" + strings.Repeat("ab", 32)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st, ep, eff
 }

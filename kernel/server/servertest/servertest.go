@@ -9,10 +9,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/autonomic-kernel/autonomic/store/pgcluster"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
@@ -78,4 +80,29 @@ func configure(t testing.TB, cluster *pgcluster.Cluster, db string, keys map[str
 		t.Fatal(err)
 	}
 	return &Setup{Cluster: cluster, DB: db, Config: cfg, Path: path}
+}
+
+// SeedEffect makes, directly in the store at url, an active episode with
+// one proposed git_commit effect, and returns the open store with them.
+func SeedEffect(t testing.TB, ctx context.Context, url string) (*store.Postgres, store.Episode, store.Effect) {
+	t.Helper()
+	st, err := store.Open(ctx, store.Config{URL: url, InstanceID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1, Capabilities: []byte(`{}`), TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff, err := st.ProposeEffect(ctx, store.Proposal{EpisodeID: ep.ID, Epoch: 1, LeaseID: lease.ID, Kind: "git_commit", Class: 3,
+		TargetID: "repo", Target: []byte(`{}`), PayloadDigest: "sha256:" + strings.Repeat("ab", 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, ep, eff
 }
