@@ -119,6 +119,12 @@ func (c *Client) Effect(ctx context.Context, id string) (EffectView, error) {
 	return out, c.do(ctx, http.MethodGet, "/v1/effects/"+url.PathEscape(id), nil, nil, &out)
 }
 
+// Patch reads a git_commit effect's stored patch.
+func (c *Client) Patch(ctx context.Context, effectID string) (PatchView, error) {
+	var out PatchView
+	return out, c.do(ctx, http.MethodGet, "/v1/effects/"+url.PathEscape(effectID)+"/patch", nil, nil, &out)
+}
+
 // Approve submits a signed decision on a class 4 effect; the answer is the
 // effect afterwards.
 func (c *Client) Approve(ctx context.Context, effectID string, a *protocol.Approval) (EffectView, error) {

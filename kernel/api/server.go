@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,7 +70,12 @@ type Config struct {
 	Kernel func() KernelView
 	// Preflight, when set, reports what the host enforces.
 	Preflight func(ctx context.Context) (*protocol.PreflightReport, error)
-	Access    Access
+	// Payloads, when set, reads effects' stored payloads (the broker's
+	// payload store): GET /v1/effects/{id}/patch.
+	Payloads interface {
+		Get(digest string, max int64) ([]byte, error)
+	}
+	Access Access
 	// RequestTimeout bounds each request (default 30 s).
 	RequestTimeout time.Duration
 	Logger         hclog.Logger
@@ -110,6 +116,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/episodes/{id}/verify", s.verify)
 	s.route("GET /v1/episodes/{id}/egress", s.egress)
 	s.route("GET /v1/effects/{id}", s.effect)
+	s.route("GET /v1/effects/{id}/patch", s.patch)
 	s.route("POST /v1/effects/{id}/approval", s.approve)
 	s.route("GET /v1/preflight", s.preflight)
 	s.route("GET /v1/kernel", s.kernel)
@@ -431,6 +438,43 @@ func (s *Server) effect(ctx context.Context, r *http.Request) (any, error) {
 			KeyID: d.KeyID, Body: d.Body, At: d.CreatedAt})
 	}
 	return v, nil
+}
+
+// PatchView is a git_commit effect's patch, as the worker or the harvest
+// proposed it (the bytes git applies; base64, since a patch may be
+// binary).
+type PatchView struct {
+	EffectID string `json:"effect_id"`
+	State    string `json:"state"`
+	PatchB64 string `json:"patch_b64"`
+}
+
+// maxPatch bounds the patch the API answers with.
+const maxPatch = 64 << 20
+
+// patch answers a git_commit effect's stored patch: what a denied or
+// ref-moved run proposed stays readable (until the payload retention
+// removes it), so the work is not lost with the verdict.
+func (s *Server) patch(ctx context.Context, r *http.Request) (any, error) {
+	if s.cfg.Payloads == nil {
+		return nil, protocol.Errorf(protocol.CodeUnknownAction, "effect patch: no payload store is wired into this kernel")
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.cfg.Store.Effect(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if e.Kind != "git_commit" {
+		return nil, protocol.Errorf(protocol.CodeInvalidField, "effect %s is %s, not git_commit: it has no patch", id, e.Kind)
+	}
+	b, err := s.cfg.Payloads.Get(e.PayloadDigest, maxPatch)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeNotFound, "the patch of effect %s is no longer stored (payload retention)", id)
+	}
+	return PatchView{EffectID: id.String(), State: string(e.State), PatchB64: base64.StdEncoding.EncodeToString(b)}, nil
 }
 
 // approve takes a signed protocol.Approval for the effect named in the

@@ -58,6 +58,8 @@ type composition struct {
 	// episodes is nil when the configuration cannot run episodes (see
 	// compose); episode start then answers "not available".
 	episodes *episode.Controller
+	// payloads is the broker's payload store (the API reads patches).
+	payloads *broker.Payloads
 	// metrics observes the parts above; serve exposes it when
 	// metrics.listen is configured.
 	metrics *metrics.Metrics
@@ -83,7 +85,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if err != nil {
 		return nil, err
 	}
-	k := &composition{domains: backendFor(cfg, log)}
+	k := &composition{domains: backendFor(cfg, log), payloads: payloads}
 	src := metrics.Source{}
 	if c, ok := st.(interface {
 		Counts(context.Context) (store.Counts, error)

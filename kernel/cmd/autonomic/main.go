@@ -37,6 +37,7 @@ commands:
   preflight [--config FILE] [--json]    what this host and its launcher enforce (and, with a config, the database), with a verdict
   episode list [--limit N] | status ID | start --spec FILE | abort ID --reason TEXT
                  | complete ID --reason TEXT (the driving kernel only)
+                 | patch ID (its last git_commit's patch, landed, denied or ref-moved, as git applies it)
   effect list EPISODE | show EFFECT
   events tail EPISODE [-n N] [--follow] | verify EPISODE | egress EPISODE
                                         operator commands: talk to a running kernel over its API socket

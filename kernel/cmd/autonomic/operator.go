@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -153,6 +154,39 @@ func episodeCmd(args []string, stdout, stderr io.Writer) int {
 			return opFail(stderr, err)
 		}
 		printEpisode(stdout, e, *o.json)
+		return 0
+	case args[0] == "patch" && len(pos) == 1:
+		// The episode's last git_commit effect: the harvest's, or the
+		// worker's last. Its patch is printed as git applies it, landed
+		// or not: a denied or ref-moved run's work is kept.
+		effs, err := c.Effects(ctx, pos[0])
+		if err != nil {
+			return opFail(stderr, err)
+		}
+		var last *api.EffectView
+		for i := range effs {
+			if effs[i].Kind == "git_commit" && (last == nil || !effs[i].CreatedAt.Before(last.CreatedAt)) {
+				last = &effs[i]
+			}
+		}
+		if last == nil {
+			fmt.Fprintf(stderr, "autonomic: episode %s proposed no git_commit: it has no patch\n", pos[0])
+			return 1
+		}
+		p, err := c.Patch(ctx, last.ID)
+		if err != nil {
+			return opFail(stderr, err)
+		}
+		b, err := base64.StdEncoding.DecodeString(p.PatchB64)
+		if err != nil {
+			return opFail(stderr, err)
+		}
+		if *o.json {
+			printJSON(stdout, p)
+			return 0
+		}
+		fmt.Fprintf(stderr, "effect %s (%s)\n", p.EffectID, p.State)
+		stdout.Write(b)
 		return 0
 	case (args[0] == "abort" || args[0] == "complete") && len(pos) == 1 && *reason != "":
 		end := c.Abort
