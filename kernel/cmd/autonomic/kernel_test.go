@@ -287,13 +287,21 @@ func TestServeRunsEpisodes(t *testing.T) {
 	if got := testbed.Git(t, repo, "show", "refs/heads/main:greeting.txt"); got != "hello" {
 		t.Fatalf("greeting.txt at the authoritative head: %q", got)
 	}
+	// The ref moves before the outcome is recorded: wait for the record.
 	var effects []api.EffectView
-	var eb, ee bytes.Buffer
-	if code := effectCmd([]string{"list", committing.ID, "--config", cfgPath, "--json"}, &eb, &ee); code != 0 {
-		t.Fatalf("effect list: %s", ee.String())
-	}
-	if err := json.Unmarshal(eb.Bytes(), &effects); err != nil || len(effects) != 1 || effects[0].State != "committed" || effects[0].Class != 3 {
-		t.Fatalf("effects: %v %+v", err, effects)
+	for {
+		var eb, ee bytes.Buffer
+		if code := effectCmd([]string{"list", committing.ID, "--config", cfgPath, "--json"}, &eb, &ee); code != 0 {
+			t.Fatalf("effect list: %s", ee.String())
+		}
+		err := json.Unmarshal(eb.Bytes(), &effects)
+		if err == nil && len(effects) == 1 && effects[0].State == "committed" && effects[0].Class == 3 {
+			break
+		}
+		if ctx.Err() != nil || err != nil || len(effects) != 1 || effects[0].State != "committing" {
+			t.Fatalf("effects: %v %+v", err, effects)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	var ev, evErr bytes.Buffer
 	if code := eventsCmd([]string{"tail", committing.ID, "-n", "200", "--config", cfgPath, "--json"}, &ev, &evErr); code != 0 {
