@@ -14,7 +14,6 @@ import (
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
-	"github.com/autonomic-kernel/autonomic/seccomp"
 	"github.com/autonomic-kernel/autonomic/store"
 )
 
@@ -219,16 +218,9 @@ if [ -e /workspace/PLANTED ]; then echo SAW-PLANTED; else echo CLEAN; fi`}
 func TestViolationDestinationInTheLedger(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	ap, err := seccomp.Shipped(episode.ProfileAgent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent, err := seccomp.Compile(ap, seccomp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent := agentProfile(t)
 	r := newRig(t, ctx, "episode_violation_dest", withConfig(func(c *episode.Config) {
-		c.Profiles = map[string][]byte{episode.ProfileAgent: agent.Bytes()}
+		c.Profiles = map[string][]byte{episode.ProfileAgent: agent}
 	}))
 	spec := r.spec(map[string]string{"PROBE": "connect"})
 	spec.Seccomp = episode.ProfileAgent

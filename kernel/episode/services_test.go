@@ -65,16 +65,9 @@ func TestEpisodeServesItsRelayAndEgress(t *testing.T) {
 	defer model.Close()
 	const keyEnv, key = "AUTONOMIC_TEST_PROVIDER_KEY", "sk-kernel-only-7d1c"
 	t.Setenv(keyEnv, key)
-	p, err := seccomp.Shipped(episode.ProfileAgent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentProg, err := seccomp.Compile(p, seccomp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	agentProg := agentProfile(t)
 	r := newRig(t, ctx, "services", withConfig(func(c *episode.Config) {
-		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg.Bytes()}
+		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg}
 		c.Providers = map[string]config.Provider{"fixture": {WireAPI: config.WireChat, Upstream: model.URL, CredentialEnv: keyEnv,
 			Models: []string{"fixture-1"}, Prices: map[string]config.Price{"fixture-1": {}}}}
 		c.RelayLedger = c.Store.(relay.Ledger)
@@ -183,16 +176,9 @@ func TestRelayExhaustionNarrowsTheEpisode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer model.Close()
-	p, err := seccomp.Shipped(episode.ProfileAgent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentProg, err := seccomp.Compile(p, seccomp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	agentProg := agentProfile(t)
 	r := newRig(t, ctx, "exhaustion", withConfig(func(c *episode.Config) {
-		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg.Bytes()}
+		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg}
 		c.Providers = map[string]config.Provider{"fixture": {WireAPI: config.WireChat, Upstream: model.URL,
 			Models: []string{"fixture-1"}, Prices: map[string]config.Price{"fixture-1": {}}, MaxOutputTokens: 1000}}
 		c.RelayLedger = c.Store.(relay.Ledger)
@@ -388,16 +374,9 @@ func siteNets(t *testing.T, hosts ...string) []string {
 // a signed policy granting it.
 func egressRig(t *testing.T, ctx context.Context, name, host string, opts ...rigOpt) (*rig, episode.Spec) {
 	t.Helper()
-	p, err := seccomp.Shipped(episode.ProfileAgent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentProg, err := seccomp.Compile(p, seccomp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	agentProg := agentProfile(t)
 	r := newRig(t, ctx, name, append(opts, withConfig(func(c *episode.Config) {
-		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg.Bytes()}
+		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg}
 		c.Egress = &episode.EgressConfig{Operator: config.Egress{Allow: []string{host}, MaxBytesPerEpisode: 1 << 20,
 			AllowedNets: siteNets(t, host)}, Ledger: c.Store.(egress.Ledger)}
 	}))...)
@@ -409,4 +388,18 @@ func egressRig(t *testing.T, ctx context.Context, name, host string, opts ...rig
 	}
 	spec.Policy, spec.Seccomp = signed, episode.ProfileAgent
 	return r, spec
+}
+
+// agentProfile is the shipped agent seccomp profile, compiled.
+func agentProfile(t *testing.T) []byte {
+	t.Helper()
+	p, err := seccomp.Shipped(episode.ProfileAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := seccomp.Compile(p, seccomp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog.Bytes()
 }

@@ -35,7 +35,7 @@ type Metrics struct {
 	scrapeErr  prometheus.Counter
 }
 
-// Kinds bound the kinds, states and actions a label may take.
+// actions are the launcher actions a label may name; any other is "other".
 var (
 	actions = map[string]bool{"create": true, "freeze": true, "thaw": true, "checkpoint": true, "restore": true,
 		"destroy": true, "inspect": true, "preflight": true, "release": true}

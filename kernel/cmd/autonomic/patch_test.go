@@ -39,24 +39,7 @@ func TestDeniedRunKeepsItsPatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, store.Config{URL: k.Cluster.KernelConnString(k.DB), InstanceID: "patch-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1, Capabilities: []byte(`{}`), TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eff, err := st.ProposeEffect(ctx, store.Proposal{EpisodeID: ep.ID, Epoch: 1, LeaseID: lease.ID, Kind: "git_commit", Class: 3,
-		TargetID: "repo", Target: []byte(`{"ref":"refs/heads/agent/codex"}`), PayloadDigest: digest})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ep, eff := servertest.SeedEffectWith(t, ctx, k.Cluster.KernelConnString(k.DB), digest, `{"ref":"refs/heads/agent/codex"}`)
 	if _, err := st.Transition(ctx, store.Transition{EffectID: eff.ID, Revision: eff.Revision, Epoch: 1, To: store.Aborted,
 		Reason: "denied: the test's verdict"}); err != nil {
 		t.Fatal(err)

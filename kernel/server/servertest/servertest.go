@@ -86,6 +86,13 @@ func configure(t testing.TB, cluster *pgcluster.Cluster, db string, keys map[str
 // one proposed git_commit effect, and returns the open store with them.
 func SeedEffect(t testing.TB, ctx context.Context, url string) (*store.Postgres, store.Episode, store.Effect) {
 	t.Helper()
+	return SeedEffectWith(t, ctx, url, "sha256:"+strings.Repeat("ab", 32), `{}`)
+}
+
+// SeedEffectWith is SeedEffect for an effect with the given payload
+// digest and target document.
+func SeedEffectWith(t testing.TB, ctx context.Context, url, digest, target string) (*store.Postgres, store.Episode, store.Effect) {
+	t.Helper()
 	st, err := store.Open(ctx, store.Config{URL: url, InstanceID: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +107,7 @@ func SeedEffect(t testing.TB, ctx context.Context, url string) (*store.Postgres,
 		t.Fatal(err)
 	}
 	eff, err := st.ProposeEffect(ctx, store.Proposal{EpisodeID: ep.ID, Epoch: 1, LeaseID: lease.ID, Kind: "git_commit", Class: 3,
-		TargetID: "repo", Target: []byte(`{}`), PayloadDigest: "sha256:" + strings.Repeat("ab", 32)})
+		TargetID: "repo", Target: []byte(target), PayloadDigest: digest})
 	if err != nil {
 		t.Fatal(err)
 	}
