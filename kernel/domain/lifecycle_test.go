@@ -238,7 +238,7 @@ func limitedLauncher(t *testing.T, limits ...string) *domain.Linux {
 		t.Fatal(err)
 	}
 	if _, err := exec.LookPath("/usr/bin/prlimit"); err != nil {
-		t.Skip("no prlimit(1) here")
+		t.Fatal("prlimit(1) is required: util-linux, essential on Debian and Ubuntu")
 	}
 	return &domain.Linux{LauncherPath: wrapper, Direct: true}
 }
