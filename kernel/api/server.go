@@ -471,8 +471,11 @@ func (s *Server) patch(ctx context.Context, r *http.Request) (any, error) {
 		return nil, protocol.Errorf(protocol.CodeInvalidField, "effect %s is %s, not git_commit: it has no patch", id, e.Kind)
 	}
 	b, err := s.cfg.Payloads.Get(e.PayloadDigest, maxPatch)
-	if err != nil {
+	if protocol.AsWire(err).Code == protocol.CodeNotFound {
 		return nil, protocol.Errorf(protocol.CodeNotFound, "the patch of effect %s is no longer stored (payload retention)", id)
+	}
+	if err != nil {
+		return nil, err // a payload that does not match its digest is not answered
 	}
 	return PatchView{EffectID: id.String(), State: string(e.State), PatchB64: base64.StdEncoding.EncodeToString(b)}, nil
 }
