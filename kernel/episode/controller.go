@@ -87,6 +87,9 @@ type Config struct {
 	// harvest reads (zero values: workspace's defaults).
 	Archives      Archives
 	HarvestLimits workspace.Limits
+	// HarvestAdmit is what a git_commit target lets the harvest carry
+	// beyond text (its allow_binary), by target id; nil admits nothing more.
+	HarvestAdmit func(targetID string) workspace.Admit
 	// WallTime is episode_wall_time, the wall time of an episode whose
 	// spec names none (0: unbounded); MaxWallTime is max_episode_wall_time,
 	// the most a spec may ask for (0: no maximum; with a maximum, an

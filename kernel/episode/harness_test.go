@@ -30,6 +30,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
+	"github.com/autonomic-kernel/autonomic/kernel/workspace"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	rootfs "github.com/autonomic-kernel/autonomic/rootfs-builder"
 	"github.com/autonomic-kernel/autonomic/seccomp"
@@ -152,6 +153,7 @@ type rigOptions struct {
 	files      map[string]string        // more files in the fixture's base commit
 	paths      []string                 // the git_commit target's allowed paths (default calc.sh)
 	reference  bool                     // the reference repository (gates/scenario/fixture/repo) instead of fixture
+	binary     bool                     // the git_commit target allows binary patches
 }
 
 type rigOpt func(*rigOptions)
@@ -180,6 +182,18 @@ func withFiles(files map[string]string) rigOpt {
 // withTargetPaths sets the git_commit target's allowed paths.
 func withTargetPaths(globs ...string) rigOpt {
 	return func(o *rigOptions) { o.paths = globs }
+}
+
+// withBinaryTarget: the git_commit target allows binary patches, and
+// the controller's harvest admits them for it, as serve composes both from
+// one allow_binary.
+func withBinaryTarget() rigOpt {
+	return func(o *rigOptions) {
+		o.binary = true
+		o.config = append(o.config, func(c *episode.Config) {
+			c.HarvestAdmit = func(id string) workspace.Admit { return workspace.Admit{Binary: id == "repo"} }
+		})
+	}
 }
 
 func withVerification(argv ...string) rigOpt {
@@ -324,7 +338,7 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 		paths = []string{"calc.sh"}
 	}
 	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
-		AllowedPaths: paths, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
+		AllowedPaths: paths, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid", AllowBinary: r.opts.binary}}}
 	// One direction, as serve composes: regulator → governor → broker →
 	// controller.
 	gc := governor.Config{Store: st, Regulator: r.opts.regulator}

@@ -223,13 +223,19 @@ func (e *Episode) harvest(ctx context.Context) Outcome {
 	if err != nil {
 		return failed("opening the final checkpoint: %v", err)
 	}
+	var admit workspace.Admit
+	if e.k.cfg.HarvestAdmit != nil {
+		admit = e.k.cfg.HarvestAdmit(h.TargetID)
+	}
 	ch, err := workspace.Harvest(ctx, rc, res.SHA256, workspace.Clone{Root: e.k.cfg.WorkspacesRoot, ID: e.id.String(),
-		BaseOID: e.spec.BaseOID, Git: e.k.cfg.Git}, e.k.cfg.HarvestLimits)
+		BaseOID: e.spec.BaseOID, Git: e.k.cfg.Git}, e.k.cfg.HarvestLimits, admit)
 	rc.Close()
 	var refusal *workspace.Refusal
 	switch {
 	case errors.As(err, &refusal):
-		return Outcome{Kind: OutcomeDenied, Code: string(protocol.CodeForbidden), Reason: "harvest: " + refusal.Reason}
+		// The operator's record names the path (escaped); the worker
+		// has exited and is told nothing.
+		return Outcome{Kind: OutcomeDenied, Code: string(protocol.CodeForbidden), Reason: "harvest: " + refusal.Operator()}
 	case err != nil:
 		return failed("reading the change: %v", err)
 	case len(ch.Patch) == 0:

@@ -184,6 +184,38 @@ func TestHarvestDeniedByPolicy(t *testing.T) {
 	}
 }
 
+// TestHarvestLandsBinaryWhenTargetAllows: on a target with allow_binary,
+// a worker's new binary file lands byte for byte beside its fix (the
+// harvest's GIT binary patch through the real adapter); on one without,
+// the same worker is denied and the operator's record names the path,
+// escaped.
+func TestHarvestLandsBinaryWhenTargetAllows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	script := `sed -i 's/ + 1))/))/' src/calc.sh; printf '\x89PNG\r\n\x1a\n\x00\x01\x02' > src/logo.png`
+	r := harvestRig(t, ctx, "harvest_binary", withBinaryTarget())
+	e, err := r.k.Start(ctx, r.harvestSpec(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ended(t, ctx, e, episode.OutcomeLanded)
+	if got := testbed.Git(t, r.repo, "cat-file", "-s", "refs/heads/main:src/logo.png"); got != "11" {
+		t.Fatalf("logo.png on main: %s bytes", got)
+	}
+	if files := testbed.Git(t, r.repo, "diff", "--name-only", r.base, "refs/heads/main"); files != "src/calc.sh\nsrc/logo.png" {
+		t.Fatalf("the commit touches %q", files)
+	}
+
+	r = harvestRig(t, ctx, "harvest_binary_refused")
+	if e, err = r.k.Start(ctx, r.harvestSpec(script)); err != nil {
+		t.Fatal(err)
+	}
+	o := r.ended(t, ctx, e, episode.OutcomeDenied)
+	if !strings.Contains(o.Reason, "binary") || !strings.Contains(o.Reason, `"src/logo.png"`) {
+		t.Fatalf("denial %+v: want the binary rule and the path", o)
+	}
+}
+
 // TestHarvestNothingToCommit: a worker that changes nothing (it copies a
 // file up and writes it back unchanged) ends with nothing to commit, and
 // no effect is proposed.

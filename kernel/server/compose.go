@@ -183,6 +183,10 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if cfg.Episode.CheckpointsDir != "" {
 		ec.Archives = workspace.ArchiveDir(cfg.Episode.CheckpointsDir)
 	}
+	// The harvest carries what the target's adapter would accept: its
+	// allow_binary, read from the same configuration the adapter is.
+	targets := cfg.Targets.GitCommit
+	ec.HarvestAdmit = func(id string) workspace.Admit { return workspace.Admit{Binary: targets[id].AllowBinary} }
 	if l, ok := st.(relay.Ledger); ok {
 		ec.RelayLedger = l
 	}

@@ -2,14 +2,19 @@ package workspace
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
+	"cmp"
+	"compress/zlib"
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -59,13 +64,41 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
+// Admit is what the target lets a change carry beyond plain text files.
+type Admit struct {
+	// Binary: a file with a NUL in it is harvested as a GIT binary patch
+	// (the target's allow_binary; still under the patch cap and the
+	// adapter's result cap) instead of refusing the change.
+	Binary bool
+}
+
 // Refusal is a change the harvest will not carry: what the worker left
-// breaks a rule (doc.go). Its reason never quotes a worker-chosen name.
-type Refusal struct{ Reason string }
+// breaks a rule (doc.go). Reason never quotes a worker-chosen name: it is
+// what a worker may be told. Path, when one path broke the rule, is that
+// path, for the operator's record only (Operator quotes it escaped).
+type Refusal struct {
+	Reason string
+	Path   string
+}
 
 func (r *Refusal) Error() string { return "harvest refused: " + r.Reason }
 
+// Operator is the refusal as the operator reads it: the reason and,
+// escaped (strconv.QuoteToASCII: no control, format or bidi character of
+// a worker-chosen name reaches a terminal), the path that broke it.
+func (r *Refusal) Operator() string {
+	if r.Path == "" {
+		return r.Reason
+	}
+	return r.Reason + ": " + strconv.QuoteToASCII(r.Path)
+}
+
 func refuse(format string, args ...any) error { return &Refusal{Reason: fmt.Sprintf(format, args...)} }
+
+// refusePath is refuse naming the path that broke the rule.
+func refusePath(p, format string, args ...any) error {
+	return &Refusal{Reason: fmt.Sprintf(format, args...), Path: p}
+}
 
 // ErrDigest: the archive's bytes are not the ones the digest names.
 var ErrDigest = errors.New("workspace: checkpoint archive does not match its digest")
@@ -100,7 +133,6 @@ func readUpper(r io.Reader, digest string, lim Limits, ignored map[string]bool) 
 	tee := io.TeeReader(lr, h)
 	u := &upper{ignored: ignored, files: map[string]upperFile{}, whiteout: map[string]bool{}, opaque: map[string]bool{}, dirs: map[string]bool{}}
 	tr := tar.NewReader(tee)
-	var kept int64
 	var refusal error
 	for n := 0; ; n++ {
 		hdr, err := tr.Next()
@@ -118,7 +150,7 @@ func readUpper(r io.Reader, digest string, lim Limits, ignored map[string]bool) 
 		if refusal != nil {
 			continue // read on only to prove the digest
 		}
-		refusal = u.add(tr, hdr, lim, &kept)
+		refusal = u.add(tr, hdr, lim)
 	}
 	// Whatever follows the tar's end (or its first error) is hashed too:
 	// the digest covers the file, so bytes that are not the checkpoint's
@@ -139,7 +171,7 @@ func readUpper(r io.Reader, digest string, lim Limits, ignored map[string]bool) 
 }
 
 // add takes one archive entry by the rules of doc.go.
-func (u *upper) add(tr *tar.Reader, hdr *tar.Header, lim Limits, kept *int64) error {
+func (u *upper) add(tr *tar.Reader, hdr *tar.Header, lim Limits) error {
 	for k := range hdr.PAXRecords {
 		if !allowedPAX[k] {
 			// A sparse map among them: a tiny entry that would expand.
@@ -156,7 +188,7 @@ func (u *upper) add(tr *tar.Reader, hdr *tar.Header, lim Limits, kept *int64) er
 		return nil
 	}
 	if !plainName(name) {
-		return refuse("a path has control or invisible characters, quotes, backslashes or invalid UTF-8")
+		return refusePath(name, "a path has control or invisible characters, quotes, backslashes or invalid UTF-8")
 	}
 	if ignoredPath(u.ignored, name) && hdr.Typeflag != tar.TypeChar {
 		// Ignored by the repository (node_modules, __pycache__, build
@@ -176,11 +208,11 @@ func (u *upper) add(tr *tar.Reader, hdr *tar.Header, lim Limits, kept *int64) er
 		}
 	case tar.TypeReg:
 		if hdr.Size < 0 || hdr.Size > lim.FileBytes {
-			return refuse("a file is larger than %d bytes", lim.FileBytes)
+			return refusePath(name, "a file is larger than %d bytes", lim.FileBytes)
 		}
-		if *kept += hdr.Size; *kept > lim.ChangeBytes {
-			return refuse("the changed files are larger than %d bytes together", lim.ChangeBytes)
-		}
+		// All upper files together are bounded by the archive's cap; only
+		// the changed ones count against ChangeBytes (Harvest): a
+		// formatter's copy-ups of files it left as they were are no change.
 		data := make([]byte, hdr.Size)
 		if _, err := io.ReadFull(tr, data); err != nil {
 			return refuse("a file is shorter than its header says")
@@ -188,17 +220,17 @@ func (u *upper) add(tr *tar.Reader, hdr *tar.Header, lim Limits, kept *int64) er
 		u.files[name] = upperFile{exec: hdr.Mode&0o100 != 0, data: data}
 	case tar.TypeChar:
 		if hdr.Devmajor != 0 || hdr.Devminor != 0 {
-			return refuse("the change has a device node")
+			return refusePath(name, "the change has a device node")
 		}
 		u.whiteout[name] = true
 	case tar.TypeSymlink:
-		return refuse("the change has a symlink; symlinks are not harvested")
+		return refusePath(name, "the change has a symlink; symlinks are not harvested")
 	case tar.TypeLink:
-		return refuse("the change has a hard link entry")
+		return refusePath(name, "the change has a hard link entry")
 	case tar.TypeFifo:
-		return refuse("the change has a FIFO")
+		return refusePath(name, "the change has a FIFO")
 	default:
-		return refuse("the change has a special file (type %q)", hdr.Typeflag)
+		return refusePath(name, "the change has a special file (type %q)", hdr.Typeflag)
 	}
 	return nil
 }
@@ -233,11 +265,13 @@ func plainName(p string) bool {
 type baseEntry struct {
 	mode string // "100644", "100755", "120000", "160000"
 	oid  string
+	size int64 // -1 for a submodule
 }
 
-// baseTree lists the base OID's tree in the kernel's own clone.
+// baseTree lists the base OID's tree, with each blob's size, in the
+// kernel's own clone.
 func baseTree(ctx context.Context, g runner, oid string) (map[string]baseEntry, error) {
-	out, err := g.run(ctx, "ls-tree", "-r", "-z", "--full-tree", oid+"^{commit}")
+	out, err := g.run(ctx, "ls-tree", "-r", "-z", "-l", "--full-tree", oid+"^{commit}")
 	if err != nil {
 		return nil, err
 	}
@@ -248,12 +282,36 @@ func baseTree(ctx context.Context, g runner, oid string) (map[string]baseEntry, 
 		}
 		meta, p, ok := strings.Cut(rec, "\t")
 		f := strings.Fields(meta)
-		if !ok || len(f) != 3 {
+		if !ok || len(f) != 4 {
 			return nil, fmt.Errorf("workspace: ls-tree record")
 		}
-		tree[p] = baseEntry{mode: f[0], oid: f[2]}
+		size := int64(-1)
+		if f[3] != "-" {
+			if size, err = strconv.ParseInt(f[3], 10, 64); err != nil || size < 0 {
+				return nil, fmt.Errorf("workspace: ls-tree size")
+			}
+		}
+		tree[p] = baseEntry{mode: f[0], oid: f[2], size: size}
 	}
 	return tree, nil
+}
+
+// blobID is git's object id of data as a blob, in the object format the
+// base's ids are in (SHA-1 for 40 hex digits, SHA-256 for 64): a copied-up
+// file is compared with its base by id, without asking git for the base's
+// bytes.
+func blobID(data []byte, format int) string {
+	hdr := "blob " + strconv.Itoa(len(data)) + "\x00"
+	if format == 64 {
+		h := sha256.New()
+		h.Write([]byte(hdr))
+		h.Write(data)
+		return hex.EncodeToString(h.Sum(nil))
+	}
+	h := sha1.New()
+	h.Write([]byte(hdr))
+	h.Write(data)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // hidden reports whether the upper layer hides the base path p: a
@@ -289,7 +347,7 @@ type Change struct {
 // extracted or followed; the base is read from the kernel's own clone by
 // git with every repository-configurable execution path off. A rule the
 // change breaks is a *Refusal.
-func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim Limits) (Change, error) {
+func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim Limits, admit Admit) (Change, error) {
 	lim = lim.withDefaults()
 	if !protocol.ValidID(c.ID) || !oidPattern.MatchString(c.BaseOID) || !protocol.ValidDigest(digest) {
 		return Change{}, fmt.Errorf("%w: id, base oid or digest", ErrInvalid)
@@ -321,12 +379,20 @@ func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim
 	if err != nil {
 		return Change{}, err
 	}
-	blob := func(e baseEntry) ([]byte, error) {
-		out, err := g.run(ctx, "cat-file", "blob", e.oid)
-		return []byte(out), err
-	}
+	// What differs from the base. A copied-up file whose id and mode are
+	// the base's is no change, told by hashing here: no git process per
+	// unchanged file.
 	var names []string
-	for p := range u.files {
+	var need []string // base blobs whose bytes the patch needs
+	var changed int64
+	for p, f := range u.files {
+		b, inBase := base[p]
+		if inBase && b.mode == fileMode(f) && blobID(f.data, len(c.BaseOID)) == b.oid {
+			continue
+		}
+		if changed += int64(len(f.data)); changed > lim.ChangeBytes {
+			return Change{}, refuse("the changed files are larger than %d bytes together", lim.ChangeBytes)
+		}
 		names = append(names, p)
 	}
 	for p := range base {
@@ -335,44 +401,119 @@ func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim
 		}
 	}
 	slices.Sort(names)
+	for _, p := range names {
+		b, inBase := base[p]
+		if !inBase {
+			continue
+		}
+		if b.mode == "120000" || b.mode == "160000" {
+			return Change{}, refusePath(p, "the change replaces or deletes a symlink or submodule of the base")
+		}
+		// The patch carries a changed base file whole (its old side),
+		// so one larger than the patch may be is refused before git
+		// reads it.
+		if b.size > int64(lim.PatchBytes) {
+			return Change{}, refusePath(p, "the change touches a base file larger than the patch cap (%d bytes)", lim.PatchBytes)
+		}
+		need = append(need, b.oid)
+	}
+	blobs, err := g.blobs(ctx, need, int64(lim.PatchBytes))
+	if err != nil {
+		return Change{}, err
+	}
 	var patch bytes.Buffer
-	var paths []string
 	for _, p := range names {
 		b, inBase := base[p]
 		f, inUpper := u.files[p]
-		if inBase && (b.mode == "120000" || b.mode == "160000") {
-			return Change{}, refuse("the change replaces or deletes a symlink or submodule of the base")
-		}
-		var old []byte
+		old := blobs[b.oid]
+		mode := fileMode(f)
+		var sec section
+		sec.path = p
 		if inBase {
-			if old, err = blob(b); err != nil {
-				return Change{}, err
+			sec.oldMode, sec.oldID, sec.old = b.mode, b.oid, old
+		}
+		if inUpper {
+			sec.newMode, sec.newID, sec.cur = mode, blobID(f.data, len(c.BaseOID)), f.data
+		}
+		switch {
+		case (inUpper && binary(f.data)) || (inBase && binary(old)):
+			if !admit.Binary {
+				return Change{}, refusePath(p, "the change touches a binary file; binary files are not harvested on this target")
 			}
-		}
-		mode := "100644"
-		if inUpper && f.exec {
-			mode = "100755"
-		}
-		switch {
-		case inUpper && inBase && bytes.Equal(old, f.data) && mode == b.mode:
-			continue // copied up, unchanged
-		case inUpper && binary(f.data), inBase && binary(old):
-			return Change{}, refuse("the change touches a binary file; binary files are not harvested")
-		}
-		paths = append(paths, p)
-		switch {
-		case !inUpper:
-			writeSection(&patch, p, b.mode, "", old, nil)
-		case !inBase:
-			writeSection(&patch, p, "", mode, nil, f.data)
+			sec.writeBinary(&patch, len(c.BaseOID))
 		default:
-			writeSection(&patch, p, b.mode, mode, old, f.data)
+			sec.writeText(&patch)
 		}
 		if patch.Len() > lim.PatchBytes {
 			return Change{}, refuse("the patch is larger than %d bytes", lim.PatchBytes)
 		}
 	}
-	return Change{Patch: patch.Bytes(), Paths: paths, Ignored: u.left}, nil
+	return Change{Patch: patch.Bytes(), Paths: names, Ignored: u.left}, nil
+}
+
+// fileMode is the git mode of an upper file.
+func fileMode(f upperFile) string {
+	if f.exec {
+		return "100755"
+	}
+	return "100644"
+}
+
+// blobs reads the base blobs ids name from one `git cat-file --batch`
+// (one process for the whole harvest, not one per file), refusing any
+// larger than max bytes or that is not a blob.
+func (r runner) blobs(ctx context.Context, ids []string, max int64) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	git := r.git
+	if git == "" {
+		git = "git"
+	}
+	cmd := exec.CommandContext(ctx, git, append(append([]string(nil), safety...), "cat-file", "--batch")...)
+	cmd.Dir = r.dir
+	cmd.Env = gitEnv
+	cmd.Stdin = strings.NewReader(strings.Join(ids, "\n") + "\n")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("workspace: git cat-file: %w", err)
+	}
+	rd := bufio.NewReader(stdout)
+	read := func() error {
+		for range ids {
+			hdr, err := rd.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			f := strings.Fields(hdr)
+			if len(f) != 3 || f[1] != "blob" {
+				return errors.New("not a blob")
+			}
+			n, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil || n < 0 || n > max {
+				return errors.New("blob size")
+			}
+			data := make([]byte, n+1) // and git's newline after it
+			if _, err := io.ReadFull(rd, data); err != nil || data[n] != '\n' {
+				return errors.New("short blob")
+			}
+			out[f[0]] = data[:n]
+		}
+		return nil
+	}
+	rerr := read()
+	if rerr != nil {
+		_ = cmd.Process.Kill()
+	}
+	werr := cmd.Wait()
+	if rerr != nil || werr != nil {
+		return nil, fmt.Errorf("workspace: git cat-file: %w", errors.Join(rerr, werr))
+	}
+	return out, nil
 }
 
 // binary: a NUL anywhere. (git's own test reads only the first 8000
@@ -380,31 +521,108 @@ func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim
 // land, NUL and all, on a target that admits no binary.)
 func binary(b []byte) bool { return bytes.IndexByte(b, 0) >= 0 }
 
-// writeSection writes one file's section of a git patch. oldMode empty is
-// a new file, newMode empty a deletion.
-func writeSection(w *bytes.Buffer, p, oldMode, newMode string, old, cur []byte) {
+// section is one file's part of a git patch. An empty oldMode is a new
+// file, an empty newMode a deletion.
+type section struct {
+	path             string
+	oldMode, newMode string
+	oldID, newID     string
+	old, cur         []byte
+}
+
+// header writes the diff header and mode lines; from and to are the
+// ---/+++ names.
+func (s *section) header(w *bytes.Buffer) (from, to string) {
 	tab := ""
-	if strings.Contains(p, " ") {
+	if strings.Contains(s.path, " ") {
 		tab = "\t" // as git writes it, so a name with spaces parses
 	}
-	fmt.Fprintf(w, "diff --git a/%s b/%s\n", p, p)
-	from, to := "a/"+p+tab, "b/"+p+tab
+	fmt.Fprintf(w, "diff --git a/%s b/%s\n", s.path, s.path)
+	from, to = "a/"+s.path+tab, "b/"+s.path+tab
 	switch {
-	case oldMode == "":
-		fmt.Fprintf(w, "new file mode %s\n", newMode)
+	case s.oldMode == "":
+		fmt.Fprintf(w, "new file mode %s\n", s.newMode)
 		from = "/dev/null"
-	case newMode == "":
-		fmt.Fprintf(w, "deleted file mode %s\n", oldMode)
+	case s.newMode == "":
+		fmt.Fprintf(w, "deleted file mode %s\n", s.oldMode)
 		to = "/dev/null"
-	case oldMode != newMode:
-		fmt.Fprintf(w, "old mode %s\nnew mode %s\n", oldMode, newMode)
+	case s.oldMode != s.newMode:
+		fmt.Fprintf(w, "old mode %s\nnew mode %s\n", s.oldMode, s.newMode)
 	}
-	a, b := lines(old), lines(cur)
+	return from, to
+}
+
+// writeText writes a text section: one exact hunk.
+func (s *section) writeText(w *bytes.Buffer) {
+	from, to := s.header(w)
+	a, b := lines(s.old), lines(s.cur)
 	if slices.Equal(a, b) {
 		return // a mode change, or an empty file added or deleted
 	}
 	fmt.Fprintf(w, "--- %s\n+++ %s\n", from, to)
 	writeHunk(w, a, b)
+}
+
+// writeBinary writes a GIT binary patch section: the full index line git
+// apply requires (it checks the preimage by id), then the new content as
+// one literal, deflated and base85-encoded as git writes it. format is
+// the length of an object id in hex.
+func (s *section) writeBinary(w *bytes.Buffer, format int) {
+	s.header(w)
+	zero := strings.Repeat("0", format)
+	from, to := cmp.Or(s.oldID, zero), cmp.Or(s.newID, zero)
+	if from == to {
+		return // a mode change only
+	}
+	fmt.Fprintf(w, "index %s..%s\nGIT binary patch\n", from, to)
+	writeLiteral(w, s.cur)
+	writeLiteral(w, s.old) // the reverse hunk: git apply -R reads it
+}
+
+// writeLiteral writes one "literal" hunk of a GIT binary patch.
+func writeLiteral(w *bytes.Buffer, data []byte) {
+	var z bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&z, zlib.BestCompression)
+	zw.Write(data)
+	zw.Close()
+	fmt.Fprintf(w, "literal %d\n", len(data))
+	b := z.Bytes()
+	for len(b) > 0 {
+		n := min(len(b), 52)
+		if n <= 26 {
+			w.WriteByte(byte('A' + n - 1))
+		} else {
+			w.WriteByte(byte('a' + n - 27))
+		}
+		encode85(w, b[:n])
+		w.WriteByte('\n')
+		b = b[n:]
+	}
+	w.WriteByte('\n')
+}
+
+// git's base85 alphabet (base85.c), not Ascii85's.
+const alphabet85 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
+
+// encode85 writes b as git's base85: each group of four bytes (the last
+// padded with zeros) as five digits, most significant first.
+func encode85(w *bytes.Buffer, b []byte) {
+	for len(b) > 0 {
+		var v uint32
+		for i := range 4 {
+			v <<= 8
+			if i < len(b) {
+				v |= uint32(b[i])
+			}
+		}
+		var d [5]byte
+		for i := 4; i >= 0; i-- {
+			d[i] = alphabet85[v%85]
+			v /= 85
+		}
+		w.Write(d[:])
+		b = b[min(4, len(b)):]
+	}
 }
 
 // lines splits b after each newline; the last line may lack one.

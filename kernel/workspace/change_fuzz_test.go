@@ -41,7 +41,7 @@ func FuzzHarvest(f *testing.F) {
 	lim := Limits{ArchiveBytes: 1 << 20, FileBytes: 64 << 10, ChangeBytes: 256 << 10, Entries: 256, PatchBytes: 512 << 10}
 	f.Fuzz(func(t *testing.T, archive []byte) {
 		sum := sha256.Sum256(archive)
-		ch, err := Harvest(context.Background(), bytes.NewReader(archive), hex.EncodeToString(sum[:]), c, lim)
+		ch, err := Harvest(context.Background(), bytes.NewReader(archive), hex.EncodeToString(sum[:]), c, lim, Admit{})
 		if err != nil {
 			if errors.Is(err, ErrDigest) {
 				t.Fatal("the archive's own digest was refused")

@@ -30,7 +30,7 @@ type entry struct {
 	devmajor int64
 }
 
-func archive(t *testing.T, es ...entry) ([]byte, string) {
+func archive(t testing.TB, es ...entry) ([]byte, string) {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -114,7 +114,7 @@ func TestHarvestMakesAnExactPatch(t *testing.T) {
 		entry{name: "tests/", typ: tar.TypeDir, mode: 0o755, pax: map[string]string{"SCHILY.xattr.user.overlay.opaque": "y"}},
 		entry{name: "tests/other.sh", typ: tar.TypeReg, mode: 0o755, data: "x\n"},
 	)
-	ch, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{})
+	ch, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{}, Admit{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestHarvestMakesAnExactPatch(t *testing.T) {
 		entry{name: "tests/", typ: tar.TypeDir, mode: 0o755},
 		entry{name: "tests/test_calc.sh", typ: tar.TypeChar},
 	)
-	ch, err = Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{})
+	ch, err = Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{}, Admit{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestHarvestMakesAnExactPatch(t *testing.T) {
 	}
 	// Nothing in the upper layer but directories: nothing to commit.
 	ar, digest = archive(t, entry{name: "src/", typ: tar.TypeDir, mode: 0o755})
-	if ch, err = Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{}); err != nil || len(ch.Patch) != 0 {
+	if ch, err = Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{}, Admit{}); err != nil || len(ch.Patch) != 0 {
 		t.Fatalf("empty change: %q, %v", ch.Patch, err)
 	}
 }
@@ -179,7 +179,7 @@ func TestHarvestRefusesHostileEntries(t *testing.T) {
 		"file over the limit":      {{name: "big", typ: tar.TypeReg, data: strings.Repeat("x", 2<<20)}},
 	} {
 		ar, digest := archive(t, es...)
-		_, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{})
+		_, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{}, Admit{})
 		var r *Refusal
 		if !errors.As(err, &r) {
 			t.Errorf("%s: err = %v, want a refusal", name, err)
@@ -204,13 +204,13 @@ func TestHarvestRefusesHostileEntries(t *testing.T) {
 		entry{name: "sub/.GIT", typ: tar.TypeReg, data: "gitdir: /etc\n"},
 		entry{name: "new.txt", typ: tar.TypeReg, data: "fine\n"},
 	)
-	ch, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{})
+	ch, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{}, Admit{})
 	if err != nil || strings.Join(ch.Paths, ",") != "new.txt" {
 		t.Fatalf(".git plantings: %v, %v", ch.Paths, err)
 	}
 	// A .git replaced by a gitdir file (whiteout + file) is ignored too.
 	ar, digest = archive(t, entry{name: ".git", typ: tar.TypeReg, data: "gitdir: /var/lib/autonomic\n"})
-	if ch, err = Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{}); err != nil || len(ch.Patch) != 0 {
+	if ch, err = Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{}, Admit{}); err != nil || len(ch.Patch) != 0 {
 		t.Fatalf(".git as a gitdir file: %q, %v", ch.Patch, err)
 	}
 }
@@ -223,21 +223,21 @@ func TestHarvestBoundsAndDigest(t *testing.T) {
 	c, _ := baseClone(t)
 	ar, digest := archive(t, entry{name: "new.txt", typ: tar.TypeReg, data: "fine\n"})
 	other := strings.Repeat("0", 64)
-	if _, err := Harvest(context.Background(), bytes.NewReader(ar), other, c, Limits{}); !errors.Is(err, ErrDigest) {
+	if _, err := Harvest(context.Background(), bytes.NewReader(ar), other, c, Limits{}, Admit{}); !errors.Is(err, ErrDigest) {
 		t.Fatalf("wrong digest: %v", err)
 	}
 	tampered := append([]byte(nil), ar...)
 	tampered[len(tampered)-1] ^= 1
-	if _, err := Harvest(context.Background(), bytes.NewReader(tampered), digest, c, Limits{}); !errors.Is(err, ErrDigest) {
+	if _, err := Harvest(context.Background(), bytes.NewReader(tampered), digest, c, Limits{}, Admit{}); !errors.Is(err, ErrDigest) {
 		t.Fatalf("tampered archive: %v", err)
 	}
 	var r *Refusal
-	if _, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{ArchiveBytes: 512}); !errors.As(err, &r) {
+	if _, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{ArchiveBytes: 512}, Admit{}); !errors.As(err, &r) {
 		t.Fatalf("archive over its cap: %v", err)
 	}
 	// Each file has its own cap, below what the patch cap would catch.
 	ar, digest = archive(t, entry{name: "new.txt", typ: tar.TypeReg, data: strings.Repeat("y\n", 50)})
-	if _, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{FileBytes: 10}); !errors.As(err, &r) {
+	if _, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{FileBytes: 10}, Admit{}); !errors.As(err, &r) {
 		t.Fatalf("a file over its cap: %v", err)
 	}
 	var many []entry
@@ -245,7 +245,7 @@ func TestHarvestBoundsAndDigest(t *testing.T) {
 		many = append(many, entry{name: "d" + string(rune('a'+i)) + "/", typ: tar.TypeDir, mode: 0o755})
 	}
 	ar, digest = archive(t, many...)
-	if _, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{Entries: 10}); !errors.As(err, &r) {
+	if _, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{Entries: 10}, Admit{}); !errors.As(err, &r) {
 		t.Fatalf("too many entries: %v", err)
 	}
 	// A sparse giant: the header claims 1 TiB and the stream holds none of
@@ -254,7 +254,7 @@ func TestHarvestBoundsAndDigest(t *testing.T) {
 	tw := tar.NewWriter(&buf)
 	tw.WriteHeader(&tar.Header{Name: "giant", Typeflag: tar.TypeReg, Size: 1 << 40, Mode: 0o644, Format: tar.FormatPAX})
 	sum := sha256.Sum256(buf.Bytes())
-	if _, err := Harvest(context.Background(), bytes.NewReader(buf.Bytes()), hex.EncodeToString(sum[:]), c, Limits{}); err == nil {
+	if _, err := Harvest(context.Background(), bytes.NewReader(buf.Bytes()), hex.EncodeToString(sum[:]), c, Limits{}, Admit{}); err == nil {
 		t.Fatal("a giant header was harvested")
 	}
 	// Real sparse giants, as GNU tar writes them (PAX 1.0 and GNU 'S'):
@@ -276,7 +276,7 @@ func TestHarvestBoundsAndDigest(t *testing.T) {
 			t.Fatalf("%s: tar wrote %d bytes, not a sparse archive", format, len(raw))
 		}
 		sum := sha256.Sum256(raw)
-		if _, err := Harvest(context.Background(), bytes.NewReader(raw), hex.EncodeToString(sum[:]), c, Limits{}); !errors.As(err, &r) {
+		if _, err := Harvest(context.Background(), bytes.NewReader(raw), hex.EncodeToString(sum[:]), c, Limits{}, Admit{}); !errors.As(err, &r) {
 			t.Errorf("%s sparse giant: %v, want a refusal", format, err)
 		}
 	}

@@ -46,15 +46,23 @@
 //     the worker's tree (the commit is made in the authoritative
 //     repository by the broker's git_commit adapter).
 //   - Refused, the whole change with it (a *Refusal whose reason quotes no
-//     worker-chosen name): a symlink (its target is never read, let alone
+//     worker-chosen name; its Path, escaped by Operator, is for the
+//     operator's record only): a symlink (its target is never read, let alone
 //     followed), a hard-link entry (the launcher stores each name of a
 //     hard-linked file as its own regular file, which is harvested as
 //     content), a FIFO, a device node (other than an overlay whiteout), any
 //     other special file, a name that is not clean and relative, has
 //     control or invisible characters, quotes, backslashes or invalid
-//     UTF-8, a binary file, and a change to a base symlink or submodule.
+//     UTF-8, a binary file (a NUL anywhere in it) unless the target admits
+//     binary files (Admit.Binary: then a GIT binary patch with the full
+//     index line git apply checks each preimage against), and a change to a
+//     base symlink or submodule.
 //   - Whiteouts and opaque directories delete the base paths they hide;
-//     a copied-up file whose content and mode are the base's is no change.
+//     a copied-up file whose blob id (hashed here, in the base's object
+//     format) and mode are the base's is no change, and does not count
+//     against the changed-files cap. The base bytes a patch needs come from
+//     one `git cat-file --batch`: the host cost is one git process per
+//     harvest, not one per file (BenchmarkHarvest).
 //   - The base side is read from the kernel's own clone (root/id) by git
 //     under the same safety settings as Prepare.
 package workspace

@@ -140,7 +140,7 @@ func TestHarvestHonoursIgnoreRules(t *testing.T) {
 			slices.SortStableFunc(es, func(a, b entry) int { return strings.Compare(a.name, b.name) })
 			wantChanged, wantIgnored := gitStatus(t, src, c.BaseOID, files)
 			ar, digest := archive(t, es...)
-			ch, err := Harvest(context.Background(), strings.NewReader(string(ar)), digest, c, Limits{})
+			ch, err := Harvest(context.Background(), strings.NewReader(string(ar)), digest, c, Limits{}, Admit{})
 			if err != nil {
 				t.Fatalf("harvest: %v\n.gitignore: %q", err, ignores)
 			}
@@ -181,7 +181,7 @@ func TestHarvestHonoursIgnoreRules(t *testing.T) {
 			entry{name: "__pycache__/m.cpython-311.pyc", typ: tar.TypeReg, data: "\x00\x01binary"},
 			entry{name: "lib/util.pyc", typ: tar.TypeReg, data: "\x00\x02binary"},
 		)
-		ch, err := Harvest(context.Background(), strings.NewReader(string(ar)), digest, c, Limits{})
+		ch, err := Harvest(context.Background(), strings.NewReader(string(ar)), digest, c, Limits{}, Admit{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +191,7 @@ func TestHarvestHonoursIgnoreRules(t *testing.T) {
 		// The same planted symlink outside an ignored directory still
 		// refuses the change.
 		ar, digest = archive(t, entry{name: "bin/", typ: tar.TypeDir, mode: 0o755}, entry{name: "bin/x", typ: tar.TypeSymlink, link: "/etc/passwd"})
-		if _, err := Harvest(context.Background(), strings.NewReader(string(ar)), digest, c, Limits{}); err == nil {
+		if _, err := Harvest(context.Background(), strings.NewReader(string(ar)), digest, c, Limits{}, Admit{}); err == nil {
 			t.Fatal("a symlink outside the ignored paths was harvested")
 		}
 	})
