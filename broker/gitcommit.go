@@ -121,6 +121,24 @@ func (g *GitCommit) checkRepoConfig(ctx context.Context, t GitTarget) error {
 	return nil
 }
 
+// checkNotCheckedOut refuses a ref that is some work tree's checked-out
+// branch (the repository's own, in a non-bare repository, or a linked
+// worktree's): moving it under a work tree leaves that index and tree at
+// the old commit, so the user's next `git commit -a` silently reverts
+// the change that landed.
+func (g *GitCommit) checkNotCheckedOut(ctx context.Context, t GitTarget, ref string) error {
+	out, err := g.git(ctx, t, "", nil, "worktree", "list", "--porcelain", "-z")
+	if err != nil {
+		return protocol.Errorf(protocol.CodeTargetUnavailable, "%w", err)
+	}
+	for f := range strings.SplitSeq(string(out), "\x00") {
+		if b, ok := strings.CutPrefix(f, "branch "); ok && b == ref {
+			return protocol.Errorf(protocol.CodeForbidden, "the ref is a work tree's checked-out branch; land on another branch, or make the target bare")
+		}
+	}
+	return nil
+}
+
 // build applies the patch on the base in a temporary index and returns the
 // new tree, after checking every changed path of the result. What the
 // patch adds is measured from the patch itself before git runs (scanPatch):
@@ -149,6 +167,9 @@ func (g *GitCommit) build(ctx context.Context, t GitTarget, req gitCommitRequest
 		return "", "", err
 	}
 	if err := g.checkRepoConfig(ctx, t); err != nil {
+		return "", "", err
+	}
+	if err := g.checkNotCheckedOut(ctx, t, req.Ref); err != nil {
 		return "", "", err
 	}
 	if q, err = newQuarantine(t.Repo); err != nil {
@@ -263,6 +284,9 @@ func (g *GitCommit) refOID(ctx context.Context, t GitTarget, ref string) (string
 func (g *GitCommit) Precondition(ctx context.Context, r Request) error {
 	t, req, err := g.parse(r)
 	if err != nil {
+		return err
+	}
+	if err := g.checkNotCheckedOut(ctx, t, req.Ref); err != nil {
 		return err
 	}
 	cur, err := g.refOID(ctx, t, req.Ref)
