@@ -20,11 +20,16 @@ type lifts uint8
 //     next push, outside every boundary of ours.
 //   - executable: a change that makes a file executable (a new file with
 //     mode 100755, or a mode change to it) is a program someone else may run.
+//   - dependencies: forbids no path here; lifted, the semantic rule bank
+//     no longer rates a change to a dependency manifest or lock file
+//     (package.json, go.mod, Cargo.toml, their locks, requirements) as an
+//     authority escalation, so a task that adds a dependency can land.
 const (
 	LiftGitAttributes = "git_attributes"
 	LiftGitModules    = "git_modules"
 	LiftCI            = "ci"
 	LiftExecutable    = "executable"
+	LiftDependencies  = "dependencies"
 )
 
 var defaultRules = []struct {
@@ -47,7 +52,21 @@ var defaultRules = []struct {
 		".npmrc", "**/.npmrc", ".cargo/config.toml", ".cargo/config", "**/.cargo/config.toml", "**/.cargo/config",
 		".lfsconfig"}},
 	{LiftExecutable, nil},
+	{LiftDependencies, nil},
 }
+
+// Lifts are the names of the default rules a spec may lift.
+func Lifts() []string {
+	out := make([]string, len(defaultRules))
+	for i, r := range defaultRules {
+		out[i] = r.name
+	}
+	return out
+}
+
+// Lifted reports whether c lifts the named default rule: the policy, the
+// envelope and any repair capability all lifted it.
+func (c Capability) Lifted(name string) bool { return c.ok && c.lifted.has(name) }
 
 // DefaultForbids lists the default rules and their globs, for operators.
 func DefaultForbids() map[string][]string {

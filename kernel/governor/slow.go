@@ -117,6 +117,18 @@ type semanticRecord struct {
 	Observations []map[string]string `json:"observations"`
 }
 
+// frame is what the bank reads of a proposed effect: the episode's
+// purpose, the effect's evidence, and whether its current lease lifts
+// the dependencies rule.
+func (e *Record) frame(eff store.Effect, paths []string, payload []byte, history []sensor.Event) *sensor.Frame {
+	f := &sensor.Frame{Intent: e.ep.Intent, Scope: e.ep.Scope, Paths: paths, Diff: payload, History: history,
+		Effect: &sensor.Effect{Kind: eff.Kind, Target: eff.TargetID, Class: authority.Class(eff.Class)}}
+	if e.ep.Lease != nil {
+		f.Dependencies = e.ep.Lease().Lifted(authority.LiftDependencies)
+	}
+	return f
+}
+
 // semantic runs the bank on the effect's evidence, decides and records.
 func (e *Record) semantic(ctx context.Context, eff store.Effect, payload []byte) error {
 	k := e.g
@@ -126,8 +138,7 @@ func (e *Record) semantic(ctx context.Context, eff store.Effect, payload []byte)
 	history := append([]sensor.Event(nil), e.history...)
 	regime := e.home.State().Regime
 	e.hmu.Unlock()
-	f := &sensor.Frame{Intent: e.ep.Intent, Scope: e.ep.Scope, Paths: paths, Diff: payload, History: history,
-		Effect: &sensor.Effect{Kind: eff.Kind, Target: eff.TargetID, Class: class}}
+	f := e.frame(eff, paths, payload, history)
 
 	readings := []sensor.Reading{k.rules.Observe(ctx, f)}
 	if k.cfg.Sensor != nil {

@@ -9,13 +9,14 @@ import (
 
 // RulesModel names the rule set in each observation's identity; change it
 // whenever a rule changes.
-const RulesModel = "rules.v1"
+const RulesModel = "rules.v2"
 
 // Rules is the deterministic implementation of the bank: fixed rules over
 // the frame's paths, diff and history. It needs no network and never
 // degrades, which makes it the floor under any model-backed bank.
 type Rules struct {
-	sensitive authority.Capability // paths whose change is an authority escalation
+	sensitive    authority.Capability // paths whose change is an authority escalation
+	dependencies authority.Capability // dependency manifests: one, unless the lease lifts them
 }
 
 // sensitivePaths: files that widen what code can do or who it acts as —
@@ -25,7 +26,19 @@ func sensitivePaths() []string {
 		".github/**", ".gitlab-ci.yml", ".circleci/**", "**/.git/**", ".git/**", ".gitmodules", "**/.gitattributes",
 		"**/sudoers", "**/sudoers.d/**", "**/*.service", "**/.ssh/**", "**/id_rsa*", "**/id_ed25519*",
 		"**/*.pem", "**/*.key", "**/.env", "**/.env.*", "**/.npmrc", "**/.pypirc", "**/.netrc", "**/.docker/**",
-		"**/Dockerfile", "**/Makefile", "**/*.mk", "**/setup.py", "**/package.json", "**/go.mod", "**/build.rs",
+		"**/Dockerfile", "**/Makefile", "**/GNUmakefile", "**/makefile", "**/*.mk", "**/setup.py", "**/build.rs",
+		"**/conftest.py", "**/.gitlab/**", "**/.husky/**", "**/.envrc", "**/.pre-commit-config.yaml",
+	}
+}
+
+// dependencyPaths: manifests and lock files that choose what code is
+// fetched and run at build or install time. The authority layer compares
+// every path folded (pathglob), so Package.JSON is one too.
+func dependencyPaths() []string {
+	return []string{
+		"**/package.json", "**/package-lock.json", "**/npm-shrinkwrap.json", "**/yarn.lock", "**/pnpm-lock.yaml",
+		"**/go.mod", "**/go.sum", "**/go.work", "**/Cargo.toml", "**/Cargo.lock", "**/pyproject.toml",
+		"**/requirements*.txt", "**/poetry.lock", "**/uv.lock", "**/Pipfile", "**/Pipfile.lock", "**/Gemfile", "**/Gemfile.lock",
 	}
 }
 
@@ -41,11 +54,18 @@ func riskyAdditions() [][]byte {
 
 // NewRules returns the deterministic bank.
 func NewRules() (*Rules, error) {
-	sens, err := authority.Compile(authority.Spec{MaxClass: authority.ClassIsolated, Allow: sensitivePaths()})
+	// Compiled as forbids: the authority layer compares those folded
+	// (case, and NFC), as the filesystems a checkout lands on do.
+	sens, err := authority.Compile(authority.Spec{MaxClass: authority.ClassIsolated, Allow: []string{"**"}, Forbid: sensitivePaths()})
 	if err != nil {
 		return nil, err
 	}
-	return &Rules{sensitive: sens}, nil
+	deps, err := authority.Compile(authority.Spec{MaxClass: authority.ClassIsolated, Allow: []string{"**"}, Forbid: dependencyPaths(),
+		Lift: authority.Lifts()})
+	if err != nil {
+		return nil, err
+	}
+	return &Rules{sensitive: sens, dependencies: deps}, nil
 }
 
 func (r *Rules) identity() Identity {
@@ -100,9 +120,14 @@ func (r *Rules) scopeDrift(f *Frame, obs mkObs) Observation {
 
 func (r *Rules) authorityEscalation(f *Frame, obs mkObs) Observation {
 	for _, p := range f.Paths {
-		if r.sensitive.Check(&authority.Request{Class: authority.ClassIsolated, Path: p}) != authority.DenyPathNotAllowed {
-			// Allowed (sensitive) or a malformed path: both escalate.
+		if r.sensitive.Check(&authority.Request{Class: authority.ClassIsolated, Path: p}) != authority.Allowed {
+			// Forbidden (sensitive; the default forbids — CI, git
+			// attributes and modules — are sensitive too) or a
+			// malformed path: both escalate.
 			return obs(AuthorityEscalation, High, "sensitive_path")
+		}
+		if !f.Dependencies && r.dependencies.Check(&authority.Request{Class: authority.ClassIsolated, Path: p}) != authority.Allowed {
+			return obs(AuthorityEscalation, High, "dependency_manifest")
 		}
 	}
 	denied := 0

@@ -283,6 +283,10 @@ type Frame struct {
 	Diff    []byte   // unified diff of the workspace against its base
 	History []Event  // oldest first
 	Effect  *Effect  // the proposed effect, nil if none
+	// Dependencies: the lease lifts the dependencies rule
+	// (authority.LiftDependencies), so a change to a dependency manifest
+	// is not an escalation.
+	Dependencies bool
 }
 
 // SemanticSensor is the bank as the kernel consumes it. Observe never

@@ -24,6 +24,9 @@ type agentRun struct {
 	// configuration (its providers, egress ceiling and repair count).
 	Model string
 	Cfg   *config.Config
+	// Lifts are the default rules the signed policy (and the envelope)
+	// lift (--lift), by authority name.
+	Lifts []string
 }
 
 // The default policy's inference budget for one run: generous for one
@@ -69,7 +72,7 @@ func agentSpec(r agentRun) ([]byte, *agent.Profile, string, error) {
 	}
 	cap := authority.Spec{MaxClass: class, Grants: []authority.Grant{{Target: r.TargetID, Kind: "git_commit", MaxClass: class, Refs: []string{r.Ref}}},
 		Allow: allow, Forbid: append(slices.Clone(r.Target.ForbiddenPaths), ".git/**"),
-		Budget: authority.Budget{BytesPerEffect: 4 << 20, BytesTotal: 64 << 20, EffectsPerMinute: 30}}
+		Budget: authority.Budget{BytesPerEffect: 4 << 20, BytesTotal: 64 << 20, EffectsPerMinute: 30}, Lift: r.Lifts}
 	doc := policy.Document{Schema: policy.Schema, ID: "autonomic-run", Version: 1, Capability: cap,
 		Semantic:  policy.Semantic{MaxRisk: 0.5},
 		Inference: &policy.Inference{Models: []string{model}, MaxTokens: runMaxTokens, MaxSpendMicroUSD: runMaxSpendUSD * 1_000_000}}

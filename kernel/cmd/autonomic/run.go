@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/autonomic-kernel/autonomic/kernel/api"
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 )
@@ -39,10 +40,20 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	ref := o.fs.String("ref", "", "the ref the change lands on (default: the target's refs/heads/agent/<agent>, or its only allowed ref)")
 	model := o.fs.String("model", "", "the model the agent asks for (default: the profile's, if the provider serves it)")
 	keyPath := o.fs.String("key", "", "the operator's policy key (default $AUTONOMIC_OPERATOR_KEY or ~/.config/autonomic/operator.pem; made on first use)")
+	var lifts []string
+	o.fs.Func("lift", "lift a default rule in the signed policy, by name (repeatable): "+strings.Join(authority.Lifts(), ", "), func(v string) error {
+		if !slices.Contains(authority.Lifts(), v) {
+			return fmt.Errorf("%q is not a default rule (%s)", v, strings.Join(authority.Lifts(), ", "))
+		}
+		if !slices.Contains(lifts, v) {
+			lifts = append(lifts, v)
+		}
+		return nil
+	})
 	wait := o.fs.Duration("wait", 30*time.Minute, "give up following the episode after this long (the episode's own wall time bounds the agent)")
 	pos, err := o.parse(args)
 	if err != nil || len(pos) != 1 || *repo == "" || *agentName == "" || strings.TrimSpace(pos[0]) == "" {
-		fmt.Fprintln(stderr, `usage: autonomic run --repo PATH --agent NAME [--ref REF] [--model M] [--key PEM] [--config FILE] "TASK"`)
+		fmt.Fprintln(stderr, `usage: autonomic run --repo PATH --agent NAME [--ref REF] [--model M] [--lift RULE]... [--key PEM] [--config FILE] "TASK"`)
 		return 2
 	}
 	task := pos[0]
@@ -113,7 +124,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	spec, prof, provider, err := agentSpec(agentRun{Agent: *agentName, Task: task, Repo: real, Base: base, Ref: *ref,
-		TargetID: targetID, Target: target, Key: key, Model: *model, Cfg: cfg})
+		TargetID: targetID, Target: target, Key: key, Model: *model, Cfg: cfg, Lifts: lifts})
 	if err != nil {
 		fmt.Fprintln(stderr, "autonomic:", err)
 		return 2
@@ -135,6 +146,9 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "episode %s: %s (rootfs %s, wall time %s) through provider %s on %s (%s at %s)\n",
 		ep.ID, *agentName, prof.Rootfs, prof.WallTime(), provider, targetID, *ref, short(base))
+	if len(lifts) > 0 {
+		fmt.Fprintf(stdout, "the signed policy lifts: %s\n", strings.Join(lifts, ", "))
+	}
 	return follow(ctx, c, ep.ID, *o.json, stdout, stderr)
 }
 
