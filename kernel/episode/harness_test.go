@@ -296,7 +296,7 @@ func newRig(t *testing.T, ctx context.Context, name string, opts ...rigOpt) *rig
 	}
 	r.url, r.adminURL = shared.cluster.KernelConnString(r.db), shared.cluster.AdminConnString(r.db)
 	if r.opts.reference {
-		r.repo, r.base = referenceRepo(t)
+		r.repo, r.base = referenceRepo(t, r.opts.files)
 	} else {
 		r.repo, r.base = fixture(t, r.opts.files)
 	}

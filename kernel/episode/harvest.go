@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,21 +59,36 @@ type Outcome struct {
 	Effect string      `json:"effect,omitempty"`
 	Code   string      `json:"code,omitempty"`
 	Reason string      `json:"reason,omitempty"`
+	// Ignored counts what the repository's ignore rules left out of the
+	// harvest (node_modules, __pycache__, build output), with the first
+	// few names as a sample: the ledger's record of what was not taken.
+	Ignored       int      `json:"ignored,omitempty"`
+	IgnoredSample []string `json:"ignored_sample,omitempty"`
 }
 
 // maxReason is the store's cap on an episode_ended reason.
 const maxReason = 256
 
-// encode is the Outcome as the store records it: the reason is cut (on a
-// rune boundary) until the document fits.
+// encode is the Outcome as the store records it: the ignored sample is
+// shortened, then the reason cut (on a rune boundary), until the document
+// fits.
 func (o Outcome) encode() string {
+	o.IgnoredSample = slices.Clone(o.IgnoredSample)
 	for {
 		b, _ := json.Marshal(o)
-		if len(b) <= maxReason || o.Reason == "" {
+		switch {
+		case len(b) <= maxReason:
+			return string(b)
+		case len(o.IgnoredSample) > 0:
+			o.IgnoredSample = o.IgnoredSample[:len(o.IgnoredSample)-1]
+		case o.Reason != "":
+			r := []rune(o.Reason)
+			o.Reason = string(r[:len(r)*3/4])
+		case o.Ignored != 0:
+			o.Ignored = 0 // the commit and effect come first
+		default:
 			return string(b)
 		}
-		r := []rune(o.Reason)
-		o.Reason = string(r[:len(r)*3/4])
 	}
 }
 
@@ -238,10 +254,15 @@ func (e *Episode) harvest(ctx context.Context) Outcome {
 		return Outcome{Kind: OutcomeDenied, Code: string(protocol.CodeForbidden), Reason: "harvest: " + refusal.Operator()}
 	case err != nil:
 		return failed("reading the change: %v", err)
-	case len(ch.Patch) == 0:
-		return Outcome{Kind: OutcomeNothing}
 	}
-	return e.propose(ctx, h, ch.Patch)
+	var o Outcome
+	if len(ch.Patch) == 0 {
+		o = Outcome{Kind: OutcomeNothing}
+	} else {
+		o = e.propose(ctx, h, ch.Patch)
+	}
+	o.Ignored, o.IgnoredSample = ch.Ignored.Count, ch.Ignored.Sample
+	return o
 }
 
 // finalCheckpoint checkpoints the exited worker's domain and records it

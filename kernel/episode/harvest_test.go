@@ -17,8 +17,9 @@ import (
 )
 
 // referenceRepo is a bare copy of gates/scenario/fixture/repo: src/calc.sh
-// adds one too many, tests/test_calc.sh checks it.
-func referenceRepo(t *testing.T) (bare, base string) {
+// adds one too many, tests/test_calc.sh checks it; extra are more files
+// of its base commit.
+func referenceRepo(t *testing.T, extra map[string]string) (bare, base string) {
 	t.Helper()
 	mod, err := testbed.ModuleRoot()
 	if err != nil {
@@ -35,6 +36,12 @@ func referenceRepo(t *testing.T) (bare, base string) {
 		fi, _ := os.Stat(filepath.Join(src, f))
 		os.MkdirAll(filepath.Dir(filepath.Join(work, f)), 0o755)
 		if err := os.WriteFile(filepath.Join(work, f), b, fi.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for f, body := range extra {
+		os.MkdirAll(filepath.Dir(filepath.Join(work, f)), 0o755)
+		if err := os.WriteFile(filepath.Join(work, f), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -213,6 +220,44 @@ func TestHarvestLandsBinaryWhenTargetAllows(t *testing.T) {
 	o := r.ended(t, ctx, e, episode.OutcomeDenied)
 	if !strings.Contains(o.Reason, "binary") || !strings.Contains(o.Reason, `"src/logo.png"`) {
 		t.Fatalf("denial %+v: want the binary rule and the path", o)
+	}
+}
+
+// TestHarvestIgnoredInTheLedger: what the repository's ignore rules
+// leave out (a node_modules with npm's .bin symlinks, __pycache__
+// bytecode) is not part of the change — the fix lands alone — and the
+// episode's recorded outcome counts it, with a few names.
+func TestHarvestIgnoredInTheLedger(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r := harvestRig(t, ctx, "harvest_ignored", withFiles(map[string]string{".gitignore": "node_modules/\n__pycache__/\n"}))
+	e, err := r.k.Start(ctx, r.harvestSpec(`sed -i 's/ + 1))/))/' src/calc.sh
+mkdir -p node_modules/left-pad/bin node_modules/.bin src/__pycache__
+echo 'module.exports = 1' > node_modules/left-pad/index.js
+ln -s ../left-pad/bin/cli.js node_modules/.bin/left-pad
+printf '\x00\x01' > src/__pycache__/calc.cpython-311.pyc`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ended(t, ctx, e, episode.OutcomeLanded)
+	if files := testbed.Git(t, r.repo, "diff", "--name-only", r.base, "refs/heads/main"); files != "src/calc.sh" {
+		t.Fatalf("the commit touches %q", files)
+	}
+	evs, err := r.st.Events(ctx, e.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec episode.Outcome
+	for _, ev := range evs {
+		var body struct {
+			Reason string `json:"reason"`
+		}
+		if ev.Kind == "episode_ended" && jsonUnmarshal(ev.Body, &body) == nil {
+			rec, _ = episode.ParseOutcome(body.Reason)
+		}
+	}
+	if rec.Ignored < 4 || len(rec.IgnoredSample) == 0 || !strings.HasPrefix(rec.IgnoredSample[0], "node_modules") && !strings.HasPrefix(rec.IgnoredSample[0], "src/__pycache__") {
+		t.Fatalf("recorded outcome %+v: want the ignored paths counted, with names", rec)
 	}
 }
 

@@ -20,6 +20,10 @@ func TestOutcomeFitsTheStore(t *testing.T) {
 		{Kind: OutcomeLanded, Ref: "refs/heads/main", Commit: strings.Repeat("a", 64), Effect: uuid.NewString()},
 		// The longest ref a spec may name, with a SHA-256 commit.
 		{Kind: OutcomeLanded, Ref: "refs/" + strings.Repeat("h", 91), Commit: strings.Repeat("a", 64), Effect: uuid.NewString()},
+		// ... and what the harvest left out.
+		{Kind: OutcomeLanded, Ref: "refs/" + strings.Repeat("h", 91), Commit: strings.Repeat("a", 64), Effect: uuid.NewString(),
+			Ignored: 1 << 30, IgnoredSample: []string{strings.Repeat("n", 200), "b", "c"}},
+		{Kind: OutcomeDenied, Code: "forbidden", Reason: "harvest: " + long, Ignored: 20000, IgnoredSample: []string{"node_modules", "x"}},
 		{Kind: OutcomeDenied, Code: "forbidden", Effect: uuid.NewString(), Reason: "commit: " + long},
 		{Kind: OutcomeNothing},
 		{Kind: OutcomeWallTime, Reason: "wall time of 1h0m0s reached"},

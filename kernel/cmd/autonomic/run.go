@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -189,6 +190,13 @@ func follow(ctx context.Context, c *api.Client, id string, asJSON bool, stdout, 
 // outcome prints how the episode ended; only a landed change is success.
 func outcome(v api.EpisodeView, stdout io.Writer) int {
 	o := v.Outcome
+	if o != nil && o.Ignored > 0 {
+		sample := make([]string, len(o.IgnoredSample))
+		for i, n := range o.IgnoredSample {
+			sample[i] = strconv.QuoteToASCII(n)
+		}
+		fmt.Fprintf(stdout, "ignored by the repository's ignore rules, not part of the change: %d paths (%s)\n", o.Ignored, strings.Join(sample, ", "))
+	}
 	switch {
 	case o == nil:
 		fmt.Fprintf(stdout, "episode %s ended %s: nothing landed (it did not end by itself)\n", v.ID, v.State)
