@@ -13,18 +13,23 @@ import (
 	"unicode/utf8"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/protocol/gitref"
 	"github.com/hashicorp/go-hclog"
 )
 
 // GitTarget is one authoritative repository.
 type GitTarget struct {
-	Repo           string   // the repository's git dir (bare or .git)
-	AllowedRefs    []string // exact ref names the worker may update
-	AllowedPaths   []string // globs; a touched path must match one
-	ForbiddenPaths []string // globs; a touched path must match none
-	AuthorName     string
-	AuthorEmail    string
-	Class          int // 0: 3
+	Repo        string   // the repository's git dir (bare or .git)
+	AllowedRefs []string // exact ref names the worker may update
+	// AllowedRefPrefixes: a ref under one of these ("refs/heads/agent/")
+	// may also be updated, or created at its base by a request that says
+	// create — one branch per run, so runs never share a ref.
+	AllowedRefPrefixes []string
+	AllowedPaths       []string // globs; a touched path must match one
+	ForbiddenPaths     []string // globs; a touched path must match none
+	AuthorName         string
+	AuthorEmail        string
+	Class              int // 0: 3
 	// AllowBinary admits GIT binary patches (still under the result cap).
 	AllowBinary bool
 	// AllowNonPortable admits names Windows cannot check out (CON, a:b,
@@ -54,6 +59,15 @@ type gitCommitRequest struct {
 	BaseOID string `json:"base_oid"`
 	Ref     string `json:"ref"`
 	Message string `json:"message"`
+	// Create: the ref must not exist yet; the commit on the base creates
+	// it (compare-and-swap against absence).
+	Create bool `json:"create,omitempty"`
+}
+
+// refAllowed: an exact allowed ref, or a well-formed branch under an
+// allowed prefix (gitref).
+func (t GitTarget) refAllowed(ref string) bool {
+	return slices.Contains(t.AllowedRefs, ref) || gitref.Under(ref, t.AllowedRefPrefixes)
 }
 
 var oidPattern = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
@@ -89,7 +103,7 @@ func (g *GitCommit) parse(r Request) (GitTarget, gitCommitRequest, error) {
 	switch {
 	case !oidPattern.MatchString(req.BaseOID):
 		return t, req, protocol.Errorf(protocol.CodeInvalidField, "target.base_oid")
-	case !slices.Contains(t.AllowedRefs, req.Ref):
+	case !t.refAllowed(req.Ref):
 		return t, req, protocol.Errorf(protocol.CodeForbidden, "ref not allowed")
 	case messageRefusal(req.Message) != "":
 		return t, req, protocol.Errorf(protocol.CodeInvalidField, "target.message")
@@ -280,6 +294,30 @@ func (g *GitCommit) refOID(ctx context.Context, t GitTarget, ref string) (string
 	return strings.TrimSpace(string(out)), nil
 }
 
+// refHolds is the ref's commit, or "" when the ref does not exist (as a
+// branch to be created may not).
+func (g *GitCommit) refHolds(ctx context.Context, t GitTarget, ref string) (string, error) {
+	out, err := g.git(ctx, t, "", nil, "for-each-ref", "--format=%(objectname)", "--count=1", ref)
+	if err != nil {
+		return "", protocol.Errorf(protocol.CodeTargetUnavailable, "%w", err)
+	}
+	oid := strings.TrimSpace(string(out))
+	if oid == "" {
+		return "", nil
+	}
+	// for-each-ref matches by prefix too: the ref itself must be there.
+	return g.refOID(ctx, t, ref)
+}
+
+// expected is what the ref must hold for the request to land: its base,
+// or nothing at all for a ref the request creates.
+func (req gitCommitRequest) expected() string {
+	if req.Create {
+		return ""
+	}
+	return req.BaseOID
+}
+
 // Precondition implements Adapter: the ref still points at the base.
 func (g *GitCommit) Precondition(ctx context.Context, r Request) error {
 	t, req, err := g.parse(r)
@@ -289,11 +327,11 @@ func (g *GitCommit) Precondition(ctx context.Context, r Request) error {
 	if err := g.checkNotCheckedOut(ctx, t, req.Ref); err != nil {
 		return err
 	}
-	cur, err := g.refOID(ctx, t, req.Ref)
+	cur, err := g.refHolds(ctx, t, req.Ref)
 	if err != nil {
 		return err
 	}
-	if cur != req.BaseOID {
+	if cur != req.expected() {
 		return protocol.Errorf(protocol.CodeRefMoved, "ref moved")
 	}
 	return nil
@@ -334,7 +372,9 @@ func (g *GitCommit) Commit(ctx context.Context, r Request) Result {
 	}
 	// Compare-and-swap: git takes the ref's lock and moves it only if it
 	// still holds the base.
-	if _, err := g.git(ctx, t, "", nil, "update-ref", "-m", "autonomic effect "+r.EffectID.String(), req.Ref, oid, req.BaseOID); err != nil {
+	// For a ref the request creates, the old value "" is git's "must not
+	// exist".
+	if _, err := g.git(ctx, t, "", nil, "update-ref", "-m", "autonomic effect "+r.EffectID.String(), req.Ref, oid, req.expected()); err != nil {
 		// The swap failed: someone else moved the ref inside our commit
 		// window (another run on the same ref, say). The commit is ours
 		// and brand new: if the ref does not reach it, nothing can have
@@ -342,7 +382,7 @@ func (g *GitCommit) Commit(ctx context.Context, r Request) Result {
 		// was cut off (ctx) may have swapped before it died: then only
 		// what the ref holds can say (Reconcile).
 		if ctx.Err() == nil {
-			if cur, rerr := g.refOID(ctx, t, req.Ref); rerr == nil && cur != oid {
+			if cur, rerr := g.refHolds(ctx, t, req.Ref); rerr == nil && cur != oid && cur != "" {
 				if _, aerr := g.git(ctx, t, "", nil, "merge-base", "--is-ancestor", oid, cur); aerr != nil && ctx.Err() == nil {
 					return notCommitted(protocol.Errorf(protocol.CodeRefMoved, "the ref moved while the commit was made"),
 						map[string]any{"ref": req.Ref, "ref_oid": cur, "base_oid": req.BaseOID})
@@ -363,9 +403,15 @@ func (g *GitCommit) Reconcile(ctx context.Context, r Request) Result {
 	if err != nil {
 		return unknown(err, nil)
 	}
-	cur, err := g.refOID(ctx, t, req.Ref)
+	cur, err := g.refHolds(ctx, t, req.Ref)
 	if err != nil {
 		return unknown(err, nil)
+	}
+	switch {
+	case cur == "" && req.Create:
+		return notCommitted(protocol.Errorf(protocol.CodeEffectFailed, "ref not created"), map[string]any{"ref": req.Ref})
+	case cur == "":
+		return unknown(protocol.Errorf(protocol.CodeCommitUnknown, "the ref was deleted"), map[string]any{"ref": req.Ref, "ambiguous": true})
 	}
 	if cur == req.BaseOID {
 		return notCommitted(protocol.Errorf(protocol.CodeEffectFailed, "ref still at base"), map[string]any{"ref": req.Ref, "oid": cur})

@@ -170,15 +170,18 @@ type Targets struct {
 
 // GitCommitTarget mirrors broker.GitTarget.
 type GitCommitTarget struct {
-	Repo           string   `json:"repo"`
-	AllowedRefs    []string `json:"allowed_refs"`
-	AllowedPaths   []string `json:"allowed_paths"`
-	ForbiddenPaths []string `json:"forbidden_paths"`
-	AuthorName     string   `json:"author_name"`
-	AuthorEmail    string   `json:"author_email"`
-	VerifyArgv     []string `json:"verify_argv"`
-	Class          int      `json:"class"`
-	AllowBinary    bool     `json:"allow_binary"`
+	Repo        string   `json:"repo"`
+	AllowedRefs []string `json:"allowed_refs"`
+	// AllowedRefPrefixes: branches under these may be created at their
+	// base (autonomic run's one branch per run) and updated.
+	AllowedRefPrefixes []string `json:"allowed_ref_prefixes"`
+	AllowedPaths       []string `json:"allowed_paths"`
+	ForbiddenPaths     []string `json:"forbidden_paths"`
+	AuthorName         string   `json:"author_name"`
+	AuthorEmail        string   `json:"author_email"`
+	VerifyArgv         []string `json:"verify_argv"`
+	Class              int      `json:"class"`
+	AllowBinary        bool     `json:"allow_binary"`
 	// AllowNonPortable admits names Windows cannot check out.
 	AllowNonPortable bool `json:"allow_non_portable_names"`
 	// VerifyChangeInputs runs verify_argv with the change's own tests and

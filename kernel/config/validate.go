@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/protocol/gitref"
 )
 
 var (
@@ -254,12 +255,17 @@ func checkTargets(c *checker, t *Targets) {
 	for id, g := range t.GitCommit {
 		k := "targets.git_commit." + id
 		c.absPath(k+".repo", g.Repo, true)
-		if len(g.AllowedRefs) == 0 {
-			c.add(k+".allowed_refs", "must name at least one ref")
+		if len(g.AllowedRefs) == 0 && len(g.AllowedRefPrefixes) == 0 {
+			c.add(k+".allowed_refs", "must name at least one ref (or allowed_ref_prefixes one prefix)")
 		}
 		for _, r := range g.AllowedRefs {
 			if !strings.HasPrefix(r, "refs/") {
 				c.add(k+".allowed_refs", "%q is not a full ref name (refs/...)", r)
+			}
+		}
+		for _, p := range g.AllowedRefPrefixes {
+			if !gitref.Prefix(p) {
+				c.add(k+".allowed_ref_prefixes", "%q is not a branch prefix (refs/heads/NAME/)", p)
 			}
 		}
 		if len(g.AllowedPaths) == 0 {

@@ -331,7 +331,11 @@ func (e *Episode) harvested(ctx context.Context) (Outcome, bool, error) {
 // them directly rather than through the socket dispatch so a denial keeps
 // its reason (the wire form keeps only the catalogue code).
 func (e *Episode) propose(ctx context.Context, h *HarvestSpec, patch []byte) Outcome {
-	target, _ := json.Marshal(map[string]string{"base_oid": e.spec.BaseOID, "ref": h.Ref, "message": commitMessage(e.spec.OriginIntent, e.id)})
+	t := map[string]any{"base_oid": e.spec.BaseOID, "ref": h.Ref, "message": commitMessage(e.spec.OriginIntent, e.id)}
+	if h.Create {
+		t["create"] = true
+	}
+	target, _ := json.Marshal(t)
 	e.mu.Lock()
 	epoch, lease := e.epoch, e.lease.ID
 	e.mu.Unlock()

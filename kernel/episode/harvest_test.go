@@ -261,6 +261,39 @@ printf '\x00\x01' > src/__pycache__/calc.cpython-311.pyc`))
 	}
 }
 
+// TestRunsOnTheirOwnBranches: two episodes from the same base at once,
+// each harvesting onto its own new branch under the target's prefix
+// (autonomic run's default), both land — neither is ref_moved, nor
+// commit_unknown — each branch created on the base, main untouched.
+func TestRunsOnTheirOwnBranches(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	r := harvestRig(t, ctx, "own_branches")
+	refs := []string{"refs/heads/agent/codex/0a1b2c3d4e5f", "refs/heads/agent/claude/6a7b8c9d0e1f"}
+	var eps []*episode.Episode
+	for _, ref := range refs {
+		spec := r.harvestSpec(`sed -i 's/ + 1))/))/' src/calc.sh`)
+		spec.Harvest.Ref, spec.Harvest.Create = ref, true
+		e, err := r.k.Start(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps = append(eps, e)
+	}
+	for i, e := range eps {
+		o := r.ended(t, ctx, e, episode.OutcomeLanded)
+		if o.Ref != refs[i] || testbed.Git(t, r.repo, "rev-parse", refs[i]) != o.Commit {
+			t.Fatalf("outcome %+v, want %s", o, refs[i])
+		}
+		if testbed.Git(t, r.repo, "rev-parse", refs[i]+"^") != r.base {
+			t.Fatalf("%s is not on the base", refs[i])
+		}
+	}
+	if testbed.Git(t, r.repo, "rev-parse", "refs/heads/main") != r.base {
+		t.Fatal("main moved")
+	}
+}
+
 // TestHarvestNothingToCommit: a worker that changes nothing (it copies a
 // file up and writes it back unchanged) ends with nothing to commit, and
 // no effect is proposed.

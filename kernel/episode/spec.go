@@ -70,6 +70,9 @@ type HarvestSpec struct {
 	// is the only way the episode's change reaches the target: the
 	// worker's socket refuses that effect (broker.Binding.KernelOnly).
 	WorkerCommits bool `json:"worker_commits,omitempty"`
+	// Create: Ref is a new branch (under the target's allowed prefix) the
+	// landing creates on the base; it must not exist when the change lands.
+	Create bool `json:"create,omitempty"`
 }
 
 // kernelOnly are the effects the episode's worker may not propose.

@@ -313,7 +313,7 @@ func buildAdapters(cfg *config.Config, payloads *broker.Payloads, log hclog.Logg
 	if len(t.GitCommit) > 0 {
 		a := &broker.GitCommit{Targets: map[string]broker.GitTarget{}, Limits: gitLimits(cfg.Broker), Log: log.Named("git_commit")}
 		for id, g := range t.GitCommit {
-			a.Targets[id] = broker.GitTarget{Repo: g.Repo, AllowedRefs: g.AllowedRefs, AllowedPaths: g.AllowedPaths,
+			a.Targets[id] = broker.GitTarget{Repo: g.Repo, AllowedRefs: g.AllowedRefs, AllowedRefPrefixes: g.AllowedRefPrefixes, AllowedPaths: g.AllowedPaths,
 				ForbiddenPaths: g.ForbiddenPaths, AuthorName: g.AuthorName, AuthorEmail: g.AuthorEmail, Class: g.Class,
 				AllowBinary: g.AllowBinary, AllowNonPortable: g.AllowNonPortable}
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	agent "github.com/autonomic-kernel/autonomic/agents"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
@@ -27,6 +29,8 @@ type agentRun struct {
 	// Lifts are the default rules the signed policy (and the envelope)
 	// lift (--lift), by authority name.
 	Lifts []string
+	// Create: Ref is a new branch the landing creates on Base.
+	Create bool
 }
 
 // The default policy's inference budget for one run: generous for one
@@ -100,7 +104,7 @@ func agentSpec(r agentRun) ([]byte, *agent.Profile, string, error) {
 	spec, err := json.Marshal(episode.Spec{
 		OriginIntent: r.Task, Repo: r.Target.Repo, BaseOID: r.Base, Policy: signed, Envelope: cap,
 		RequestedCeiling: class, MaxRepairs: r.Cfg.MaxRepairsValue(), LeaseTTL: wall + 10*time.Minute, Argv: argv,
-		Harvest: &episode.HarvestSpec{TargetID: r.TargetID, Ref: r.Ref}, WallTime: wall,
+		Harvest: &episode.HarvestSpec{TargetID: r.TargetID, Ref: r.Ref, Create: r.Create}, WallTime: wall,
 		Rootfs: p.Rootfs, Seccomp: p.Seccomp, Inference: provider,
 	})
 	return spec, p, provider, err
@@ -138,6 +142,10 @@ func egressDefault(cfg *config.Config) []string {
 // defaultRef is where a run's change lands without --ref: the target's
 // refs/heads/agent/<agent> when it allows that, else its only allowed ref.
 func defaultRef(t config.GitCommitTarget, agentName string) (string, error) {
+	if len(t.AllowedRefPrefixes) > 0 {
+		// One branch per run: its own name, so no two runs share a ref.
+		return t.AllowedRefPrefixes[0] + agentName + "/" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12], nil
+	}
 	if r := "refs/heads/agent/" + agentName; slices.Contains(t.AllowedRefs, r) {
 		return r, nil
 	}

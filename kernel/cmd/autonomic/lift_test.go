@@ -12,6 +12,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/protocol/gitref"
 )
 
 // TestRunLiftsInTheSignedPolicy: `autonomic run --lift NAME` puts the
@@ -55,5 +56,24 @@ func TestRunLiftsInTheSignedPolicy(t *testing.T) {
 	if code := runCmd([]string{"--repo", "/r", "--agent", "codex", "--lift", "everything", "x"}, &out, &errb); code != 2 ||
 		!strings.Contains(errb.String(), "not a default rule") {
 		t.Errorf("--lift everything: exit %d\n%s", code, errb.String())
+	}
+}
+
+// TestDefaultRefIsOneBranchPerRun: with allowed_ref_prefixes, each run's
+// default ref is a new branch of its own under the first prefix, named
+// for the agent; without, the old default holds.
+func TestDefaultRefIsOneBranchPerRun(t *testing.T) {
+	tg := config.GitCommitTarget{AllowedRefs: []string{"refs/heads/agent/codex"}, AllowedRefPrefixes: []string{"refs/heads/agent/"}}
+	seen := map[string]bool{}
+	for range 50 {
+		ref, err := defaultRef(tg, "codex")
+		if err != nil || !strings.HasPrefix(ref, "refs/heads/agent/codex/") || !gitref.Under(ref, tg.AllowedRefPrefixes) || seen[ref] {
+			t.Fatalf("%q, %v (seen before: %v)", ref, err, seen[ref])
+		}
+		seen[ref] = true
+	}
+	tg.AllowedRefPrefixes = nil
+	if ref, err := defaultRef(tg, "codex"); err != nil || ref != "refs/heads/agent/codex" {
+		t.Fatalf("without prefixes: %q, %v", ref, err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/protocol/gitref"
 )
 
 // DefaultConfig is where install.sh's operator finds the kernel's
@@ -38,7 +39,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	o := newOpFlags("run", stderr)
 	repo := o.fs.String("repo", "", "the repository: a configured git_commit target's repo")
 	agentName := o.fs.String("agent", "", "the agent profile (codex, claude, opencode)")
-	ref := o.fs.String("ref", "", "the ref the change lands on (default: the target's refs/heads/agent/<agent>, or its only allowed ref)")
+	ref := o.fs.String("ref", "", "the ref the change lands on (default: a new branch PREFIX<agent>/<id> under the target's first allowed_ref_prefixes, else its refs/heads/agent/<agent>, or its only allowed ref)")
+	from := o.fs.String("from", "HEAD", "the commit a new branch starts from (a ref or commit of the repository)")
 	model := o.fs.String("model", "", "the model the agent asks for (default: the profile's, if the provider serves it)")
 	keyPath := o.fs.String("key", "", "the operator's policy key (default $AUTONOMIC_OPERATOR_KEY or ~/.config/autonomic/operator.pem; made on first use)")
 	var lifts []string
@@ -112,20 +114,31 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "autonomic:", err)
 			return 2
 		}
-	} else if !slices.Contains(target.AllowedRefs, *ref) {
-		fmt.Fprintf(stderr, "autonomic: --ref %s is not among the target's allowed_refs (%s)\n", *ref, strings.Join(target.AllowedRefs, ", "))
+	} else if !slices.Contains(target.AllowedRefs, *ref) && !gitref.Under(*ref, target.AllowedRefPrefixes) {
+		fmt.Fprintf(stderr, "autonomic: --ref %s is not among the target's allowed_refs (%s) or under its allowed_ref_prefixes (%s)\n",
+			*ref, strings.Join(target.AllowedRefs, ", "), strings.Join(target.AllowedRefPrefixes, ", "))
 		return 2
 	}
 	// The agent starts from the ref's commit, and the change lands on the
-	// ref as a fast-forward (git_commit's precondition): the ref must
-	// exist, and a ref that moves meanwhile refuses the change.
+	// ref as a fast-forward (git_commit's precondition): a ref that moves
+	// meanwhile refuses the change. A branch under an allowed prefix that
+	// does not exist yet starts from --from, and landing creates it: runs
+	// on their own branches never meet.
 	base, err := gitRef(real, *ref)
+	create := false
+	if err != nil && gitref.Under(*ref, target.AllowedRefPrefixes) && !refExists(real, *ref) {
+		if base, err = gitRef(real, *from); err != nil {
+			fmt.Fprintf(stderr, "autonomic: --from: %v\n", err)
+			return 2
+		}
+		create = true
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "autonomic: --repo: %v (create %s at the commit the agent should start from)\n", err, *ref)
 		return 2
 	}
 	spec, prof, provider, err := agentSpec(agentRun{Agent: *agentName, Task: task, Repo: real, Base: base, Ref: *ref,
-		TargetID: targetID, Target: target, Key: key, Model: *model, Cfg: cfg, Lifts: lifts})
+		TargetID: targetID, Target: target, Key: key, Model: *model, Cfg: cfg, Lifts: lifts, Create: create})
 	if err != nil {
 		fmt.Fprintln(stderr, "autonomic:", err)
 		return 2
@@ -145,8 +158,12 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return opFail(stderr, err)
 	}
-	fmt.Fprintf(stdout, "episode %s: %s (rootfs %s, wall time %s) through provider %s on %s (%s at %s)\n",
-		ep.ID, *agentName, prof.Rootfs, prof.WallTime(), provider, targetID, *ref, short(base))
+	onto := "at"
+	if create {
+		onto = "new, from"
+	}
+	fmt.Fprintf(stdout, "episode %s: %s (rootfs %s, wall time %s) through provider %s on %s (%s %s %s)\n",
+		ep.ID, *agentName, prof.Rootfs, prof.WallTime(), provider, targetID, *ref, onto, short(base))
 	if len(lifts) > 0 {
 		fmt.Fprintf(stdout, "the signed policy lifts: %s\n", strings.Join(lifts, ", "))
 	}
@@ -225,6 +242,14 @@ func targetFor(cfg *config.Config, repo string) (string, config.GitCommitTarget,
 		}
 	}
 	return "", config.GitCommitTarget{}, false
+}
+
+// refExists reports whether ref is a ref of the repository (a name that
+// does not resolve may still exist, pointing at no commit).
+func refExists(repo, ref string) bool {
+	cmd := exec.Command("git", "-C", repo, "show-ref", "--verify", "--quiet", ref)
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1")
+	return cmd.Run() == nil
 }
 
 // gitRef is the commit ref names in the repository, as the operator sees it.
