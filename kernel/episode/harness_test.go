@@ -339,7 +339,7 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 	}
 	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
 		AllowedRefPrefixes: []string{"refs/heads/agent/"},
-		AllowedPaths: paths, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid", AllowBinary: r.opts.binary}}}
+		AllowedPaths:       paths, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid", AllowBinary: r.opts.binary}}}
 	// One direction, as serve composes: regulator → governor → broker →
 	// controller.
 	gc := governor.Config{Store: st, Regulator: r.opts.regulator}
