@@ -853,6 +853,55 @@ func (b *Broker) Reconcile(ctx context.Context, episodeID uuid.UUID) ([]Settleme
 	return out, nil
 }
 
+// Settle is an operator's word on an effect whose outcome nothing here
+// can find: only an effect in commit_unknown, and only when its adapter
+// cannot decide it either — its target is no longer configured, or the
+// adapter's reconciliation is still ambiguous. Where the adapter can
+// decide, that decides and the operator's word is not taken (it is
+// returned as the effect's settled state, with CodeIllegalTransition when
+// it contradicts the operator). committed says which way; who (the
+// caller's uid) and why go into the receipt the ledger digests.
+func (b *Broker) Settle(ctx context.Context, id uuid.UUID, committed bool, uid int64, reason string) (store.Effect, error) {
+	s := b.cfg.Store
+	e, err := s.Effect(ctx, id)
+	if err != nil {
+		return store.Effect{}, err
+	}
+	if e.State != store.CommitUnknown {
+		return e, protocol.Errorf(protocol.CodeIllegalTransition, "only a commit_unknown effect is settled by an operator (this one is %s)", e.State)
+	}
+	if a, _, aerr := b.adapter(e.Kind, e.TargetID); aerr == nil {
+		ar, err := b.request(e)
+		if err != nil {
+			return e, err
+		}
+		if r := a.Reconcile(ctx, ar); r.Outcome != Unknown {
+			if r.Receipt == nil {
+				r.Receipt = map[string]any{}
+			}
+			r.Receipt["reconciled"] = true
+			ne, err := b.record(ctx, e, r)
+			if ne.ID == uuid.Nil {
+				return e, err
+			}
+			if (r.Outcome == Committed) != committed {
+				return ne, protocol.Errorf(protocol.CodeIllegalTransition, "the target says the effect is %s; the operator's word was not taken", ne.State)
+			}
+			return ne, nil
+		}
+	}
+	outcome := Result{Outcome: NotCommitted, Err: protocol.Errorf(protocol.CodeEffectFailed, "settled by an operator: not committed")}
+	if committed {
+		outcome = Result{Outcome: Committed}
+	}
+	outcome.Receipt = map[string]any{"settled_by": "operator", "uid": uid, "reason": reason}
+	ne, err := b.record(ctx, e, outcome)
+	if ne.ID == uuid.Nil {
+		return e, err // not recorded: still commit_unknown
+	}
+	return ne, nil // record's error only restates a not-committed outcome
+}
+
 // Saturations is how many worker connections the per-episode servers on
 // this broker have refused as effect_broker_saturated since it was built.
 // It only grows; a reader compares two readings. Lock- and allocation-free,

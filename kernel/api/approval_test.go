@@ -54,7 +54,7 @@ func newApprovalEnv(t *testing.T) *approvalEnv {
 		if _, err := b.Reconcile(ctxT(t), uuid.Nil); err != nil {
 			t.Fatal(err)
 		}
-		a.broker, cfg.Approver = b, b
+		a.broker, cfg.Approver, cfg.Settler = b, b, b
 	})
 	ctx := ctxT(t)
 	var err error

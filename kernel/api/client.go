@@ -107,6 +107,16 @@ func (c *Client) Complete(ctx context.Context, id, reason string) (EpisodeView, 
 	return out, c.do(ctx, http.MethodPost, "/v1/episodes/"+url.PathEscape(id)+"/complete", nil, AbortRequest{Reason: reason}, &out)
 }
 
+// Settle records an operator's word on a commit_unknown effect.
+func (c *Client) Settle(ctx context.Context, effectID string, committed bool, reason string) (EffectView, error) {
+	req := SettleRequest{Outcome: "not_committed", Reason: reason}
+	if committed {
+		req.Outcome = "committed"
+	}
+	var out EffectView
+	return out, c.do(ctx, http.MethodPost, "/v1/effects/"+url.PathEscape(effectID)+"/settle", nil, req, &out)
+}
+
 // Effects lists an episode's effects.
 func (c *Client) Effects(ctx context.Context, episodeID string) ([]EffectView, error) {
 	var out []EffectView

@@ -11,7 +11,10 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
@@ -58,6 +61,13 @@ type Approver interface {
 	Approve(ctx context.Context, effectID uuid.UUID, a *protocol.Approval) (store.Effect, error)
 }
 
+// Settler takes an operator's word on an effect whose commit outcome
+// nothing can find (*broker.Broker: only commit_unknown, and only when
+// the target cannot decide it itself).
+type Settler interface {
+	Settle(ctx context.Context, id uuid.UUID, committed bool, uid int64, reason string) (store.Effect, error)
+}
+
 // Config configures a Server.
 type Config struct {
 	Store Store
@@ -66,6 +76,8 @@ type Config struct {
 	Controller Controller
 	// Approver may be nil: approval then answers 501.
 	Approver Approver
+	// Settler may be nil: settle then answers 501.
+	Settler Settler
 	// Kernel, when set, reports the kernel's autonomy (GET /v1/kernel).
 	Kernel func() KernelView
 	// Preflight, when set, reports what the host enforces.
@@ -118,6 +130,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/effects/{id}", s.effect)
 	s.route("GET /v1/effects/{id}/patch", s.patch)
 	s.route("POST /v1/effects/{id}/approval", s.approve)
+	s.route("POST /v1/effects/{id}/settle", s.settle)
 	s.route("GET /v1/preflight", s.preflight)
 	s.route("GET /v1/kernel", s.kernel)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -509,6 +522,45 @@ func (s *Server) approve(ctx context.Context, r *http.Request) (any, error) {
 	// Who submitted it goes to the log (the ledger names the key, which
 	// is who signed it); nothing from the body does.
 	s.log.Info("effect approval recorded", "effect", id, "uid", uid, "state", e.State)
+	return effectView(e), nil
+}
+
+// SettleRequest is an operator's word on a commit_unknown effect.
+type SettleRequest struct {
+	Outcome string `json:"outcome"` // "committed" or "not_committed"
+	Reason  string `json:"reason"`
+}
+
+// settle records an operator's word on an effect whose outcome nothing
+// here can find (a removed target's, an ambiguous ref): the broker takes
+// it only when the target cannot decide, and the receipt keeps who and why.
+func (s *Server) settle(ctx context.Context, r *http.Request) (any, error) {
+	if s.cfg.Settler == nil {
+		return nil, protocol.Errorf(protocol.CodeUnknownAction, "effect settle: no broker is wired into this kernel")
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	var req SettleRequest
+	if err := readBody(r, &req); err != nil {
+		return nil, err
+	}
+	if req.Outcome != "committed" && req.Outcome != "not_committed" {
+		return nil, protocol.Errorf(protocol.CodeInvalidField, "outcome must be committed or not_committed")
+	}
+	if req.Reason == "" || len(req.Reason) > 200 || !utf8.ValidString(req.Reason) || strings.ContainsFunc(req.Reason, unicode.IsControl) {
+		return nil, protocol.Errorf(protocol.CodeInvalidField, "reason must be 1..200 bytes of text")
+	}
+	uid := int64(-1)
+	if p := peerOf(ctx); p != nil {
+		uid = int64(p.UID)
+	}
+	e, err := s.cfg.Settler.Settle(ctx, id, req.Outcome == "committed", uid, req.Reason)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("effect settled by an operator", "effect", id, "uid", uid, "state", e.State)
 	return effectView(e), nil
 }
 

@@ -33,6 +33,8 @@ func effectCmd(args []string, stdout, stderr io.Writer) int {
 		return effectApprove(args[1:], stdout, stderr)
 	case "list", "show":
 		return effectOperator(args, stdout, stderr)
+	case "settle":
+		return effectSettle(args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2
@@ -151,5 +153,38 @@ func effectApprove(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s recorded for effect %s revision %d (%s, class %d, target %s, payload %s): now %s\n",
 		doc.Decision, after.ID, doc.EffectRevision, after.Kind, after.Class, after.TargetID, doc.PayloadDigest, after.State)
+	return 0
+}
+
+// effectSettle gives the running kernel an operator's word on an effect
+// whose commit outcome nothing can find (commit_unknown: its target was
+// removed from the configuration, or its ref moved ambiguously). The
+// kernel asks the target first where it still can; only where it cannot
+// is the operator's word recorded, with their uid and reason.
+func effectSettle(args []string, stdout, stderr io.Writer) int {
+	o := newOpFlags("effect settle", stderr)
+	committed := o.fs.Bool("committed", false, "the effect did take place (you checked the target)")
+	notCommitted := o.fs.Bool("not-committed", false, "the effect did not take place")
+	reason := o.fs.String("reason", "", "what you checked (recorded; 1..200 bytes)")
+	pos, err := o.parse(args)
+	if err != nil || len(pos) != 1 || *committed == *notCommitted || *reason == "" {
+		fmt.Fprintln(stderr, "usage: autonomic effect settle EFFECT --committed|--not-committed --reason TEXT [--config FILE]")
+		return 2
+	}
+	c, err := o.client()
+	if err != nil {
+		return opFail(stderr, err)
+	}
+	ctx, cancel := opCtx()
+	defer cancel()
+	e, err := c.Settle(ctx, pos[0], *committed, *reason)
+	if err != nil {
+		return opFail(stderr, err)
+	}
+	if *o.json {
+		printJSON(stdout, e)
+		return 0
+	}
+	fmt.Fprintf(stdout, "effect %s is %s\n", e.ID, e.State)
 	return 0
 }

@@ -56,6 +56,9 @@ commands:
                                         in the running kernel (the worker then commits without carrying it)
   effect approve --key FILE --key-id ID --effect ID --revision N --episode ID --epoch N --payload-digest D
                                         offline: sign exactly that effect revision and print the approval
+  effect settle EFFECT --committed|--not-committed --reason TEXT
+                                        an operator's word on a commit_unknown effect the target cannot decide
+                                        (its target removed): recorded with your uid and reason
   policy sign --key FILE --key-id ID < policy.json
                                         sign a policy document (an effect keygen key; its public key goes in
                                         policy_keys); prints the envelope an episode spec's "policy" carries
