@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/autonomic-kernel/autonomic/kernel/targets"
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
@@ -105,6 +106,18 @@ func (c *Client) Abort(ctx context.Context, id, reason string) (EpisodeView, err
 func (c *Client) Complete(ctx context.Context, id, reason string) (EpisodeView, error) {
 	var out EpisodeView
 	return out, c.do(ctx, http.MethodPost, "/v1/episodes/"+url.PathEscape(id)+"/complete", nil, AbortRequest{Reason: reason}, &out)
+}
+
+// Targets lists the kernel's git_commit targets.
+func (c *Client) Targets(ctx context.Context) ([]targets.Entry, error) {
+	var out []targets.Entry
+	return out, c.do(ctx, http.MethodGet, "/v1/targets", nil, nil, &out)
+}
+
+// AddTarget registers a repository as a git_commit target.
+func (c *Client) AddTarget(ctx context.Context, req targets.Request) (targets.Added, error) {
+	var out targets.Added
+	return out, c.do(ctx, http.MethodPost, "/v1/targets", nil, req, &out)
 }
 
 // Settle records an operator's word on a commit_unknown effect.

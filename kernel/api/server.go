@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/targets"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/autonomic-kernel/autonomic/store/ledger"
@@ -68,6 +69,13 @@ type Settler interface {
 	Settle(ctx context.Context, id uuid.UUID, committed bool, uid int64, reason string) (store.Effect, error)
 }
 
+// Targets is the kernel's live set of git_commit targets
+// (*targets.Registry).
+type Targets interface {
+	List() []targets.Entry
+	Add(ctx context.Context, req targets.Request) (targets.Added, error)
+}
+
 // Config configures a Server.
 type Config struct {
 	Store Store
@@ -78,6 +86,8 @@ type Config struct {
 	Approver Approver
 	// Settler may be nil: settle then answers 501.
 	Settler Settler
+	// Targets may be nil: the target routes then answer 501.
+	Targets Targets
 	// Kernel, when set, reports the kernel's autonomy (GET /v1/kernel).
 	Kernel func() KernelView
 	// Preflight, when set, reports what the host enforces.
@@ -131,6 +141,8 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/effects/{id}/patch", s.patch)
 	s.route("POST /v1/effects/{id}/approval", s.approve)
 	s.route("POST /v1/effects/{id}/settle", s.settle)
+	s.route("GET /v1/targets", s.listTargets)
+	s.route("POST /v1/targets", s.addTarget)
 	s.route("GET /v1/preflight", s.preflight)
 	s.route("GET /v1/kernel", s.kernel)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -523,6 +535,39 @@ func (s *Server) approve(ctx context.Context, r *http.Request) (any, error) {
 	// is who signed it); nothing from the body does.
 	s.log.Info("effect approval recorded", "effect", id, "uid", uid, "state", e.State)
 	return effectView(e), nil
+}
+
+// listTargets answers the git_commit targets, configured and added.
+func (s *Server) listTargets(ctx context.Context, r *http.Request) (any, error) {
+	if s.cfg.Targets == nil {
+		return nil, protocol.Errorf(protocol.CodeUnknownAction, "targets: no registry is wired into this kernel")
+	}
+	return s.cfg.Targets.List(), nil
+}
+
+// addTarget registers a repository as a git_commit target while the
+// kernel runs (autonomic repo add): no configuration edit, no restart.
+func (s *Server) addTarget(ctx context.Context, r *http.Request) (any, error) {
+	if s.cfg.Targets == nil {
+		return nil, protocol.Errorf(protocol.CodeUnknownAction, "targets: no registry is wired into this kernel")
+	}
+	var req targets.Request
+	if err := readBody(r, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Test) > 32 {
+		return nil, protocol.Errorf(protocol.CodeInvalidField, "test: at most 32 arguments")
+	}
+	added, err := s.cfg.Targets.Add(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	uid := int64(-1)
+	if p := peerOf(ctx); p != nil {
+		uid = int64(p.UID)
+	}
+	s.log.Info("git_commit target added", "target", added.ID, "uid", uid)
+	return added, nil
 }
 
 // SettleRequest is an operator's word on a commit_unknown effect.

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/protocol/gitref"
 )
 
@@ -369,4 +370,16 @@ func mapKeys[V any](m map[string]V) []string {
 func isLoopback(host string) bool {
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.IsLoopback()
+}
+
+// CheckGitCommitTarget validates one git_commit target as the
+// configuration's own would be (a target registered at run time, or read
+// back from the kernel's state): the same rules, the same *Error.
+func CheckGitCommitTarget(id string, t GitCommitTarget) error {
+	c := &checker{}
+	checkTargets(c, &Targets{GitCommit: map[string]GitCommitTarget{id: t}})
+	if len(c.ps) > 0 {
+		return &Error{Problems: c.ps, code: protocol.CodeInvalidField}
+	}
+	return nil
 }

@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -25,6 +27,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/kernel/relay"
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
+	"github.com/autonomic-kernel/autonomic/kernel/targets"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/kernel/workspace"
 	"github.com/autonomic-kernel/autonomic/seccomp"
@@ -60,6 +63,8 @@ type composition struct {
 	episodes *episode.Controller
 	// payloads is the broker's payload store (the API reads patches).
 	payloads *broker.Payloads
+	// targets is the live set of git_commit targets (autonomic repo add).
+	targets *targets.Registry
 	// metrics observes the parts above; serve exposes it when
 	// metrics.listen is configured.
 	metrics *metrics.Metrics
@@ -85,6 +90,18 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if err != nil {
 		return nil, err
 	}
+	// Targets registered at run time (autonomic repo add) are read back
+	// and served as configured ones are.
+	configured := cfg.Targets.GitCommit
+	added, err := targets.Load(cfg.StateDir, configured)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Targets.GitCommit = maps.Clone(configured)
+	if cfg.Targets.GitCommit == nil {
+		cfg.Targets.GitCommit = map[string]config.GitCommitTarget{}
+	}
+	maps.Copy(cfg.Targets.GitCommit, added)
 	k := &composition{domains: backendFor(cfg, log), payloads: payloads}
 	src := metrics.Source{}
 	if c, ok := st.(interface {
@@ -151,6 +168,24 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if err != nil {
 		return nil, err
 	}
+	// The registry hands a target added at run time to the adapter and the
+	// verification runner before it answers.
+	var gitc *broker.GitCommit // found before the adapters are wrapped below
+	for _, a := range adapters {
+		if g, ok := a.(*broker.GitCommit); ok {
+			gitc = g
+		}
+	}
+	hooksAdd := []func(string, config.GitCommitTarget) error{func(id string, g config.GitCommitTarget) error {
+		if gitc == nil {
+			return errors.New("no git_commit adapter")
+		}
+		return gitc.AddTarget(id, brokerGitTarget(g))
+	}}
+	if r := gc.Verification; r != nil {
+		hooksAdd = append(hooksAdd, func(id string, g config.GitCommitTarget) error { r.AddTarget(id, verifyTarget(g)); return nil })
+	}
+	k.targets = targets.Open(cfg.StateDir, configured, added, "", hooksAdd...)
 	for i, a := range adapters {
 		adapters[i] = k.metrics.Adapter(gov.Wrap(a))
 	}
@@ -184,9 +219,11 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		ec.Archives = workspace.ArchiveDir(cfg.Episode.CheckpointsDir)
 	}
 	// The harvest carries what the target's adapter would accept: its
-	// allow_binary, read from the same configuration the adapter is.
-	targets := cfg.Targets.GitCommit
-	ec.HarvestAdmit = func(id string) workspace.Admit { return workspace.Admit{Binary: targets[id].AllowBinary} }
+	// allow_binary, from the registry the adapter's targets come from.
+	ec.HarvestAdmit = func(id string) workspace.Admit {
+		t, _ := k.targets.Get(id)
+		return workspace.Admit{Binary: t.AllowBinary}
+	}
 	if l, ok := st.(relay.Ledger); ok {
 		ec.RelayLedger = l
 	}
@@ -304,21 +341,32 @@ const (
 	httpCredentialPrefix = "Bearer "
 )
 
+// brokerGitTarget is a configured (or registered) git_commit target as the
+// adapter holds it.
+func brokerGitTarget(g config.GitCommitTarget) broker.GitTarget {
+	return broker.GitTarget{Repo: g.Repo, AllowedRefs: g.AllowedRefs, AllowedRefPrefixes: g.AllowedRefPrefixes, AllowedPaths: g.AllowedPaths,
+		ForbiddenPaths: g.ForbiddenPaths, AuthorName: g.AuthorName, AuthorEmail: g.AuthorEmail, Class: g.Class,
+		AllowBinary: g.AllowBinary, AllowNonPortable: g.AllowNonPortable}
+}
+
+// verifyTarget is a git_commit target as the verification runner holds it.
+func verifyTarget(g config.GitCommitTarget) verify.Target {
+	return verify.Target{Repo: g.Repo, Argv: g.VerifyArgv, ChangeInputs: g.VerifyChangeInputs}
+}
+
 // buildAdapters maps every configured target onto its broker adapter. The
 // configuration was validated by config.Load; what remains to check here is
 // only what the broker's types parse (CIDRs).
 func buildAdapters(cfg *config.Config, payloads *broker.Payloads, log hclog.Logger) ([]broker.Adapter, error) {
 	t := cfg.Targets
 	var out []broker.Adapter
-	if len(t.GitCommit) > 0 {
-		a := &broker.GitCommit{Targets: map[string]broker.GitTarget{}, Limits: gitLimits(cfg.Broker), Log: log.Named("git_commit")}
-		for id, g := range t.GitCommit {
-			a.Targets[id] = broker.GitTarget{Repo: g.Repo, AllowedRefs: g.AllowedRefs, AllowedRefPrefixes: g.AllowedRefPrefixes, AllowedPaths: g.AllowedPaths,
-				ForbiddenPaths: g.ForbiddenPaths, AuthorName: g.AuthorName, AuthorEmail: g.AuthorEmail, Class: g.Class,
-				AllowBinary: g.AllowBinary, AllowNonPortable: g.AllowNonPortable}
-		}
-		out = append(out, a)
+	// git_commit is always served: `autonomic repo add` may register its
+	// first target while the kernel runs.
+	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{}, Limits: gitLimits(cfg.Broker), Log: log.Named("git_commit")}
+	for id, g := range t.GitCommit {
+		gitc.Targets[id] = brokerGitTarget(g)
 	}
+	out = append(out, gitc)
 	if len(t.GitRemote) > 0 {
 		a := &broker.GitRemote{Targets: map[string]broker.GitRemoteTarget{}, Log: log.Named("git_remote")}
 		for id, g := range t.GitRemote {
@@ -405,7 +453,7 @@ func verifyTargets(cfg *config.Config) map[string]verify.Target {
 	out := map[string]verify.Target{}
 	for id, g := range cfg.Targets.GitCommit {
 		if len(g.VerifyArgv) > 0 {
-			out[id] = verify.Target{Repo: g.Repo, Argv: g.VerifyArgv, ChangeInputs: g.VerifyChangeInputs}
+			out[id] = verifyTarget(g)
 		}
 	}
 	return out

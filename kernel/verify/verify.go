@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -58,6 +59,19 @@ type Runner struct {
 	Unverified []string
 	Git        string
 	Logger     hclog.Logger
+
+	mu sync.RWMutex // Targets, once AddTarget may run beside verifications
+}
+
+// AddTarget registers a target's verification while the runner serves
+// (autonomic repo add).
+func (r *Runner) AddTarget(id string, t Target) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.Targets == nil {
+		r.Targets = map[string]Target{}
+	}
+	r.Targets[id] = t
 }
 
 // Egress is what a verification gets when the effect's episode had an
@@ -149,7 +163,9 @@ func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Bod
 	if v, tested := r.byRule(e.Kind, b); !tested {
 		return v, nil
 	}
+	r.mu.RLock()
 	t, ok := r.Targets[e.TargetID]
+	r.mu.RUnlock()
 	if !ok || len(t.Argv) == 0 || !filepath.IsAbs(t.Repo) {
 		return deny(b, "no verify_argv for the target")
 	}

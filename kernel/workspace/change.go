@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"cmp"
 	"compress/zlib"
@@ -14,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -417,7 +415,8 @@ func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim
 		}
 		need = append(need, b.oid)
 	}
-	blobs, err := g.blobs(ctx, need, int64(lim.PatchBytes))
+	// One git process for every base blob the patch needs.
+	blobs, err := g.batch(ctx, need, int64(lim.PatchBytes), true)
 	if err != nil {
 		return Change{}, err
 	}
@@ -457,63 +456,6 @@ func fileMode(f upperFile) string {
 		return "100755"
 	}
 	return "100644"
-}
-
-// blobs reads the base blobs ids name from one `git cat-file --batch`
-// (one process for the whole harvest, not one per file), refusing any
-// larger than max bytes or that is not a blob.
-func (r runner) blobs(ctx context.Context, ids []string, max int64) (map[string][]byte, error) {
-	out := map[string][]byte{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	git := r.git
-	if git == "" {
-		git = "git"
-	}
-	cmd := exec.CommandContext(ctx, git, append(append([]string(nil), safety...), "cat-file", "--batch")...)
-	cmd.Dir = r.dir
-	cmd.Env = gitEnv
-	cmd.Stdin = strings.NewReader(strings.Join(ids, "\n") + "\n")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("workspace: git cat-file: %w", err)
-	}
-	rd := bufio.NewReader(stdout)
-	read := func() error {
-		for range ids {
-			hdr, err := rd.ReadString('\n')
-			if err != nil {
-				return err
-			}
-			f := strings.Fields(hdr)
-			if len(f) != 3 || f[1] != "blob" {
-				return errors.New("not a blob")
-			}
-			n, err := strconv.ParseInt(f[2], 10, 64)
-			if err != nil || n < 0 || n > max {
-				return errors.New("blob size")
-			}
-			data := make([]byte, n+1) // and git's newline after it
-			if _, err := io.ReadFull(rd, data); err != nil || data[n] != '\n' {
-				return errors.New("short blob")
-			}
-			out[f[0]] = data[:n]
-		}
-		return nil
-	}
-	rerr := read()
-	if rerr != nil {
-		_ = cmd.Process.Kill()
-	}
-	werr := cmd.Wait()
-	if rerr != nil || werr != nil {
-		return nil, fmt.Errorf("workspace: git cat-file: %w", errors.Join(rerr, werr))
-	}
-	return out, nil
 }
 
 // binary: a NUL anywhere. (git's own test reads only the first 8000

@@ -1,15 +1,18 @@
 package workspace
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -148,4 +151,98 @@ func ChownTree(root string, uid, gid int) error {
 		}
 		return os.Lchown(p, uid, gid)
 	})
+}
+
+// ReadAt reads the files at paths as of rev in the repository at dir (its
+// git dir, or a work tree), under the same safety settings as every git
+// here, from one `git cat-file --batch`. A path that is not a blob at rev,
+// or is larger than max bytes, is absent from the result.
+func ReadAt(ctx context.Context, git, dir, rev string, paths []string, max int64) (map[string][]byte, error) {
+	names := make([]string, len(paths))
+	for i, p := range paths {
+		names[i] = rev + ":" + p
+	}
+	got, err := runner{git: git, dir: dir}.batch(ctx, names, max, false)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for i, n := range names {
+		if b, ok := got[n]; ok {
+			out[paths[i]] = b
+		}
+	}
+	return out, nil
+}
+
+// batch reads the objects names name from one `git cat-file --batch`.
+// strict: every one must be a blob of at most max bytes, or the whole read
+// fails; otherwise one that is missing, not a blob or larger is left out.
+func (r runner) batch(ctx context.Context, names []string, max int64, strict bool) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	for _, n := range names {
+		if strings.ContainsAny(n, "\n\x00") {
+			return nil, fmt.Errorf("%w: object name", ErrInvalid)
+		}
+	}
+	git := r.git
+	if git == "" {
+		git = "git"
+	}
+	cmd := exec.CommandContext(ctx, git, append(append([]string(nil), safety...), "cat-file", "--batch")...)
+	cmd.Dir, cmd.Env = r.dir, gitEnv
+	cmd.Stdin = strings.NewReader(strings.Join(names, "\n") + "\n")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("workspace: git cat-file: %w", err)
+	}
+	rd := bufio.NewReader(stdout)
+	read := func() error {
+		for _, name := range names {
+			hdr, err := rd.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			f := strings.Fields(hdr)
+			if len(f) != 3 { // "<name> missing", "<name> ambiguous"
+				if strict {
+					return errors.New("no such object")
+				}
+				continue
+			}
+			n, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil || n < 0 {
+				return errors.New("object size")
+			}
+			if f[1] != "blob" || n > max {
+				if strict {
+					return errors.New("not a blob, or too large")
+				}
+				if _, err := io.CopyN(io.Discard, rd, n+1); err != nil {
+					return err
+				}
+				continue
+			}
+			data := make([]byte, n+1) // and git's newline after it
+			if _, err := io.ReadFull(rd, data); err != nil || data[n] != '\n' {
+				return errors.New("short object")
+			}
+			out[name] = data[:n]
+		}
+		return nil
+	}
+	rerr := read()
+	if rerr != nil {
+		_ = cmd.Process.Kill()
+	}
+	if werr := cmd.Wait(); rerr != nil || werr != nil {
+		return nil, fmt.Errorf("workspace: git cat-file: %w", errors.Join(rerr, werr))
+	}
+	return out, nil
 }

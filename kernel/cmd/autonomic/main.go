@@ -29,9 +29,12 @@ import (
 const usage = `usage: autonomic <command> [flags]
 
 commands:
-  run --repo PATH --agent NAME [--ref REF] [--model M] [--key PEM] "TASK"
+  run --repo PATH --agent NAME [--ref REF] [--from REV] [--model M] [--lift RULE]... [--key PEM] "TASK"
                                         the main job: the agent fixes TASK in a domain through the running kernel;
                                         prints the timeline and the commit that landed, or why nothing did
+  repo add PATH [--test CMD] [--id ID] | repo list
+                                        register a repository with the running kernel (persisted, no restart): its
+                                        agents land on new branches under refs/heads/agent/, verified by its tests
   serve --config FILE                   run the kernel: store (managed cluster when no url), broker, episode controller,
                                         recovery, then the operator API
   preflight [--config FILE] [--json]    what this host and its launcher enforce (and, with a config, the database), with a verdict
@@ -101,6 +104,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return egressCmd(args[1:], stdout, stderr)
 	case "mcp":
 		return mcpCmd(args[1:], os.Stdin, stdout, stderr)
+	case "repo":
+		return repoCmd(args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2

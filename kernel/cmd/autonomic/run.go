@@ -106,7 +106,11 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	targetID, target, ok := targetFor(cfg, real)
 	if !ok {
-		fmt.Fprintf(stderr, "autonomic: %s is not a git_commit target of this kernel; add it to targets.git_commit in %s\n", real, cfgPath)
+		// Registered while the kernel runs (autonomic repo add)?
+		targetID, target, ok = addedTargetFor(*o.socket, real)
+	}
+	if !ok {
+		fmt.Fprintf(stderr, "autonomic: %s is not a git_commit target of this kernel; register it: autonomic repo add %s\n", real, real)
 		return 2
 	}
 	if *ref == "" {
@@ -233,28 +237,59 @@ func outcome(v api.EpisodeView, stdout io.Writer) int {
 	return 1
 }
 
-// targetFor finds the git_commit target whose repository is repo.
+// targetFor finds the configured git_commit target whose repository is
+// repo (its git dir, or the work tree around it).
 func targetFor(cfg *config.Config, repo string) (string, config.GitCommitTarget, bool) {
 	for id, t := range cfg.Targets.GitCommit {
-		r, err := filepath.EvalSymlinks(t.Repo)
-		if err == nil && r == repo {
+		if sameRepo(t.Repo, repo) {
 			return id, t, true
 		}
 	}
 	return "", config.GitCommitTarget{}, false
 }
 
+// addedTargetFor asks the running kernel for a target registered with
+// autonomic repo add (not in the configuration file).
+func addedTargetFor(socket, repo string) (string, config.GitCommitTarget, bool) {
+	ctx, cancel := opCtx()
+	defer cancel()
+	list, err := api.NewClient(socket).Targets(ctx)
+	if err != nil {
+		return "", config.GitCommitTarget{}, false
+	}
+	for _, e := range list {
+		if sameRepo(e.Target.Repo, repo) {
+			return e.ID, e.Target, true
+		}
+	}
+	return "", config.GitCommitTarget{}, false
+}
+
+// sameRepo: the target's git dir is repo, or repo's .git.
+func sameRepo(gitDir, repo string) bool {
+	r, err := filepath.EvalSymlinks(gitDir)
+	return err == nil && (r == repo || r == filepath.Join(repo, ".git"))
+}
+
 // refExists reports whether ref is a ref of the repository (a name that
 // does not resolve may still exist, pointing at no commit).
 func refExists(repo, ref string) bool {
-	cmd := exec.Command("git", "-C", repo, "show-ref", "--verify", "--quiet", ref)
+	cmd := exec.Command("git", append(readOnly(repo), "show-ref", "--verify", "--quiet", ref)...)
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1")
 	return cmd.Run() == nil
 }
 
+// readOnly is how the operator's git reads the kernel's repository: it is
+// owned by the kernel's account, so git's ownership check would refuse it
+// ("dubious ownership"); that one directory is trusted for these reads,
+// with hooks and fsmonitor off.
+func readOnly(repo string) []string {
+	return []string{"-c", "safe.directory=" + repo, "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-C", repo}
+}
+
 // gitRef is the commit ref names in the repository, as the operator sees it.
 func gitRef(repo, ref string) (string, error) {
-	cmd := exec.Command("git", "-C", repo, "rev-parse", "--verify", ref+"^{commit}")
+	cmd := exec.Command("git", append(readOnly(repo), "rev-parse", "--verify", ref+"^{commit}")...)
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1")
 	out, err := cmd.Output()
 	if err != nil {

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/autonomic-kernel/autonomic/internal/privileged"
+	"github.com/autonomic-kernel/autonomic/internal/testbed"
+	"github.com/autonomic-kernel/autonomic/kernel/api"
+	"github.com/autonomic-kernel/autonomic/kernel/authority"
+	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/kernel/targets"
+	"github.com/autonomic-kernel/autonomic/store/storetest"
+)
+
+// TestRepoAddWithoutRestart: a kernel configured with no git_commit target
+// at all takes one from `autonomic repo add` while it runs — its test
+// command detected from the repository — and an episode's harvest lands
+// on a new branch of it, verified by those tests, with no configuration
+// edit and no restart; after a restart the target is still served (read
+// back from state_dir) and a second change lands.
+func TestRepoAddWithoutRestart(t *testing.T) {
+	privileged.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	bed, err := testbed.New(ctx, testbed.Options{Spec: "rootfs-builder/specs/worker.json", EffectClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			bed.RemoveCgroups()
+			return
+		}
+		_ = bed.Close()
+	}()
+	tmp, err := os.MkdirTemp("", "autonomic-repoadd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	os.Chmod(tmp, 0o755)
+	cluster := storetest.Start(t)
+	if err := cluster.CreateDatabase(ctx, "kernel"); err != nil {
+		t.Fatal(err)
+	}
+	repo, base := testbed.BareRepo(t, tmp, "shop.git", map[string]string{"Makefile": "test:\n\tsh test.sh\n", "test.sh": "grep -q fixed app.txt\n", "app.txt": "broken\n"}, "base")
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	rel, err := filepath.Rel(testbed.CgroupV2Mount(), bed.CgroupParent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := json.Marshal(map[string]any{
+		"policy_keys": map[string]string{"ops": base64.StdEncoding.EncodeToString(pub)},
+		"state_dir":   filepath.Join(tmp, "state"),
+		"store":       map[string]any{"url": cluster.KernelConnString("kernel"), "admin_url": cluster.AdminConnString("kernel")},
+		"domain": map[string]any{"backend": "linux", "launcher_path": bed.Launcher, "direct": true,
+			"workspaces_root": bed.Workspaces, "sockets_root": bed.Sockets, "cgroup_parent": "/" + rel},
+		"sensor":                 map[string]any{"kind": "rules"},
+		"automatic_verification": true,
+		"regulator":              map[string]any{"start_level": "act"},
+		"episode":                map[string]any{"checkpoints_dir": filepath.Join(bed.State, "checkpoints")},
+		"api":                    map[string]any{"socket": filepath.Join(tmp, "api.sock")},
+	})
+	cfgPath := filepath.Join(tmp, "autonomic.json")
+	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: logs, JSONFormat: true, Level: hclog.Info})
+	owner := [2]int{bed.OwnerUID, bed.OwnerGID}
+	stop := startServe(t, ctx, cfg, log, logs, &owner)
+
+	var out, errb bytes.Buffer
+	if code := repoCmd([]string{"add", repo, "--config", cfgPath}, &out, &errb); code != 0 {
+		t.Fatalf("repo add: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	t.Logf("repo add:\n%s", out.String())
+	if !strings.Contains(out.String(), "tests: make test (Makefile has a test target)") {
+		t.Fatalf("repo add did not say which test command it chose:\n%s", out.String())
+	}
+	c := api.NewClient(cfg.APISocket())
+	land := func(ref string) {
+		t.Helper()
+		grant := authority.Spec{MaxClass: 3, Grants: []authority.Grant{{Target: "shop", Kind: "git_commit", MaxClass: 3, Refs: []string{ref}}},
+			Allow: []string{"**"}, Forbid: []string{}, Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 24, EffectsPerMinute: 60}}
+		signed, err := policy.Sign(key, "ops", policy.Document{Schema: policy.Schema, ID: "fix", Version: 1, Capability: grant, Semantic: policy.Semantic{MaxRisk: 0.5}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, _ := json.Marshal(episode.Spec{OriginIntent: "fix app.txt", Repo: repo, BaseOID: base, Policy: signed, Envelope: grant,
+			Argv: []string{"/bin/bash", "-c", "cd /workspace && echo fixed > app.txt"}, LeaseTTL: time.Hour, MaxRepairs: 1,
+			Harvest: &episode.HarvestSpec{TargetID: "shop", Ref: ref, Create: true}})
+		ep, err := c.Start(ctx, spec)
+		if err != nil {
+			t.Fatalf("start: %v\n%s", err, logs)
+		}
+		for {
+			v, err := c.Episode(ctx, ep.ID)
+			if err == nil && v.Live == nil && v.Outcome != nil {
+				if v.Outcome.Kind != episode.OutcomeLanded || v.Outcome.Ref != ref {
+					t.Fatalf("outcome %+v\n%s", v.Outcome, logs)
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the episode did not end: %+v %v\n%s", v, err, logs)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if got := testbed.Git(t, repo, "show", ref+":app.txt"); got != "fixed" {
+			t.Fatalf("%s:app.txt = %q", ref, got)
+		}
+	}
+	land("refs/heads/agent/shell/one")
+
+	// A restart: the target is read back, and served.
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	startServe(t, ctx, cfg, log, logs, &owner)
+	var list []targets.Entry
+	out.Reset()
+	if code := repoCmd([]string{"list", "--json", "--config", cfgPath}, &out, &errb); code != 0 || json.Unmarshal(out.Bytes(), &list) != nil ||
+		len(list) != 1 || list[0].ID != "shop" || !list[0].Added {
+		t.Fatalf("repo list after restart: exit %d %s%s", code, out.String(), errb.String())
+	}
+	land("refs/heads/agent/shell/two")
+}
