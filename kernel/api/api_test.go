@@ -252,6 +252,20 @@ func TestSocketModeAndOwner(t *testing.T) {
 	if _, err := Listen(p, os.Getuid(), -1); err == nil {
 		t.Fatal("Listen replaced a regular file")
 	}
+	// The socket's directory is made when missing (the shipped
+	// /run/autonomic), 0750; nothing above it is.
+	run := filepath.Join(publicTempDir(t), "run-autonomic")
+	ln, err := Listen(filepath.Join(run, "api.sock"), os.Getuid(), -1)
+	if err != nil {
+		t.Fatalf("a missing socket directory: %v", err)
+	}
+	ln.Close()
+	if fi, err := os.Stat(run); err != nil || fi.Mode().Perm() != 0o750 {
+		t.Fatalf("the socket's directory: %v %v", fi, err)
+	}
+	if _, err := Listen(filepath.Join(run, "a", "b", "api.sock"), os.Getuid(), -1); err == nil {
+		t.Fatal("Listen made a tree of directories")
+	}
 }
 
 // asPeer runs this test binary as uid/gid and makes one request.

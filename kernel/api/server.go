@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -743,6 +744,19 @@ func Preflight(ctx context.Context, st Store, host func(context.Context) (*proto
 // (gid < 0: the caller's group). A stale socket left by a dead kernel is
 // replaced; a live one, or anything that is not a socket, is refused.
 func Listen(path string, uid, gid int) (net.Listener, error) {
+	// The socket's directory (/run/autonomic) is made when missing, as
+	// systemd's RuntimeDirectory would: 0750, the kernel's account and the
+	// operator group, so the shipped configuration starts without it.
+	// Only that one directory: nothing above it is created.
+	if dir := filepath.Dir(path); dir != "/" {
+		if err := os.Mkdir(dir, 0o750); err == nil {
+			if err := os.Chown(dir, uid, gid); err != nil {
+				return nil, fmt.Errorf("api: chown %s: %w", dir, err)
+			}
+		} else if !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("api: making the socket's directory: %w", err)
+		}
+	}
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("api: %s exists and is not a socket", path)

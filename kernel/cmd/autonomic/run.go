@@ -189,7 +189,7 @@ func follow(ctx context.Context, c *api.Client, id string, asJSON bool, stdout, 
 				b, _ := json.Marshal(e)
 				fmt.Fprintln(stdout, string(b))
 			} else {
-				fmt.Fprintf(stdout, "%s  epoch %-3d %-28s %s\n", e.At.Local().Format(time.TimeOnly), e.Epoch, e.Kind, oneLine(e.Body))
+				fmt.Fprintf(stdout, "%s  epoch %-3d %s\n", e.At.Local().Format(time.TimeOnly), e.Epoch, describe(e.Kind, e.Body))
 			}
 			after = e.Seq
 		}

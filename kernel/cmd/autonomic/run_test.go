@@ -261,7 +261,7 @@ func TestRunLandsEachAgentsFix(t *testing.T) {
 					t.Errorf("the provider got credential %q, want the kernel's", got)
 				}
 			}
-			if n := strings.Count(out.String(), " inference_call "); n != len(reqs) {
+			if n := strings.Count(out.String(), " model call "); n != len(reqs) {
 				t.Errorf("the timeline shows %d inference calls, the provider saw %d", n, len(reqs))
 			}
 		})

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestTimelineReadsAsWords: the main job's timeline says what happened in
+// words, with the fields that matter, and text a worker or model chose is
+// escaped so it cannot redraw the terminal.
+func TestTimelineReadsAsWords(t *testing.T) {
+	for _, c := range []struct {
+		kind, body, want string
+	}{
+		{"inference_call", `{"model":"gpt-5","status":200,"input_tokens":812,"output_tokens":95,"duration_ms":1400}`, "model call gpt-5 → 200, 812 in / 95 out tokens, 1400 ms"},
+		{"effect_proposed", `{"effect_id":"01a2b3c4-aaaa","kind":"git_commit","target_id":"calc","class":3}`, "effect 01a2b3c4 proposed: git_commit on calc, class 3"},
+		{"effect_transition", `{"effect_id":"01a2b3c4-aaaa","from":"committing","to":"failed","receipt":{"error":"ref_moved"}}`, "effect 01a2b3c4 committing → failed (ref_moved)"},
+		{"episode_ended", `{"state":"completed","reason":"{\"outcome\":\"landed\",\"ref\":\"refs/heads/agent/codex/1\"}"}`, "episode ended completed: landed on refs/heads/agent/codex/1"},
+		{"episode_ended", `{"state":"aborted","reason":"operator uid 0: \u001b]0;pwned\u0007"}`, `episode ended aborted: "operator uid 0: \x1b]0;pwned\a"`},
+		{"unknown_kind", `{"a": 1}`, `{"a": 1}`},
+	} {
+		got := describe(c.kind, []byte(c.body))
+		if got != c.want {
+			t.Errorf("%s: %q, want %q", c.kind, got, c.want)
+		}
+		if strings.ContainsAny(got, "\x1b\x07") {
+			t.Errorf("%s: a control character reaches the terminal: %q", c.kind, got)
+		}
+	}
+}
