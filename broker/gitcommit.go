@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -53,6 +54,30 @@ type GitCommit struct {
 	// Log receives git's stderr when a git fails (errors keep only the
 	// verb); nil drops it.
 	Log hclog.Logger
+
+	mu sync.RWMutex // Targets, once AddTarget may run beside requests
+}
+
+// AddTarget registers a target while the adapter serves (autonomic repo
+// add); an id already present is refused.
+func (g *GitCommit) AddTarget(id string, t GitTarget) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.Targets[id]; ok {
+		return protocol.Errorf(protocol.CodeInvalidField, "git_commit target %q exists", id)
+	}
+	if g.Targets == nil {
+		g.Targets = map[string]GitTarget{}
+	}
+	g.Targets[id] = t
+	return nil
+}
+
+func (g *GitCommit) target(id string) (GitTarget, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	t, ok := g.Targets[id]
+	return t, ok
 }
 
 type gitCommitRequest struct {
@@ -81,7 +106,7 @@ func (*GitCommit) Kind() string { return "git_commit" }
 
 // Class implements Adapter.
 func (g *GitCommit) Class(target string) (int, error) {
-	t, ok := g.Targets[target]
+	t, ok := g.target(target)
 	if !ok {
 		return 0, protocol.Errorf(protocol.CodeForbidden, "unknown git target")
 	}
@@ -93,7 +118,7 @@ func (g *GitCommit) Class(target string) (int, error) {
 
 func (g *GitCommit) parse(r Request) (GitTarget, gitCommitRequest, error) {
 	var req gitCommitRequest
-	t, ok := g.Targets[r.TargetID]
+	t, ok := g.target(r.TargetID)
 	if !ok {
 		return t, req, protocol.Errorf(protocol.CodeForbidden, "unknown git target")
 	}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	agent "github.com/autonomic-kernel/autonomic/agents"
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
@@ -60,6 +61,11 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	task := pos[0]
+	// An agent this build does not ship is named as such, first.
+	if _, err := agent.Load(*agentName); err != nil {
+		fmt.Fprintf(stderr, "autonomic: --agent: %v\n", err)
+		return 2
+	}
 	cfgPath := *o.cfg
 	if cfgPath == "" {
 		cfgPath = DefaultConfig

@@ -422,7 +422,7 @@ func TestRunRefusesWhatTheKernelCannotTake(t *testing.T) {
 		"ref not allowed": {[]string{"--repo", repo, "--agent", "codex", "--ref", "refs/heads/x", "x"}, "not among the target's allowed_refs"},
 		"ref missing":     {[]string{"--repo", repo, "--agent", "codex", "x"}, "create refs/heads/agent/codex at the commit"},
 		"no provider":     {[]string{"--repo", repo, "--agent", "codex", "--ref", "refs/heads/main", "x"}, `no provider in inference.providers speaks its wire API "responses"`},
-		"unknown agent":   {[]string{"--repo", repo, "--agent", "aider", "--ref", "refs/heads/main", "x"}, "aider"},
+		"unknown agent":   {[]string{"--repo", repo, "--agent", "aider", "--ref", "refs/heads/main", "x"}, `no such profile: "aider" (have `},
 	} {
 		if code, out := run(c.args...); code != 2 || !strings.Contains(out, c.want) {
 			t.Errorf("%s: exit %d, want 2 and %q\n%s", name, code, c.want, out)
