@@ -272,11 +272,34 @@ func (b *Broker) adapter(kind, target string) (Adapter, int, error) {
 // (a prepare refused there, by a race with the fence, leaves a payload no
 // effect holds, which the sweep removes).
 func (b *Broker) Prepare(ctx context.Context, episodeID uuid.UUID, req *protocol.WorkerRequest) (store.Effect, error) {
-	a, class, err := b.adapter(req.Kind, req.TargetID)
+	payload, err := req.Payload()
 	if err != nil {
 		return store.Effect{}, err
 	}
-	payload, err := req.Payload()
+	return b.prepare(ctx, episodeID, req, payload)
+}
+
+// MaxPayload bounds every stored effect payload. A worker's frame carries
+// at most protocol.MaxWorkerPayload; a proposal the kernel makes for an
+// episode (the harvest's patch: a regenerated lock file is larger than a
+// frame) up to this, and the lease's bytes_per_effect still decides.
+const MaxPayload = 4 << 20
+
+// PrepareKernel is Prepare for a proposal the kernel makes on an
+// episode's behalf, under its epoch and lease like a worker's: the payload
+// (at most MaxPayload) is given here, not carried in the request.
+func (b *Broker) PrepareKernel(ctx context.Context, episodeID uuid.UUID, req *protocol.WorkerRequest, payload []byte) (store.Effect, error) {
+	if req.PayloadB64 != "" {
+		return store.Effect{}, protocol.Errorf(protocol.CodeInvalidField, "payload_b64: the payload is given apart")
+	}
+	if len(payload) > MaxPayload {
+		return store.Effect{}, protocol.Errorf(protocol.CodeLimitExceeded, "payload of %d bytes, over %d", len(payload), MaxPayload)
+	}
+	return b.prepare(ctx, episodeID, req, payload)
+}
+
+func (b *Broker) prepare(ctx context.Context, episodeID uuid.UUID, req *protocol.WorkerRequest, payload []byte) (store.Effect, error) {
+	a, class, err := b.adapter(req.Kind, req.TargetID)
 	if err != nil {
 		return store.Effect{}, err
 	}
@@ -464,7 +487,7 @@ func (b *Broker) Evaluate(ctx context.Context, e store.Effect, revision int, epo
 		if e, err = s.Transition(ctx, store.Transition{EffectID: e.ID, Revision: revision, Epoch: epoch, To: store.Evaluating}); err != nil {
 			return store.Effect{}, err
 		}
-		payload, err := b.cfg.Payloads.Get(e.PayloadDigest, protocol.MaxWorkerPayload)
+		payload, err := b.cfg.Payloads.Get(e.PayloadDigest, MaxPayload)
 		if err != nil {
 			return store.Effect{}, err
 		}
@@ -603,7 +626,7 @@ func (s *slowCommit) Unwrap() error { return s.error }
 // effect's checks, the payload read and verified and commit_intent in one
 // transaction (store.EnterCommitInEpisode), one round trip fewer than own
 // and then Commit; then as Commit. The payload (at most
-// protocol.MaxWorkerPayload) is read and hashed under the episode's lock,
+// MaxPayload) is read and hashed under the episode's lock,
 // as the adapter's Precondition reads the target; an adapter that reports
 // touches is answered with a slowCommit before anything is read.
 func (b *Broker) commitInEpisode(ctx context.Context, episodeID, id uuid.UUID, revision int, epoch int64) (store.Effect, error) {
@@ -638,7 +661,7 @@ func (b *Broker) commitInEpisode(ctx context.Context, episodeID, id uuid.UUID, r
 }
 
 func (b *Broker) request(e store.Effect) (Request, error) {
-	payload, err := b.cfg.Payloads.Get(e.PayloadDigest, protocol.MaxWorkerPayload)
+	payload, err := b.cfg.Payloads.Get(e.PayloadDigest, MaxPayload)
 	if err != nil {
 		return Request{}, err
 	}

@@ -2,7 +2,6 @@ package episode
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -351,9 +350,9 @@ func (e *Episode) propose(ctx context.Context, h *HarvestSpec, patch []byte) Out
 		}
 		return o
 	}
-	eff, err := b.Prepare(ctx, e.id, &protocol.WorkerRequest{Protocol: protocol.WorkerVersion, RequestID: uuid.NewString(),
+	eff, err := b.PrepareKernel(ctx, e.id, &protocol.WorkerRequest{Protocol: protocol.WorkerVersion, RequestID: uuid.NewString(),
 		Epoch: epoch, Action: protocol.WorkerPrepare, LeaseID: lease.String(), Kind: "git_commit", TargetID: h.TargetID,
-		Target: target, PayloadB64: base64.StdEncoding.EncodeToString(patch)})
+		Target: target}, patch)
 	if err != nil {
 		return denied("prepare", uuid.Nil, err)
 	}

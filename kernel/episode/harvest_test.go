@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autonomic-kernel/autonomic/broker"
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
@@ -291,6 +292,28 @@ func TestRunsOnTheirOwnBranches(t *testing.T) {
 	}
 	if testbed.Git(t, r.repo, "rev-parse", "refs/heads/main") != r.base {
 		t.Fatal("main moved")
+	}
+}
+
+// TestHarvestLargerThanAFrame: a change whose patch is larger than a
+// worker's frame may carry (a regenerated lock file) lands: the kernel
+// proposes the harvest's patch apart from any frame, up to what the
+// broker stores, under the lease's bytes_per_effect — and the two caps
+// are one.
+func TestHarvestLargerThanAFrame(t *testing.T) {
+	if workspace.MaxPatch != broker.MaxPayload {
+		t.Fatalf("the harvest makes patches up to %d bytes, the broker stores %d", workspace.MaxPatch, broker.MaxPayload)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r := harvestRig(t, ctx, "harvest_large")
+	e, err := r.k.Start(ctx, r.harvestSpec(`sed -i 's/ + 1))/))/' src/calc.sh; seq 1 100000 > src/big.lock`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ended(t, ctx, e, episode.OutcomeLanded)
+	if n := testbed.Git(t, r.repo, "cat-file", "-s", "refs/heads/main:src/big.lock"); n != "588895" {
+		t.Fatalf("big.lock on main: %s bytes", n)
 	}
 }
 

@@ -34,13 +34,18 @@ import (
 // worker wrote: it is parsed as data, in memory, under limits, and nothing
 // in it is ever extracted, opened by path, followed or executed.
 
+// MaxPatch is the largest patch a harvest makes: what the broker stores
+// for a proposal the kernel makes (broker.MaxPayload); the lease's
+// bytes_per_effect is the operator's own, lower, bound.
+const MaxPatch = 4 << 20
+
 // Limits bound what one harvest reads and produces.
 type Limits struct {
 	ArchiveBytes int64 // the whole archive (default 64 MiB)
-	FileBytes    int64 // one regular file (default 1 MiB)
+	FileBytes    int64 // one regular file (default 4 MiB: a regenerated lock file)
 	ChangeBytes  int64 // every regular file kept, together (default 8 MiB)
 	Entries      int   // archive entries (default 100 000)
-	PatchBytes   int   // the patch (default protocol.MaxWorkerPayload)
+	PatchBytes   int   // the patch (default and most: MaxPatch)
 }
 
 func (l Limits) withDefaults() Limits {
@@ -48,7 +53,7 @@ func (l Limits) withDefaults() Limits {
 		l.ArchiveBytes = 64 << 20
 	}
 	if l.FileBytes <= 0 {
-		l.FileBytes = 1 << 20
+		l.FileBytes = 4 << 20
 	}
 	if l.ChangeBytes <= 0 {
 		l.ChangeBytes = 8 << 20
@@ -56,8 +61,8 @@ func (l Limits) withDefaults() Limits {
 	if l.Entries <= 0 {
 		l.Entries = 100_000
 	}
-	if l.PatchBytes <= 0 || l.PatchBytes > protocol.MaxWorkerPayload {
-		l.PatchBytes = protocol.MaxWorkerPayload
+	if l.PatchBytes <= 0 || l.PatchBytes > MaxPatch {
+		l.PatchBytes = MaxPatch
 	}
 	return l
 }

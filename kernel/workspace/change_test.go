@@ -176,7 +176,7 @@ func TestHarvestRefusesHostileEntries(t *testing.T) {
 		"NUL past git's 8000":      {{name: "late", typ: tar.TypeReg, data: strings.Repeat("a", 9000) + "\x00b\n"}},
 		"replaced base symlink":    {{name: "link", typ: tar.TypeReg, data: "x\n"}},
 		"deleted base symlink":     {{name: "link", typ: tar.TypeChar}},
-		"file over the limit":      {{name: "big", typ: tar.TypeReg, data: strings.Repeat("x", 2<<20)}},
+		"file over the limit":      {{name: "big", typ: tar.TypeReg, data: strings.Repeat("x", 4<<20+1)}},
 	} {
 		ar, digest := archive(t, es...)
 		_, err := Harvest(context.Background(), bytes.NewReader(ar), digest, c, Limits{}, Admit{})
