@@ -15,6 +15,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/protocol/gitref"
+	"github.com/autonomic-kernel/autonomic/protocol/pathglob"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -33,6 +34,9 @@ type GitTarget struct {
 	Class              int // 0: 3
 	// AllowBinary admits GIT binary patches (still under the result cap).
 	AllowBinary bool
+	// AllowSymlinks admits symlinks whose text stays inside the
+	// repository (pathglob.LinkInside); submodules never.
+	AllowSymlinks bool
 	// AllowNonPortable admits names Windows cannot check out (CON, a:b,
 	// a trailing dot or space); paths that differ only in case or Unicode
 	// normalisation are refused whatever it says.
@@ -260,10 +264,22 @@ func (g *GitCommit) build(ctx context.Context, t GitTarget, req gitCommitRequest
 			return "", q, fmt.Errorf("diff-tree record %q", fields[i])
 		}
 		for _, mode := range meta[:2] {
-			// Symlinks and submodules are refused outright: their targets
-			// escape any path glob.
-			if strings.TrimPrefix(mode, ":") == "120000" || strings.TrimPrefix(mode, ":") == "160000" {
+			// Submodules are refused outright, and symlinks unless the
+			// target allows them: their targets escape any path glob.
+			m := strings.TrimPrefix(mode, ":")
+			if m == "160000" || (m == "120000" && !t.AllowSymlinks) {
 				return "", q, protocol.Errorf(protocol.CodeForbidden, "patch touches a symlink or submodule")
+			}
+		}
+		if meta[1] == "120000" {
+			// An allowed symlink must stay inside the repository, however
+			// a checkout resolves it: its text is read from the new tree.
+			text, err := run.run(ctx, "cat-file", "blob", meta[3])
+			if err != nil {
+				return "", q, err
+			}
+			if !pathglob.LinkInside(p, string(text)) || !visibleName(string(text)) {
+				return "", q, protocol.Errorf(protocol.CodeForbidden, "patch adds a symlink that leaves the repository or reaches its metadata")
 			}
 		}
 		if !visibleName(p) {

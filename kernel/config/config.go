@@ -182,6 +182,9 @@ type GitCommitTarget struct {
 	VerifyArgv         []string `json:"verify_argv"`
 	Class              int      `json:"class"`
 	AllowBinary        bool     `json:"allow_binary"`
+	// AllowSymlinks admits relative symlinks that stay inside the
+	// repository (never one that climbs out or reaches .git).
+	AllowSymlinks bool `json:"allow_symlinks"`
 	// AllowNonPortable admits names Windows cannot check out.
 	AllowNonPortable bool `json:"allow_non_portable_names"`
 	// VerifyChangeInputs runs verify_argv with the change's own tests and

@@ -222,7 +222,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	// allow_binary, from the registry the adapter's targets come from.
 	ec.HarvestAdmit = func(id string) workspace.Admit {
 		t, _ := k.targets.Get(id)
-		return workspace.Admit{Binary: t.AllowBinary}
+		return workspace.Admit{Binary: t.AllowBinary, Symlinks: t.AllowSymlinks}
 	}
 	if l, ok := st.(relay.Ledger); ok {
 		ec.RelayLedger = l
@@ -346,7 +346,7 @@ const (
 func brokerGitTarget(g config.GitCommitTarget) broker.GitTarget {
 	return broker.GitTarget{Repo: g.Repo, AllowedRefs: g.AllowedRefs, AllowedRefPrefixes: g.AllowedRefPrefixes, AllowedPaths: g.AllowedPaths,
 		ForbiddenPaths: g.ForbiddenPaths, AuthorName: g.AuthorName, AuthorEmail: g.AuthorEmail, Class: g.Class,
-		AllowBinary: g.AllowBinary, AllowNonPortable: g.AllowNonPortable}
+		AllowBinary: g.AllowBinary, AllowSymlinks: g.AllowSymlinks, AllowNonPortable: g.AllowNonPortable}
 }
 
 // verifyTarget is a git_commit target as the verification runner holds it.

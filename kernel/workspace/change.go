@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/protocol/pathglob"
 )
 
 // The harvest: a worker's change, read from the checkpoint archive of its
@@ -73,6 +74,11 @@ type Admit struct {
 	// (the target's allow_binary; still under the patch cap and the
 	// adapter's result cap) instead of refusing the change.
 	Binary bool
+	// Symlinks: a symlink whose text stays inside the repository
+	// (pathglob.LinkInside) is harvested as one (mode 120000), and the
+	// base's may change (the target's allow_symlinks); others still refuse
+	// the change.
+	Symlinks bool
 }
 
 // Refusal is a change the harvest will not carry: what the worker left
@@ -109,11 +115,13 @@ var ErrDigest = errors.New("workspace: checkpoint archive does not match its dig
 // upperFile is a regular file of the upper layer.
 type upperFile struct {
 	exec bool
+	link bool // a symlink; data is its text
 	data []byte
 }
 
 // upper is the upper layer as the archive describes it.
 type upper struct {
+	symlinks bool            // Admit.Symlinks
 	ignored  map[string]bool // the repository ignores these (and all below)
 	left     Ignored         // what was left out for it
 	files    map[string]upperFile
@@ -128,13 +136,13 @@ var allowedPAX = map[string]bool{"path": true, "linkpath": true, "size": true, "
 
 // readUpper parses the archive, hashing every byte; it fails with
 // ErrDigest unless the whole stream hashes to digest (hex).
-func readUpper(r io.Reader, digest string, lim Limits, ignored map[string]bool) (*upper, error) {
+func readUpper(r io.Reader, digest string, lim Limits, ignored map[string]bool, symlinks bool) (*upper, error) {
 	h := sha256.New()
 	// One byte more than the cap: reading it is how an oversized archive
 	// is told from one exactly at the cap.
 	lr := &io.LimitedReader{R: r, N: lim.ArchiveBytes + 1}
 	tee := io.TeeReader(lr, h)
-	u := &upper{ignored: ignored, files: map[string]upperFile{}, whiteout: map[string]bool{}, opaque: map[string]bool{}, dirs: map[string]bool{}}
+	u := &upper{symlinks: symlinks, ignored: ignored, files: map[string]upperFile{}, whiteout: map[string]bool{}, opaque: map[string]bool{}, dirs: map[string]bool{}}
 	tr := tar.NewReader(tee)
 	var refusal error
 	for n := 0; ; n++ {
@@ -227,7 +235,13 @@ func (u *upper) add(tr *tar.Reader, hdr *tar.Header, lim Limits) error {
 		}
 		u.whiteout[name] = true
 	case tar.TypeSymlink:
-		return refusePath(name, "the change has a symlink; symlinks are not harvested")
+		if !u.symlinks {
+			return refusePath(name, "the change has a symlink; symlinks are not harvested on this target")
+		}
+		if !plainName(hdr.Linkname) || !pathglob.LinkInside(name, hdr.Linkname) {
+			return refusePath(name, "the change has a symlink that leaves the repository or reaches its metadata")
+		}
+		u.files[name] = upperFile{link: true, data: []byte(hdr.Linkname)}
 	case tar.TypeLink:
 		return refusePath(name, "the change has a hard link entry")
 	case tar.TypeFifo:
@@ -374,7 +388,7 @@ func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim
 			return Change{}, err
 		}
 	}
-	u, err := readUpper(archive, digest, lim, ignored)
+	u, err := readUpper(archive, digest, lim, ignored, admit.Symlinks)
 	if err != nil {
 		return Change{}, err
 	}
@@ -409,7 +423,7 @@ func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim
 		if !inBase {
 			continue
 		}
-		if b.mode == "120000" || b.mode == "160000" {
+		if b.mode == "160000" || (b.mode == "120000" && !admit.Symlinks) {
 			return Change{}, refusePath(p, "the change replaces or deletes a symlink or submodule of the base")
 		}
 		// The patch carries a changed base file whole (its old side),
@@ -439,8 +453,22 @@ func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim
 		if inUpper {
 			sec.newMode, sec.newID, sec.cur = mode, blobID(f.data, len(c.BaseOID)), f.data
 		}
+		if inBase && inUpper && (b.mode == "120000") != f.link {
+			// A file becomes a link or a link a file: git writes (and
+			// applies) that as a deletion and a creation.
+			del := section{path: p, oldMode: b.mode, oldID: b.oid, old: old}
+			sec.oldMode, sec.oldID, sec.old = "", "", nil
+			if binary(old) {
+				if !admit.Binary {
+					return Change{}, refusePath(p, "the change touches a binary file; binary files are not harvested on this target")
+				}
+				del.writeBinary(&patch, len(c.BaseOID))
+			} else {
+				del.writeText(&patch)
+			}
+		}
 		switch {
-		case (inUpper && binary(f.data)) || (inBase && binary(old)):
+		case (inUpper && binary(f.data)) || (sec.oldMode != "" && binary(old)):
 			if !admit.Binary {
 				return Change{}, refusePath(p, "the change touches a binary file; binary files are not harvested on this target")
 			}
@@ -457,6 +485,9 @@ func Harvest(ctx context.Context, archive io.Reader, digest string, c Clone, lim
 
 // fileMode is the git mode of an upper file.
 func fileMode(f upperFile) string {
+	if f.link {
+		return "120000"
+	}
 	if f.exec {
 		return "100755"
 	}

@@ -172,3 +172,67 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%v allocs", n)
 	}
 }
+
+// TestLinkInside: a symlink's text is admitted only when it cannot leave
+// the repository or reach its metadata, however it is resolved.
+func TestLinkInside(t *testing.T) {
+	for _, c := range []struct {
+		at, to string
+		want   bool
+	}{
+		{"link", "README", true},
+		{"src/link", "../README", true},
+		{"a/b/link", "../../lib/x.go", true},
+		{"a/b/link", "..", true},
+		{"link", "..", false},
+		{"link", "../outside", false},
+		{"a/link", "../../outside", false},
+		{"link", "/etc/passwd", false},
+		{"link", "a/../../x", false}, // ".." after a name: through another link, anywhere
+		{"link", "./x", false},
+		{"link", "x//y", false},
+		{"link", ".git/config", false},
+		{"link", "sub/.GIT/hooks", false},
+		{"link", ".git./config", false},
+		{"link", "GIT~1/config", false},
+		{"link", "x\x00y", false},
+		{"link", "x\\y", false},
+		{"link", "", false},
+		{"../link", "x", false},
+	} {
+		if got := LinkInside(c.at, c.to); got != c.want {
+			t.Errorf("LinkInside(%q, %q) = %v", c.at, c.to, got)
+		}
+	}
+}
+
+// FuzzLinkInside: whatever it admits, resolved lexically from the link's
+// directory, stays at or under the root and names no .git.
+func FuzzLinkInside(f *testing.F) {
+	for _, s := range [][2]string{{"a/b/l", "../../x"}, {"l", "../x"}, {"a/l", "x/../../y"}, {"l", ".git"}, {"a/l", ".."}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, at, to string) {
+		if !LinkInside(at, to) {
+			return
+		}
+		dir := strings.Split(at, "/")
+		stack := dir[:len(dir)-1]
+		for _, c := range strings.Split(to, "/") {
+			switch c {
+			case "..":
+				if len(stack) == 0 {
+					t.Fatalf("%q at %q climbs out", to, at)
+				}
+				stack = stack[:len(stack)-1]
+			case ".", "":
+				t.Fatalf("%q admitted with an empty or dot component", to)
+			default:
+				if strings.EqualFold(strings.TrimRight(c, ". "), ".git") {
+					t.Fatalf("%q names .git", to)
+				}
+				stack = append(stack, c)
+			}
+		}
+	})
+}

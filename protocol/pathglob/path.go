@@ -146,3 +146,40 @@ func FoldString(s string) string {
 	// A Caser keeps state, so one per call.
 	return norm.NFKC.String(cases.Fold().String(norm.NFKC.String(s)))
 }
+
+// LinkInside reports whether a symlink at linkPath (a valid path) whose
+// text is target stays inside the repository however a checkout resolves
+// it: target is relative; its ".." components all come first, so no name
+// after them can climb back through another link; it climbs no higher
+// than linkPath's directory; the rest is a valid path (Split) with no
+// .git component in any spelling a filesystem reads as one (any case, a
+// trailing dot or space, the 8.3 name GIT~1).
+func LinkInside(linkPath, target string) bool {
+	var lp Path
+	if !lp.Split(linkPath) || target == "" || len(target) > MaxPathLen || strings.HasSuffix(target, "/") {
+		return false
+	}
+	up := 0
+	rest := target
+	for rest == ".." || strings.HasPrefix(rest, "../") {
+		up++
+		rest = strings.TrimPrefix(strings.TrimPrefix(rest, ".."), "/")
+	}
+	if up > lp.Len()-1 {
+		return false // above the repository's root
+	}
+	if rest == "" {
+		return up > 0 // a link to a directory above it, inside
+	}
+	var rp Path
+	if !rp.Split(rest) {
+		return false // absolute, unclean, "..", NUL, backslash, unprintable
+	}
+	for i := range rp.Len() {
+		c := strings.ToLower(strings.TrimRight(rp.Seg(i), ". "))
+		if c == ".git" || c == "git~1" {
+			return false
+		}
+	}
+	return true
+}
