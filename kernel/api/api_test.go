@@ -25,12 +25,20 @@ import (
 // handed to tests through newEnv; it lives only in the test binary.
 var testHarness *storetest.Shared
 
-const helperEnv = "AUTONOMIC_API_TEST_PEER"
+const (
+	helperEnv    = "AUTONOMIC_API_TEST_PEER"
+	helperKeyEnv = "AUTONOMIC_API_TEST_PEER_ADD_KEY" // the peer registers this policy key instead
+)
 
 func TestMain(m *testing.M) {
 	if sock := os.Getenv(helperEnv); sock != "" {
 		// Re-executed as another uid: one request, print the outcome.
-		_, err := NewClient(sock).Episodes(context.Background(), 1)
+		var err error
+		if key := os.Getenv(helperKeyEnv); key != "" {
+			err = NewClient(sock).AddKey(context.Background(), "peer-key", key)
+		} else {
+			_, err = NewClient(sock).Episodes(context.Background(), 1)
+		}
 		switch {
 		case err == nil:
 			fmt.Print("allowed")

@@ -120,6 +120,18 @@ func (c *Client) AddTarget(ctx context.Context, req targets.Request) (targets.Ad
 	return out, c.do(ctx, http.MethodPost, "/v1/targets", nil, req, &out)
 }
 
+// PolicyKeys lists the policy keys the kernel verifies against now.
+func (c *Client) PolicyKeys(ctx context.Context) (map[string]string, error) {
+	var out map[string]string
+	return out, c.do(ctx, http.MethodGet, "/v1/policy-keys", nil, nil, &out)
+}
+
+// AddKey registers a policy key with the running kernel.
+func (c *Client) AddKey(ctx context.Context, id, pub string) error {
+	var out map[string]string
+	return c.do(ctx, http.MethodPost, "/v1/policy-keys", nil, KeyRequest{KeyID: id, PublicKey: pub}, &out)
+}
+
 // Settle records an operator's word on a commit_unknown effect.
 func (c *Client) Settle(ctx context.Context, effectID string, committed bool, reason string) (EffectView, error) {
 	req := SettleRequest{Outcome: "not_committed", Reason: reason}

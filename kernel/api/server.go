@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/targets"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -77,6 +78,12 @@ type Targets interface {
 	Add(ctx context.Context, req targets.Request) (targets.Added, error)
 }
 
+// Keys is policy_keys as the running kernel holds it (*policy.LiveKeys).
+type Keys interface {
+	Add(id, pub string) error
+	Keys() policy.Keys
+}
+
 // Config configures a Server.
 type Config struct {
 	Store Store
@@ -89,6 +96,8 @@ type Config struct {
 	Settler Settler
 	// Targets may be nil: the target routes then answer 501.
 	Targets Targets
+	// Keys may be nil: registering a policy key then answers 501.
+	Keys Keys
 	// Kernel, when set, reports the kernel's autonomy (GET /v1/kernel).
 	Kernel func() KernelView
 	// Preflight, when set, reports what the host enforces.
@@ -144,6 +153,8 @@ func New(cfg Config) (*Server, error) {
 	s.route("POST /v1/effects/{id}/settle", s.settle)
 	s.route("GET /v1/targets", s.listTargets)
 	s.route("POST /v1/targets", s.addTarget)
+	s.route("GET /v1/policy-keys", s.listKeys)
+	s.route("POST /v1/policy-keys", s.addKey)
 	s.route("GET /v1/preflight", s.preflight)
 	s.route("GET /v1/kernel", s.kernel)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -569,6 +580,49 @@ func (s *Server) addTarget(ctx context.Context, r *http.Request) (any, error) {
 	}
 	s.log.Info("git_commit target added", "target", added.ID, "uid", uid)
 	return added, nil
+}
+
+// KeyRequest registers a policy key: its id and its standard base64
+// Ed25519 public key.
+type KeyRequest struct {
+	KeyID     string `json:"key_id"`
+	PublicKey string `json:"public_key"`
+}
+
+// listKeys answers the policy keys a signed policy verifies against now:
+// key id → standard base64 public key (public halves only).
+func (s *Server) listKeys(ctx context.Context, r *http.Request) (any, error) {
+	if s.cfg.Keys == nil {
+		return nil, protocol.Errorf(protocol.CodeUnknownAction, "policy keys: not wired into this kernel")
+	}
+	out := map[string]string{}
+	for id, k := range s.cfg.Keys.Keys() {
+		out[id] = base64.StdEncoding.EncodeToString(k)
+	}
+	return out, nil
+}
+
+// addKey registers a policy key while the kernel runs. A policy signed by
+// it then defines what an episode may do, within the envelope: so only
+// the kernel's own account and root may, not every operator — a member of
+// the operator group asks them (autonomic run prints the command).
+func (s *Server) addKey(ctx context.Context, r *http.Request) (any, error) {
+	if s.cfg.Keys == nil {
+		return nil, protocol.Errorf(protocol.CodeUnknownAction, "policy keys: not wired into this kernel")
+	}
+	p := peerOf(ctx)
+	if p == nil || (p.UID != 0 && p.UID != s.cfg.Access.KernelUID) {
+		return nil, protocol.Errorf(protocol.CodePeerRefused, "registering a policy key takes the kernel's account or root")
+	}
+	var req KeyRequest
+	if err := readBody(r, &req); err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Keys.Add(req.KeyID, req.PublicKey); err != nil {
+		return nil, err
+	}
+	s.log.Info("policy key registered", "key_id", req.KeyID, "uid", p.UID)
+	return map[string]string{"key_id": req.KeyID}, nil
 }
 
 // SettleRequest is an operator's word on a commit_unknown effect.

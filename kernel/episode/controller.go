@@ -65,6 +65,9 @@ type Config struct {
 	// against one of them. Empty, every start is refused (and kernel start
 	// contains every recorded episode, whose policy no longer verifies).
 	PolicyKeys policy.Keys
+	// LiveKeys, when set, replaces PolicyKeys: policy_keys plus the keys
+	// registered while the kernel runs (autonomic key add).
+	LiveKeys *policy.LiveKeys
 	// Ceiling is the regulator's current class ceiling (nil: no cap).
 	Ceiling func() authority.Class
 	// Governor runs the episodes' fast and slow loops; the broker must
@@ -164,7 +167,7 @@ func (k *Controller) socketPath(ep uuid.UUID) string {
 }
 
 func (k *Controller) mint(spec Spec) (*policy.Policy, authority.Capability, error) {
-	pol, envelope, _, err := spec.validate(k.cfg.PolicyKeys)
+	pol, envelope, _, err := spec.validate(k.policyKeys())
 	if err != nil {
 		return nil, authority.Capability{}, err
 	}
@@ -256,7 +259,7 @@ func (k *Controller) newEpisode(id uuid.UUID, spec Spec) *Episode {
 		Contain: e.containAt, VerifyEgress: e.verifyEgress, Logger: e.log}
 	// The semantic sensors read the policy's scope; a spec whose policy no
 	// longer verifies has none (and Recover contains it).
-	if pol, _, _, err := spec.validate(k.cfg.PolicyKeys); err == nil {
+	if pol, _, _, err := spec.validate(k.policyKeys()); err == nil {
 		watched.Scope = pol.Document.Capability.Allow
 		e.pol = pol
 		watched.MaxRisk = pol.Document.Semantic.MaxRisk
@@ -285,4 +288,12 @@ func (k *Controller) forget(id uuid.UUID) {
 	delete(k.episodes, id)
 	k.mu.Unlock()
 	k.gov.Close(id)
+}
+
+// policyKeys is the key set a policy verifies against now.
+func (k *Controller) policyKeys() policy.Keys {
+	if k.cfg.LiveKeys != nil {
+		return k.cfg.LiveKeys.Keys()
+	}
+	return k.cfg.PolicyKeys
 }

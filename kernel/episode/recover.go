@@ -216,7 +216,7 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 			return nil, "", nil
 		}
 	}
-	_, _, narrow, verr := spec.validate(k.cfg.PolicyKeys)
+	_, _, narrow, verr := spec.validate(k.policyKeys())
 	switch {
 	case specErr != nil || verr != nil:
 		return contain("kernel restart: the recorded spec does not validate")

@@ -695,7 +695,7 @@ func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string
 	if err != nil {
 		return old, err
 	}
-	_, _, narrow, _ := e.spec.validate(e.k.cfg.PolicyKeys)
+	_, _, narrow, _ := e.spec.validate(e.k.policyKeys())
 	lease := authority.Intersect(prev, narrow).Narrow(e.k.ceiling())
 	if err := e.grant(ctx, lease); err != nil {
 		return old, err

@@ -63,6 +63,8 @@ type composition struct {
 	episodes *episode.Controller
 	// payloads is the broker's payload store (the API reads patches).
 	payloads *broker.Payloads
+	// keys is policy_keys as the running kernel holds it (autonomic key add).
+	keys *policy.LiveKeys
 	// targets is the live set of git_commit targets (autonomic repo add).
 	targets *targets.Registry
 	// metrics observes the parts above; serve exposes it when
@@ -86,10 +88,16 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if err != nil {
 		return nil, fmt.Errorf("decision_keys: %w", err)
 	}
-	policyKeys, err := policy.ParseKeys(cfg.PolicyKeys)
+	configuredKeys, err := policy.ParseKeys(cfg.PolicyKeys)
 	if err != nil {
 		return nil, err
 	}
+	// policy_keys plus the keys registered while a kernel ran.
+	liveKeys, err := policy.OpenLiveKeys(cfg.StateDir, configuredKeys)
+	if err != nil {
+		return nil, err
+	}
+	policyKeys := liveKeys.Keys()
 	// Targets registered at run time (autonomic repo add) are read back
 	// and served as configured ones are.
 	configured := cfg.Targets.GitCommit
@@ -213,7 +221,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		Seccomp: prog, Profiles: map[string][]byte{episode.ProfileAgent: agentProg}, Providers: cfg.Inference.Providers,
 		WallTime:    time.Duration(cfg.Episode.WallTimeMS) * time.Millisecond,
 		MaxWallTime: time.Duration(cfg.Episode.MaxWallTimeMS) * time.Millisecond,
-		PolicyKeys:  policyKeys, EffectConcurrency: cfg.EffectConcurrency, Logger: log.Named("episode"),
+		PolicyKeys:  policyKeys, LiveKeys: liveKeys, EffectConcurrency: cfg.EffectConcurrency, Logger: log.Named("episode"),
 		OnViolation: k.metrics.Violation}
 	if cfg.Episode.CheckpointsDir != "" {
 		ec.Archives = workspace.ArchiveDir(cfg.Episode.CheckpointsDir)
@@ -231,8 +239,9 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		return nil, err
 	}
 	if len(policyKeys) == 0 {
-		log.Warn("policy_keys is empty: no signed policy can verify, so every episode start is refused")
+		log.Warn("policy_keys is empty: no signed policy can verify until a key is registered (autonomic key add)")
 	}
+	k.keys = liveKeys
 	if k.episodes, err = episode.New(ec); err != nil {
 		return nil, err
 	}

@@ -84,6 +84,9 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 		gid, access.OperatorGID = n, int64(n)
 	}
 	ac := api.Config{Store: st, Approver: k.broker, Settler: k.broker, Targets: k.targets, Preflight: k.domains.Preflight, Access: access, Logger: log, Payloads: k.payloads}
+	if k.keys != nil {
+		ac.Keys = k.keys
+	}
 	if k.episodes != nil {
 		ac.Controller = api.EpisodeController{Episodes: k.episodes, MaxRepairs: cfg.MaxRepairsValue()}
 		ac.Kernel = func() api.KernelView {

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/autonomic-kernel/autonomic/internal/statefile"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/workspace"
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -228,22 +229,7 @@ func defaultID(gitDir string) string {
 
 // save writes the registrations whole.
 func (r *Registry) save(added map[string]config.GitCommitTarget) error {
-	b, err := json.MarshalIndent(file{GitCommit: added}, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(r.file), ".targets-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err == nil {
-		err = tmp.Sync()
-	}
-	if err := errors.Join(err, tmp.Chmod(0o600), tmp.Close()); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), r.file)
+	return statefile.WriteJSON(r.file, file{GitCommit: added})
 }
 
 func sortedIDs(m map[string]config.GitCommitTarget) []string {

@@ -35,6 +35,8 @@ commands:
   repo add PATH [--test CMD] [--id ID] | repo list
                                         register a repository with the running kernel (persisted, no restart): its
                                         agents land on new branches under refs/heads/agent/, verified by its tests
+  key add ID PUBLIC_KEY | key list      register a policy key with the running kernel (its account or root;
+                                        persisted, no restart), or list them
   serve --config FILE                   run the kernel: store (managed cluster when no url), broker, episode controller,
                                         recovery, then the operator API
   preflight [--config FILE] [--json]    what this host and its launcher enforce (and, with a config, the database), with a verdict
@@ -106,6 +108,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return mcpCmd(args[1:], os.Stdin, stdout, stderr)
 	case "repo":
 		return repoCmd(args[1:], stdout, stderr)
+	case "key":
+		return keyCmd(args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2

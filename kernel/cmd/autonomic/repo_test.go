@@ -27,11 +27,12 @@ import (
 )
 
 // TestRepoAddWithoutRestart: a kernel configured with no git_commit target
-// at all takes one from `autonomic repo add` while it runs — its test
+// and no policy key at all takes a key from `autonomic key add` and a
+// target from `autonomic repo add` while it runs — its test
 // command detected from the repository — and an episode's harvest lands
 // on a new branch of it, verified by those tests, with no configuration
-// edit and no restart; after a restart the target is still served (read
-// back from state_dir) and a second change lands.
+// edit and no restart; after a restart the target and the key are still
+// served (read back from state_dir) and a second change lands.
 func TestRepoAddWithoutRestart(t *testing.T) {
 	privileged.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -64,7 +65,7 @@ func TestRepoAddWithoutRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc, _ := json.Marshal(map[string]any{
-		"policy_keys": map[string]string{"ops": base64.StdEncoding.EncodeToString(pub)},
+		"policy_keys": map[string]string{},
 		"state_dir":   filepath.Join(tmp, "state"),
 		"store":       map[string]any{"url": cluster.KernelConnString("kernel"), "admin_url": cluster.AdminConnString("kernel")},
 		"domain": map[string]any{"backend": "linux", "launcher_path": bed.Launcher, "direct": true,
@@ -89,6 +90,12 @@ func TestRepoAddWithoutRestart(t *testing.T) {
 	stop := startServe(t, ctx, cfg, log, logs, &owner)
 
 	var out, errb bytes.Buffer
+	// No policy key in the configuration: one is registered with the
+	// running kernel (as root here; the kernel's account may too).
+	if code := keyCmd([]string{"add", "ops", base64.StdEncoding.EncodeToString(pub), "--config", cfgPath}, &out, &errb); code != 0 {
+		t.Fatalf("key add: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	out.Reset()
 	if code := repoCmd([]string{"add", repo, "--config", cfgPath}, &out, &errb); code != 0 {
 		t.Fatalf("repo add: exit %d\n%s%s", code, out.String(), errb.String())
 	}

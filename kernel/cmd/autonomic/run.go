@@ -94,9 +94,10 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	if key.made {
 		fmt.Fprintf(stdout, "operator key %s made at %s\n", key.keyID, key.path)
 	}
-	if !key.registered(cfg.PolicyKeys) {
-		fmt.Fprintf(stderr, "autonomic: the kernel does not know operator key %s; register its public half:\n"+
-			"  add  \"%s\": \"%s\"  to policy_keys in %s, then restart the kernel\n", key.keyID, key.keyID, key.pub, cfgPath)
+	if !key.registered(cfg.PolicyKeys) && !key.registered(kernelKeys(*o.socket)) {
+		fmt.Fprintf(stderr, "autonomic: the kernel does not know operator key %s; register its public half with the running kernel\n"+
+			"(as the kernel's account or root, no restart):\n  sudo -u autonomic autonomic key add %s %s\n"+
+			"or add  \"%s\": \"%s\"  to policy_keys in %s and restart the kernel\n", key.keyID, key.keyID, key.pub, key.keyID, key.pub, cfgPath)
 		return 2
 	}
 
@@ -252,6 +253,15 @@ func targetFor(cfg *config.Config, repo string) (string, config.GitCommitTarget,
 		}
 	}
 	return "", config.GitCommitTarget{}, false
+}
+
+// kernelKeys are the policy keys the running kernel holds (configured and
+// registered with autonomic key add); none when it cannot be asked.
+func kernelKeys(socket string) map[string]string {
+	ctx, cancel := opCtx()
+	defer cancel()
+	keys, _ := api.NewClient(socket).PolicyKeys(ctx)
+	return keys
 }
 
 // addedTargetFor asks the running kernel for a target registered with
