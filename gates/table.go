@@ -77,7 +77,13 @@ func Table() []Gate {
 				// Issue 23: a message reads as what it is; .git spellings
 				// refused whatever the repository's config says.
 				"TestCommitMessageRefusesControls", "TestNTFSSpellingsRefused", "TestCaseAndNormalisationCollisionsRefused", "TestGrantCarriesRefs", "TestGrantRefsAlgebra",
-				"TestConcurrentRunsNeverCommitUnknown", "TestRecoveryWithRemovedTarget", "TestNULPastGitsWindowIsBinary"}},
+				"TestConcurrentRunsNeverCommitUnknown", "TestRecoveryWithRemovedTarget", "TestNULPastGitsWindowIsBinary",
+				// One branch per run, never a checked-out branch; links only
+				// inside the repository; an operator settles only what the
+				// target cannot; the kernel's own proposals bounded.
+				"TestCheckedOutBranchRefused", "TestOneBranchPerRun", "TestGitCommitSymlinksWhenAllowed",
+				"TestOperatorSettlesUnknownEffect", "TestTargetOutranksTheOperator", "TestPrepareKernelBounds"}},
+			{"./protocol/gitref", []string{"TestTail"}},
 			{"./kernel/verify", []string{"TestVerifierChecksCommittedBytes", "TestVerificationUsesBaseTestInputs"}},
 		}, Scope: "real git repositories on this host; remotes are local bare repositories"},
 		{Name: "db_outage_blocks_authority", Proves: "authority stops when durability stops (real ephemeral cluster)", Tests: []Run{
@@ -91,7 +97,7 @@ func Table() []Gate {
 				"TestPolicyEnforcedWithoutVerification", "TestRepairNarrowingEnforcedAtCommit", "TestBudgetTotalsEnforcedUnderRace",
 				"TestEffectsPerMinuteEnforced"}},
 			{"./kernel/authority", []string{"TestForbidGlobVariants"}},
-			{"./protocol/pathglob", []string{"TestNamesRefused"}},
+			{"./protocol/pathglob", []string{"TestNamesRefused", "TestLinkInside"}},
 			{"./gates", []string{"TestEffectBrokerFromInsideADomain"}},
 			// The inference relay: the other socket a domain holds (issue 13).
 			{"./kernel/relay", []string{"TestRouteTable", "TestKeyInjection", "TestStreamPassesThrough", "TestBudgetReserveSettleExhaust",
@@ -147,9 +153,13 @@ func Table() []Gate {
 				// A harvest's end is final only once recorded, and a restart
 				// ends a landed harvest instead of running its worker again.
 				"TestHarvestEndRetriedWhileStoreUnavailable", "TestHarvestLandedEndLostRestart",
-				// Issue 23: the worker cannot commit for the harvest.
-				"TestWorkerCannotCommitForTheHarvest"}},
-			{"./kernel/workspace", []string{"TestHarvestRefusesHostileEntries", "TestHarvestBoundsAndDigest", "TestHarvestHonoursIgnoreRules"}},
+				// Issue 23: the worker cannot commit for the harvest; what the
+				// target admits (binary, large), its own branch, what the
+				// repository ignores recorded.
+				"TestWorkerCannotCommitForTheHarvest", "TestHarvestLandsBinaryWhenTargetAllows", "TestRunsOnTheirOwnBranches",
+				"TestHarvestIgnoredInTheLedger", "TestHarvestLargerThanAFrame"}},
+			{"./kernel/workspace", []string{"TestHarvestRefusesHostileEntries", "TestHarvestBoundsAndDigest", "TestHarvestHonoursIgnoreRules",
+				"TestHarvestBinaryWhenAllowed", "TestHarvestSymlinksWhenAllowed", "TestRefusalNamesThePathEscaped", "TestCopyUpsAreNotChanges"}},
 		}, Scope: "autonomic serve (this tree's build) as the service account, the installed launcher (proven to be this tree's build) through the sudoers rule, so make install must have run; a fixture model and a scripted agent, not a live LLM"},
 		{Name: "real_agent_inference_relay", Proves: "a real agent CLI in a domain reaches nothing but its relay, which forwards only inference with a key the domain never holds", Tests: []Run{
 			// The containment proof (issue 13 §6) and its mutations.
