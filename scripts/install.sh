@@ -40,6 +40,15 @@ install -d -o root -g root -m 0755 /var/lib/autonomic-rootfs
 install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic
 install -d -o autonomic -g autonomic -m 0755 /var/lib/autonomic/workspaces
 install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic/sockets
+# The kernel's own copies of the repositories it writes (autonomic repo add).
+install -d -o autonomic -g autonomic -m 0750 /var/lib/autonomic/repos
+# The API socket's directory: the unit's RuntimeDirectory makes it under
+# systemd; for `runuser -u autonomic -- autonomic serve` (and every boot of
+# a host without the unit) tmpfiles.d and this line do, since the kernel's
+# account cannot create directories in /run.
+install -d -o root -g root -m 0755 /etc/tmpfiles.d
+printf 'd /run/autonomic 0750 autonomic autonomic -\n' >/etc/tmpfiles.d/autonomic.conf
+install -d -o autonomic -g autonomic -m 0750 /run/autonomic
 
 # A rootfs (with the effect client and the agent entry): rebuilt into a fresh directory, kept
 # only if its identity (manifest digest) changed. An installed tree is kept only if it verifies

@@ -372,6 +372,9 @@ func isLoopback(host string) bool {
 	return err == nil && a.IsLoopback()
 }
 
+// ValidTargetID reports whether id may name a target.
+func ValidTargetID(id string) bool { return targetIDPattern.MatchString(id) }
+
 // CheckGitCommitTarget validates one git_commit target as the
 // configuration's own would be (a target registered at run time, or read
 // back from the kernel's state): the same rules, the same *Error.

@@ -8,10 +8,12 @@
 //   - A registered target passes the configuration's own validation
 //     (config.CheckGitCommitTarget) before anything holds it, and its id
 //     never replaces a configured one or an earlier registration.
-//   - The repository is the kernel's: its git dir must be owned by the
-//     kernel's account (git itself refuses a repository another account
-//     owns, and the kernel must be able to write its refs); otherwise Add
-//     is refused with what the operator should run instead.
+//   - The repository a target names is the kernel's: its git dir is owned
+//     by the kernel's account (git refuses a repository another account
+//     owns, and the kernel writes its refs). A repository it does not own
+//     is cloned bare into state_dir/repos — no hardlink, template, hook or
+//     configuration of the source carried over or run — and the copy is
+//     the target; the operator fetches the agents' branches from it.
 //   - What a registration learns from the repository (its test command) is
 //     read by git under the workspace safety settings: no hook, filter or
 //     configuration of the repository runs.

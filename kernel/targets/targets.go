@@ -21,8 +21,12 @@ import (
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
-// FileName is the registrations' file under state_dir.
-const FileName = "targets.json"
+// FileName is the registrations' file under state_dir, and ReposDirName
+// the directory of the kernel's own copies of repositories it was given.
+const (
+	FileName     = "targets.json"
+	ReposDirName = "repos"
+)
 
 // Registry holds the git_commit targets. Added ones reach the components
 // that use targets through the hooks given to Open, in order, before Add
@@ -30,6 +34,7 @@ const FileName = "targets.json"
 type Registry struct {
 	mu     sync.RWMutex
 	file   string
+	repos  string // state_dir/repos: the kernel's copies of repositories it does not own
 	all    map[string]config.GitCommitTarget
 	added  map[string]config.GitCommitTarget
 	hooks  []func(id string, t config.GitCommitTarget) error
@@ -83,7 +88,8 @@ func Open(stateDir string, configured, added map[string]config.GitCommitTarget, 
 	if own == nil {
 		own = map[string]config.GitCommitTarget{}
 	}
-	return &Registry{file: filepath.Join(stateDir, FileName), all: all, added: own, hooks: hooks, git: git, kernel: os.Getuid()}
+	return &Registry{file: filepath.Join(stateDir, FileName), repos: filepath.Join(stateDir, ReposDirName), all: all, added: own,
+		hooks: hooks, git: git, kernel: os.Getuid()}
 }
 
 // Get is one target.
@@ -128,6 +134,9 @@ type Added struct {
 	Entry
 	// TestChosen says where the test command came from.
 	TestChosen string `json:"test_chosen"`
+	// ClonedFrom: the repository was not the kernel's, which took a bare
+	// copy (Target.Repo) of it; agents land there.
+	ClonedFrom string `json:"cloned_from,omitempty"`
 }
 
 // Add registers a repository as a git_commit target: its agents land on
@@ -136,13 +145,33 @@ type Added struct {
 // repository the kernel's account owns, the id is taken, or no test
 // command is given or found.
 func (r *Registry) Add(ctx context.Context, req Request) (Added, error) {
-	gitDir, err := r.gitDir(req.Repo)
+	src, owned, err := r.gitDir(req.Repo)
 	if err != nil {
 		return Added{}, err
 	}
 	id := req.ID
 	if id == "" {
-		id = defaultID(gitDir)
+		id = defaultID(src)
+	}
+	gitDir, cloned := src, ""
+	if !owned {
+		// Not the kernel's: it takes a bare copy of its own under
+		// state_dir/repos, where its agents land; the operator fetches
+		// their branches from it.
+		if !config.ValidTargetID(id) {
+			return Added{}, protocol.Errorf(protocol.CodeInvalidField, "target id %q", id)
+		}
+		gitDir = filepath.Join(r.repos, id+".git")
+		if _, err := os.Lstat(gitDir); err == nil {
+			return Added{}, protocol.Errorf(protocol.CodeInvalidField, "%s exists; name another id with --id", gitDir)
+		}
+		if err := os.MkdirAll(r.repos, 0o750); err != nil {
+			return Added{}, err
+		}
+		if err := workspace.CloneBare(ctx, r.git, src, gitDir); err != nil {
+			return Added{}, protocol.Errorf(protocol.CodeNotFound, "the kernel's account could not clone %s (can it read it?): %v", src, err)
+		}
+		cloned = src
 	}
 	argv, chosen := req.Test, "given with --test"
 	if len(argv) == 0 {
@@ -170,44 +199,48 @@ func (r *Registry) Add(ctx context.Context, req Request) (Added, error) {
 	if err := r.save(next); err != nil {
 		return Added{}, err
 	}
+	ok := false
+	defer func() {
+		if !ok && cloned != "" {
+			os.RemoveAll(gitDir)
+		}
+	}()
 	for _, h := range r.hooks {
 		if err := h(id, t); err != nil {
 			return Added{}, err
 		}
 	}
 	r.added, r.all[id] = next, t
-	return Added{Entry: Entry{ID: id, Target: t, Added: true}, TestChosen: chosen}, nil
+	ok = true
+	return Added{Entry: Entry{ID: id, Target: t, Added: true}, TestChosen: chosen, ClonedFrom: cloned}, nil
 }
 
-// gitDir resolves repo to its git dir and checks the kernel owns it.
-func (r *Registry) gitDir(repo string) (string, error) {
+// gitDir resolves repo to its git dir, and says whether the kernel's
+// account owns it (git refuses a repository another account owns, and the
+// kernel must write its refs).
+func (r *Registry) gitDir(repo string) (dir string, owned bool, err error) {
 	if !filepath.IsAbs(repo) || filepath.Clean(repo) != repo {
-		return "", protocol.Errorf(protocol.CodeInvalidField, "repo must be an absolute, clean path")
+		return "", false, protocol.Errorf(protocol.CodeInvalidField, "repo must be an absolute, clean path")
 	}
 	real, err := filepath.EvalSymlinks(repo)
 	if err != nil {
-		return "", protocol.Errorf(protocol.CodeNotFound, "the repository cannot be read by the kernel's account: %v", errors.Unwrap(err))
+		return "", false, protocol.Errorf(protocol.CodeNotFound, "the kernel's account cannot reach %s (it needs to read it: check the directories above it)", repo)
 	}
-	dir := real
+	dir = real
 	if fi, err := os.Stat(filepath.Join(real, ".git")); err == nil && fi.IsDir() {
 		dir = filepath.Join(real, ".git") // a work tree: its git dir
 	}
 	for _, f := range []string{"HEAD", "objects", "refs"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			return "", protocol.Errorf(protocol.CodeInvalidField, "%s is not a git repository (no %s)", real, f)
+			return "", false, protocol.Errorf(protocol.CodeInvalidField, "%s is not a git repository the kernel's account can read (no %s)", real, f)
 		}
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return "", protocol.Errorf(protocol.CodeNotFound, "%v", err)
+		return "", false, protocol.Errorf(protocol.CodeNotFound, "%v", err)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != r.kernel {
-		return "", protocol.Errorf(protocol.CodeForbidden,
-			"%s is owned by uid %d, not by the kernel's account (uid %d), which must write its refs: "+
-				"give the kernel its own bare clone (sudo -u autonomic git clone --bare %s /var/lib/autonomic/repos/%s.git) "+
-				"and add that, or hand this one over (sudo chown -R autonomic: %s)", real, st.Uid, r.kernel, real, defaultID(dir), real)
-	}
-	return dir, nil
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return dir, ok && int(st.Uid) == r.kernel, nil
 }
 
 var idUnsafe = regexp.MustCompile(`[^a-z0-9_.-]+`)

@@ -153,6 +153,45 @@ func ChownTree(root string, uid, gid int) error {
 	})
 }
 
+// CloneBare makes dst a bare copy of the repository src (a path), as the
+// kernel's own: no hardlink shares an inode with src, no template, hook or
+// configuration of src is copied, and dst must not exist. src is usually
+// another account's, which git refuses to read ("dubious ownership")
+// unless safe.directory names it in protected configuration: a global
+// configuration file holding exactly that one entry is made for this one
+// clone (git reads src's own configuration for upload-pack, which runs
+// none of its hooks and honours no command it names there).
+func CloneBare(ctx context.Context, git, src, dst string) error {
+	if !filepath.IsAbs(src) || !filepath.IsAbs(dst) || strings.ContainsAny(src, "\n\x00\"\\") {
+		return fmt.Errorf("%w: clone paths", ErrInvalid)
+	}
+	tmp, err := os.MkdirTemp("", "autonomic-clone-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	global := filepath.Join(tmp, "gitconfig")
+	if err := os.WriteFile(global, []byte("[safe]\n\tdirectory = \""+src+"\"\n"), 0o600); err != nil {
+		return err
+	}
+	if git == "" {
+		git = "git"
+	}
+	cmd := exec.CommandContext(ctx, git, append(append([]string(nil), safety...),
+		"clone", "--quiet", "--bare", "--no-hardlinks", "--template=", "--", src, dst)...)
+	cmd.Dir = "/"
+	for _, kv := range gitEnv {
+		if !strings.HasPrefix(kv, "GIT_CONFIG_GLOBAL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "GIT_CONFIG_GLOBAL="+global)
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("workspace: git clone: %w", err)
+	}
+	return nil
+}
+
 // ReadAt reads the files at paths as of rev in the repository at dir (its
 // git dir, or a work tree), under the same safety settings as every git
 // here, from one `git cat-file --batch`. A path that is not a blob at rev,

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/autonomic-kernel/autonomic/kernel/targets"
+	"github.com/autonomic-kernel/autonomic/protocol"
 )
 
 // repoCmd onboards a repository in one command: `autonomic repo add PATH`
@@ -65,15 +66,30 @@ func repoCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	added, err := c.AddTarget(ctx, targets.Request{Repo: repo, ID: *id, Test: strings.Fields(*test)})
 	if err != nil {
+		// The kernel's reasons stay in its log (the API carries codes
+		// only); what the operator can do about each code is said here.
+		switch protocol.AsWire(err).Code {
+		case protocol.CodeNotFound:
+			fmt.Fprintf(stderr, "autonomic: the kernel's account cannot read %s: it needs to search every directory above it\n"+
+				"(e.g. chmod o+x ~) and read the repository; it then takes a bare copy of its own\n", repo)
+		case protocol.CodeInvalidField:
+			fmt.Fprintf(stderr, "autonomic: %s was not registered: not a git repository, an id or repository already registered (--id),\n"+
+				"or no test command found at HEAD (name one with --test \"CMD\"); the kernel's log says which\n", repo)
+		}
 		return opFail(stderr, err)
 	}
 	if *o.json {
 		printJSON(stdout, added)
 		return 0
 	}
-	fmt.Fprintf(stdout, "target %s: %s\ntests: %s (%s)\nagents land on new branches under %s, verified by the tests\nnext: autonomic run --repo %s --agent codex \"TASK\"\n",
-		added.ID, added.Target.Repo, strings.Join(added.Target.VerifyArgv, " "), added.TestChosen,
-		strings.Join(added.Target.AllowedRefPrefixes, ", "), repo)
+	fmt.Fprintf(stdout, "target %s: %s\n", added.ID, added.Target.Repo)
+	if added.ClonedFrom != "" {
+		fmt.Fprintf(stdout, "(the kernel's own bare copy of %s, which it does not own: agents land in the copy;\n"+
+			" fetch their branches from it — once: git config --global --add safe.directory %s\n"+
+			" then: git fetch %s 'refs/heads/agent/*:refs/remotes/agent/*')\n", added.ClonedFrom, added.Target.Repo, added.Target.Repo)
+	}
+	fmt.Fprintf(stdout, "tests: %s (%s)\nagents land on new branches under %s, verified by the tests\nnext: autonomic run --repo %s --agent codex \"TASK\"\n",
+		strings.Join(added.Target.VerifyArgv, " "), added.TestChosen, strings.Join(added.Target.AllowedRefPrefixes, ", "), added.Target.Repo)
 	return 0
 }
 

@@ -33,6 +33,14 @@ func describe(kind string, body json.RawMessage) string {
 		return "lease " + short("lease_id") + " granted (epoch " + str("lease_epoch") + ")"
 	case "lease_revoked":
 		return "lease " + short("lease_id") + " revoked: " + quoted(str("reason"))
+	case "domain_created":
+		return "domain created (generation " + str("generation") + ")"
+	case "inference_budget_set":
+		return fmt.Sprintf("inference budget: %s tokens, $%.2f", str("max_tokens"), float64(b.Get("max_spend_micro_usd").Int())/1e6)
+	case "inference_budget_charged":
+		return fmt.Sprintf("inference budget reserved: %s tokens, $%.2f", str("tokens"), float64(b.Get("spend_micro_usd").Int())/1e6)
+	case "inference_budget_released":
+		return fmt.Sprintf("inference budget returned: %s tokens, $%.2f", str("tokens"), float64(b.Get("spend_micro_usd").Int())/1e6)
 	case "generation_started":
 		return "domain generation " + str("generation") + " started"
 	case "generation_destroyed":

@@ -17,6 +17,7 @@ func TestTimelineReadsAsWords(t *testing.T) {
 		{"effect_transition", `{"effect_id":"01a2b3c4-aaaa","from":"committing","to":"failed","receipt":{"error":"ref_moved"}}`, "effect 01a2b3c4 committing → failed (ref_moved)"},
 		{"episode_ended", `{"state":"completed","reason":"{\"outcome\":\"landed\",\"ref\":\"refs/heads/agent/codex/1\"}"}`, "episode ended completed: landed on refs/heads/agent/codex/1"},
 		{"episode_ended", `{"state":"aborted","reason":"operator uid 0: \u001b]0;pwned\u0007"}`, `episode ended aborted: "operator uid 0: \x1b]0;pwned\a"`},
+		{"inference_budget_set", `{"max_tokens":4000000,"max_spend_micro_usd":20000000}`, "inference budget: 4000000 tokens, $20.00"},
 		{"unknown_kind", `{"a": 1}`, `{"a": 1}`},
 	} {
 		got := describe(c.kind, []byte(c.body))
