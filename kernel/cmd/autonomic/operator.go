@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -295,7 +294,7 @@ func effectOperator(args []string, stdout, stderr io.Writer) int {
 		if d.KeyID != "" {
 			by = ", key " + d.KeyID
 		}
-		fmt.Fprintf(stdout, "decision     %s %s (revision %d, epoch %d%s) %s\n", d.Kind, d.Verdict, d.Revision, d.Epoch, by, oneLine(d.Body))
+		fmt.Fprintf(stdout, "decision     %s %s (revision %d, epoch %d%s) %s\n", d.Kind, d.Verdict, d.Revision, d.Epoch, by, api.OneLine(d.Body))
 	}
 	return 0
 }
@@ -372,7 +371,7 @@ func eventsCmd(args []string, stdout, stderr io.Writer) int {
 					b, _ := json.Marshal(e)
 					fmt.Fprintln(stdout, string(b))
 				} else {
-					fmt.Fprintf(stdout, "%6d  %s  epoch %-3d %-28s %s\n", e.Seq, e.At.Local().Format(time.DateTime), e.Epoch, e.Kind, oneLine(e.Body))
+					fmt.Fprintf(stdout, "%6d  %s  epoch %-3d %-28s %s\n", e.Seq, e.At.Local().Format(time.DateTime), e.Epoch, e.Kind, api.OneLine(e.Body))
 				}
 				after = e.Seq
 			}
@@ -387,13 +386,4 @@ func eventsCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprint(stderr, usage)
 	return 2
-}
-
-// oneLine bounds a ledger body for a terminal line.
-func oneLine(b json.RawMessage) string {
-	s := strings.Join(strings.Fields(string(b)), " ")
-	if len(s) > 120 {
-		s = s[:120] + "…"
-	}
-	return s
 }

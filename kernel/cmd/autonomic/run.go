@@ -196,7 +196,7 @@ func follow(ctx context.Context, c *api.Client, id string, asJSON bool, stdout, 
 				b, _ := json.Marshal(e)
 				fmt.Fprintln(stdout, string(b))
 			} else {
-				fmt.Fprintf(stdout, "%s  epoch %-3d %s\n", e.At.Local().Format(time.TimeOnly), e.Epoch, describe(e.Kind, e.Body))
+				fmt.Fprintf(stdout, "%s  epoch %-3d %s\n", e.At.Local().Format(time.TimeOnly), e.Epoch, api.DescribeEvent(e.Kind, e.Body))
 			}
 			after = e.Seq
 		}

@@ -1,22 +1,23 @@
-package main
+package api
 
 import (
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 )
 
-// describe is one ledger entry as a person reads it in a timeline: what
+// DescribeEvent is one ledger entry as a person reads it in a timeline: what
 // happened, in words, with the few fields that say it (ids shortened);
 // an entry this does not know is its body on one line. Every value is
 // printed escaped (strconv.QuoteToASCII where it is text a worker or a
 // model could have chosen), so no entry can redraw the terminal.
-func describe(kind string, body json.RawMessage) string {
+func DescribeEvent(kind string, body json.RawMessage) string {
 	b := gjson.ParseBytes(body)
 	str := func(path string) string { return b.Get(path).String() }
 	short := func(path string) string {
@@ -90,7 +91,20 @@ func describe(kind string, body json.RawMessage) string {
 		}
 		return s
 	}
-	return oneLine(body)
+	return OneLine(body)
+}
+
+// OneLine is a body on one line, cut at 120 bytes (on a rune boundary).
+func OneLine(b json.RawMessage) string {
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if len(s) > 120 {
+		i := 120
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s = s[:i] + "…"
+	}
+	return s
 }
 
 // quoted is text for a terminal: printable ASCII as it is, anything else

@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"strings"
@@ -20,7 +20,7 @@ func TestTimelineReadsAsWords(t *testing.T) {
 		{"inference_budget_set", `{"max_tokens":4000000,"max_spend_micro_usd":20000000}`, "inference budget: 4000000 tokens, $20.00"},
 		{"unknown_kind", `{"a": 1}`, `{"a": 1}`},
 	} {
-		got := describe(c.kind, []byte(c.body))
+		got := DescribeEvent(c.kind, []byte(c.body))
 		if got != c.want {
 			t.Errorf("%s: %q, want %q", c.kind, got, c.want)
 		}
