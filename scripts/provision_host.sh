@@ -17,6 +17,8 @@ if [ "${1:-}" != --prebuilt ]; then
 	# Debian environments (rootfs specs with "debian") are bootstrapped by
 	# mmdebstrap; the OCI-image test runs busybox-static in a domain.
 	pkgs+=(mmdebstrap debian-archive-keyring)
+	# The web console's test drives Debian's chromium headless (chromedp).
+	pkgs+=(chromium)
 	# The agents rootfs installs the agent CLIs with npm (install.sh); a
 	# host whose Node already brings npm (NodeSource's) keeps its own.
 	command -v npm >/dev/null || pkgs+=(nodejs npm)

@@ -236,6 +236,9 @@ type API struct {
 	// MetricsListen, when set, serves Prometheus metrics (GET /metrics)
 	// on "unix:/abs/path" or a loopback host:port.
 	MetricsListen string `json:"metrics_listen"`
+	// ConsoleListen, when set, serves the web console on "unix:/abs/path"
+	// or a loopback host:port; a token in state_dir/console.token logs in.
+	ConsoleListen string `json:"console_listen"`
 }
 
 // Problem is one thing wrong with a configuration.

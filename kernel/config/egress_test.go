@@ -48,17 +48,29 @@ func TestEgressSection(t *testing.T) {
 // a Unix socket at an absolute path or a loopback address; anything that
 // would expose it beyond the host is one problem under its key.
 func TestMetricsListen(t *testing.T) {
+	for _, key := range []string{"metrics_listen", "console_listen"} {
+		t.Run(key, func(t *testing.T) { localListen(t, key) })
+	}
+	const base = `"state_dir":"/s","domain":{"backend":"linux"},"sensor":{"kind":"rules"}`
+	if _, err := Parse([]byte(`{` + base + `,"api":{"metrics_listen":"127.0.0.1:9","console_listen":"127.0.0.1:9"}}`)); err == nil {
+		t.Error("the console and the metrics on one address")
+	}
+}
+
+// localListen: the key binds only a Unix socket at an absolute path or a
+// loopback address.
+func localListen(t *testing.T, key string) {
 	const base = `"state_dir":"/s","domain":{"backend":"linux"},"sensor":{"kind":"rules"}`
 	for _, ok := range []string{"unix:/run/autonomic/metrics.sock", "127.0.0.1:9464", "[::1]:9464", "localhost:9464"} {
-		if _, err := Parse([]byte(`{` + base + `,"api":{"metrics_listen":"` + ok + `"}}`)); err != nil {
+		if _, err := Parse([]byte(`{` + base + `,"api":{"` + key + `":"` + ok + `"}}`)); err != nil {
 			t.Errorf("%s refused: %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"0.0.0.0:9464", ":9464", "10.0.0.1:9464", "[::]:9464", "example.com:9464", "unix:metrics.sock",
 		"unix:", "unix:/run/../etc/x", "127.0.0.1", "9464"} {
-		_, err := Parse([]byte(`{` + base + `,"api":{"metrics_listen":"` + bad + `"}}`))
+		_, err := Parse([]byte(`{` + base + `,"api":{"` + key + `":"` + bad + `"}}`))
 		var ce *Error
-		if !errors.As(err, &ce) || len(ce.Problems) != 1 || ce.Problems[0].Key != "api.metrics_listen" {
+		if !errors.As(err, &ce) || len(ce.Problems) != 1 || ce.Problems[0].Key != "api."+key {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}

@@ -187,12 +187,10 @@ func (cfg *Config) validate() []Problem {
 	}
 
 	c.absPath("api.socket", cfg.API.Socket, false)
-	if m := cfg.API.MetricsListen; m != "" {
-		if p, ok := strings.CutPrefix(m, "unix:"); ok {
-			c.absPath("api.metrics_listen", p, true)
-		} else if host, port, err := net.SplitHostPort(m); err != nil || port == "" || !(host == "localhost" || isLoopback(host)) {
-			c.add("api.metrics_listen", "must be unix:/absolute/path or a loopback host:port")
-		}
+	c.localListen("api.metrics_listen", cfg.API.MetricsListen)
+	c.localListen("api.console_listen", cfg.API.ConsoleListen)
+	if m, cl := cfg.API.MetricsListen, cfg.API.ConsoleListen; m != "" && m == cl {
+		c.add("api.console_listen", "must differ from api.metrics_listen")
 	}
 	if g := cfg.API.OperatorGroup; g != "" {
 		if _, err := user.LookupGroup(g); err != nil {
@@ -370,6 +368,19 @@ func mapKeys[V any](m map[string]V) []string {
 func isLoopback(host string) bool {
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.IsLoopback()
+}
+
+// localListen: an unauthenticated or token-guarded endpoint binds only a
+// Unix socket at an absolute path or a loopback address (optional).
+func (c *checker) localListen(key, v string) {
+	if v == "" {
+		return
+	}
+	if p, ok := strings.CutPrefix(v, "unix:"); ok {
+		c.absPath(key, p, true)
+	} else if host, port, err := net.SplitHostPort(v); err != nil || port == "" || !(host == "localhost" || isLoopback(host)) {
+		c.add(key, "must be unix:/absolute/path or a loopback host:port")
+	}
 }
 
 // ValidTargetID reports whether id may name a target.

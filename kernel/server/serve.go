@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
+	"github.com/autonomic-kernel/autonomic/kernel/console"
 	"github.com/autonomic-kernel/autonomic/kernel/metrics"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/store"
@@ -118,12 +120,49 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 	if err != nil {
 		return err
 	}
+	if cl := cfg.API.ConsoleListen; cl != "" {
+		if err := serveConsole(ctx, cfg, cl, gid, log); err != nil {
+			ln.Close()
+			return fmt.Errorf("api.console_listen: %w", err)
+		}
+	}
 	log.Info("kernel serving", "socket", cfg.APISocket(), "backend", cfg.Domain.Backend, "managed_store", cfg.Managed(),
 		"episodes", k.episodes != nil, "adapters", cfg.TargetKinds(), "automatic_verification", cfg.AutomaticVerification)
 	if hooks.Ready != nil {
 		hooks.Ready()
 	}
 	return srv.Serve(ctx, ln)
+}
+
+// serveConsole serves the web console on listen (after the API socket
+// exists: it reads through it), with a new token in state_dir for the
+// operator group; a Unix socket is 0660, the kernel's and the group's.
+func serveConsole(ctx context.Context, cfg *config.Config, listen string, gid int, log hclog.Logger) error {
+	tok, err := console.MakeToken(cfg.StateDir, gid)
+	if err != nil {
+		return err
+	}
+	if p, ok := strings.CutPrefix(listen, "unix:"); ok {
+		_ = os.Remove(p) // a stale socket of an earlier kernel (the state_dir lock makes it ours)
+	}
+	l, err := metrics.Listen(listen)
+	if err != nil {
+		return err
+	}
+	if p, ok := strings.CutPrefix(listen, "unix:"); ok {
+		if err := errors.Join(os.Chown(p, -1, gid), os.Chmod(p, 0o660)); err != nil {
+			l.Close()
+			return err
+		}
+	}
+	c := console.New(cfg.APISocket(), tok, listen)
+	go func() {
+		if err := c.Serve(ctx, l); err != nil {
+			log.Error("console stopped", "error", err)
+		}
+	}()
+	log.Info("console served", "listen", listen, "token_file", filepath.Join(cfg.StateDir, console.TokenFileName))
+	return nil
 }
 
 // ErrStateDirBusy: another kernel serves from the same state_dir.
