@@ -153,13 +153,6 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// Action is a decision that waits for a human: one exact operation.
-type Action struct {
-	Episode api.EpisodeView
-	Effect  api.EffectView
-	Command string // the command that signs and records the approval
-}
-
 func (c *Console) render(w http.ResponseWriter, name string, data any) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := pages.ExecuteTemplate(w, name, data); err != nil {
@@ -190,29 +183,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, err)
 		return
 	}
-	var actions []Action
-	for _, e := range eps {
-		if e.State != "active" {
-			continue
-		}
-		effs, err := c.client.Effects(ctx, e.ID)
-		if err != nil {
-			continue
-		}
-		for _, f := range effs {
-			if awaitsApproval(f) {
-				actions = append(actions, Action{Episode: e, Effect: f, Command: approveCommand(f)})
-			}
-		}
+	actions, err := api.PendingActions(ctx, c.client, 50)
+	if err != nil {
+		c.fail(w, err)
+		return
 	}
 	c.render(w, "overview.html", map[string]any{"Kernel": k, "Episodes": eps, "Actions": actions})
-}
-
-// awaitsApproval: a class 4 effect evaluated to the human horizon.
-func awaitsApproval(f api.EffectView) bool { return f.Class == 4 && f.State == "evaluating" }
-
-func approveCommand(f api.EffectView) string {
-	return "autonomic effect approve " + f.ID + " --key ~/.config/autonomic/approval.pem --key-id YOUR_KEY_ID"
 }
 
 // episode: one episode, its timeline, its effects, its ledger.
@@ -236,14 +212,14 @@ func (c *Console) episode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var detailed []api.EffectView
-	var actions []Action
+	var actions []api.Action
 	for _, f := range effs {
 		if d, err := c.client.Effect(ctx, f.ID); err == nil {
 			f = d
 		}
 		detailed = append(detailed, f)
-		if awaitsApproval(f) {
-			actions = append(actions, Action{Episode: ep, Effect: f, Command: approveCommand(f)})
+		if api.AwaitsApproval(f) {
+			actions = append(actions, api.Action{Episode: ep, Effect: f, Command: api.ApproveCommand(f)})
 		}
 	}
 	ver, verr := c.client.Verify(ctx, id)

@@ -2,6 +2,8 @@ package mcp
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -16,7 +18,8 @@ import (
 const Version = "1"
 
 // Tools are the names of every tool the server offers, in the order listed.
-var Tools = []string{"episodes_list", "episode_show", "effects_list", "effect_show", "events_tail", "ledger_verify", "egress_list"}
+var Tools = []string{"episodes_list", "episode_show", "effects_list", "effect_show", "events_tail", "ledger_verify", "egress_list",
+	"episode_start", "patch_show", "actions_list"}
 
 // maxLimit bounds a list a caller asks for.
 const maxLimit = 500
@@ -30,6 +33,13 @@ type API interface {
 	Events(ctx context.Context, episodeID string, after int64, limit int) ([]api.EventView, error)
 	Verify(ctx context.Context, episodeID string) (api.VerifyView, error)
 	Egress(ctx context.Context, episodeID string) ([]api.EgressView, error)
+	Start(ctx context.Context, spec json.RawMessage) (api.EpisodeView, error)
+	Patch(ctx context.Context, effectID string) (api.PatchView, error)
+}
+
+// StartIn starts an episode.
+type StartIn struct {
+	Spec map[string]any `json:"spec" jsonschema:"the episode spec (an object), its policy signed by an operator's key (autonomic policy sign); the kernel verifies it"`
 }
 
 // ListIn is a list's input.
@@ -127,6 +137,44 @@ func New(a API) *sdk.Server {
 			}
 			v, err := a.Egress(ctx, in.EpisodeID)
 			return wrap(map[string]any{"fetches": nonNil(v)}, err)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "episode_start", Description: "Start an episode from a spec whose policy an operator signed. " +
+		"The tool grants nothing: the kernel admits only what the signed policy and its envelope allow, under the caller's API permissions."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in StartIn) (*sdk.CallToolResult, any, error) {
+			if in.Spec == nil {
+				return nil, nil, invalid("spec must be a JSON object")
+			}
+			raw, err := json.Marshal(in.Spec)
+			if err != nil {
+				return nil, nil, invalid("spec")
+			}
+			v, err := a.Start(ctx, raw)
+			return wrap(v, err)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "patch_show", Description: "A git_commit effect's stored patch (landed, denied or ref-moved), as git applies it."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in IDIn) (*sdk.CallToolResult, any, error) {
+			if err := isID(in.ID); err != nil {
+				return nil, nil, err
+			}
+			v, err := a.Patch(ctx, in.ID)
+			if err != nil {
+				return wrap(nil, err)
+			}
+			b, err := base64.StdEncoding.DecodeString(v.PatchB64)
+			if err != nil {
+				return nil, nil, invalid("the stored patch is not base64")
+			}
+			return wrap(map[string]any{"effect_id": v.EffectID, "state": v.State, "patch": string(b)}, nil)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "actions_list", Description: "Decisions waiting for a human: class 4 effects at the horizon, each one exact operation " +
+		"(effect, revision, epoch, payload digest, kind, target) with the command an operator runs to sign its approval. No tool approves."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in ListIn) (*sdk.CallToolResult, any, error) {
+			n, err := limit(in.Limit)
+			if err != nil {
+				return nil, nil, err
+			}
+			v, err := api.PendingActions(ctx, a, n)
+			return wrap(map[string]any{"actions": nonNil(v)}, err)
 		})
 	return s
 }

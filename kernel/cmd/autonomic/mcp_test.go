@@ -121,6 +121,7 @@ func TestMCPToolsAgainstARunningKernel(t *testing.T) {
 		{"events_tail", map[string]any{"episode_id": k.episodeID, "after": 0, "limit": 1}, `"seq":1`},
 		{"ledger_verify", map[string]any{"episode_id": k.episodeID}, `"ok":true`},
 		{"egress_list", map[string]any{"episode_id": k.episodeID}, `"fetches":[]`},
+		{"actions_list", map[string]any{"limit": 5}, `"actions":[]`},
 	} {
 		text, isErr := call(t, cs, c.tool, c.args)
 		if isErr || !strings.Contains(text, c.want) {
@@ -139,6 +140,12 @@ func TestMCPToolsAgainstARunningKernel(t *testing.T) {
 		{"events_tail", map[string]any{"episode_id": k.episodeID, "after": -4}, "invalid_field"},
 		{"effect_show", map[string]any{"id": "00000000-0000-0000-0000-000000000000"}, "not_found"},
 		{"episode_show", map[string]any{}, "id"},
+		{"patch_show", map[string]any{"id": "00000000-0000-0000-0000-000000000000"}, "not_found"},
+		{"episode_start", map[string]any{"spec": "not an object"}, "spec"},
+		// This kernel runs no episode controller: start reaches the API,
+		// which says so (a controller's refusals of unsigned policies are
+		// TestServeRunsEpisodes's).
+		{"episode_start", map[string]any{"spec": map[string]any{"origin_intent": "x"}}, "unknown_action"},
 	} {
 		text, isErr := call(t, cs, c.tool, c.args)
 		if !isErr || !strings.Contains(text, c.want) {
@@ -239,8 +246,11 @@ func TestMCPBoundedByTheCallersAPIPermissions(t *testing.T) {
 		case "episodes_list":
 		case "episode_show":
 			args = map[string]any{"id": k.episodeID}
-		case "effect_show":
+		case "effect_show", "patch_show":
 			args = map[string]any{"id": k.effectID}
+		case "actions_list":
+		case "episode_start":
+			args = map[string]any{"spec": map[string]any{"origin_intent": "x"}}
 		default:
 			args = map[string]any{"episode_id": k.episodeID}
 		}
