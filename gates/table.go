@@ -129,8 +129,8 @@ func Table() []Gate {
 		}, Scope: "the socket from inside a real domain and from the host; HTTP targets are loopback servers; the signed lease's paths, bytes and rates checked at the commit horizon with verification off; the egress proxy inside real domains (this tree's launcher, the agents rootfs, the agent profile, the egress socket bridged by autonomic-entry) with the real go and npm against the real registries, which resolve here to a reserved range the test allows as an operator would (egress.allowed_nets), direct connections around it refused as violation frames, and loopback HTTPS upstreams for redirects, certificates and caps; the inference relay over a real Unix socket in front of the fixture models, with real PostgreSQL budgets"},
 		{Name: "sensor_poisoning", Proves: "hostile evidence cannot escalate authority", Tests: []Run{
 			{"./kernel/sensor", []string{"TestSensorPoisoning", "TestClientLiarIsRecorded"}},
-			{"./kernel/episode", []string{"TestSensorPoisoningInEpisode"}},
-			{"./kernel/governor", []string{"TestMaxRiskDecides", "TestThrottleTakesEffect"}},
+			{"./kernel/episode", []string{"TestSensorPoisoningInEpisode", "TestMaxRiskDecidesOnTheProductionPath"}},
+			{"./kernel/governor", []string{"TestMaxRiskDecides", "TestThrottleTakesEffect", "TestDependencyLiftReachesTheBank"}},
 		}, Scope: "hostile sensor replies from a loopback model server; max_risk and a throttle held at the commit horizon"},
 		{Name: "semantic_outage_degradation", Proves: "sensor loss degrades autonomy instead of failing open", Tests: []Run{
 			{"./kernel/sensor", []string{"TestClientDegrades", "TestClientStoppedServer", "TestDegradedReadingNarrows"}},
