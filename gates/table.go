@@ -145,7 +145,7 @@ func Table() []Gate {
 		}, Scope: "Ed25519 approvals checked by the broker"},
 		{Name: "coding_agent_violation_repair_epoch2", Proves: "full hostile scenario: seccomp trip, fence, destroy, restore, commit under epoch 2", Tests: []Run{
 			{"./gates", []string{"TestCodingAgentScenario"}},
-			{"./kernel/episode", []string{"TestEpisodeLifecycle", "TestViolationRepairEpoch2", "TestViolationStormRepairsOnce", "TestRepairRestoresThePristineBase", "TestMaxRepairsContains",
+			{"./kernel/episode", []string{"TestEpisodeLifecycle", "TestViolationRepairEpoch2", "TestRepairNarrowingEnforcedOnTheProductionPath", "TestViolationStormRepairsOnce", "TestRepairRestoresThePristineBase", "TestMaxRepairsContains",
 				// An agent that only edits files: its change harvested from
 				// the checkpoint archive and taken through the horizon, a
 				// hostile workspace read as data, and the wall-time bound.

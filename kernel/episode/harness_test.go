@@ -399,12 +399,17 @@ else
   if sh test.sh >/dev/null; then echo "FOUND-FIX"; else sed -i 's/1+1+1/1+1/' calc.sh && echo "FIXED"; fi
   sh test.sh || { echo "TEST-STILL-FAILS"; exit 1; }
 fi
+if [ "${PROBE:-}" = violate-touch ] && [ "$AUTONOMIC_EPOCH" = 2 ]; then
+  # The repaired generation also edits the test, which its narrowed
+  # lease forbids (the first lease allowed it).
+  echo "# touched after the repair" >> test.sh
+fi
 $G diff --binary > /tmp/fix.patch || { echo DIFF-FAILED; exit 1; }
 base=$($G rev-parse HEAD)
 p=$($E prepare -kind git_commit -target-id repo -target "{\"base_oid\":\"$base\",\"ref\":\"refs/heads/main\",\"message\":\"fix calc\"}" -payload /tmp/fix.patch) || { echo "PREPARE-FAILED $p"; exit 1; }
 id=$(pick "$p" id); rev=$(pick "$p" revision)
 echo "EPOCH=$AUTONOMIC_EPOCH EFFECT=$id"
-if [ "${PROBE:-}" = violate ] && [ "$AUTONOMIC_EPOCH" = 1 ]; then
+if [ "${PROBE%-touch}" = violate ] && [ "$AUTONOMIC_EPOCH" = 1 ]; then
   ` + testbed.ProbePath + ` socket-inet
   sleep 120
 fi

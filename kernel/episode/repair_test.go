@@ -93,6 +93,35 @@ func TestViolationRepairEpoch2(t *testing.T) {
 	r.end(t, ctx, e, episode.Completed, "repaired and committed")
 }
 
+// TestRepairNarrowingEnforcedOnTheProductionPath: after a violation, the
+// repaired generation's lease is the controller's own intersection of the
+// previous lease with the spec's repair narrowing (which forbids test.sh;
+// the first lease allowed it): the repaired worker's change that also
+// edits test.sh is refused as forbidden at the broker, and nothing lands.
+func TestRepairNarrowingEnforcedOnTheProductionPath(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// The target allows every path: only the lease can refuse test.sh.
+	r := newRig(t, ctx, "episode_repair_narrowing", withTargetPaths("**"))
+	e, err := r.k.Start(ctx, r.spec(map[string]string{"PROBE": "violate-touch"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := nextExit(t, ctx, e)
+	out := string(x.Output)
+	t.Logf("generation %d worker:\n%s", x.Generation, out)
+	if x.Generation != 2 || x.Epoch != 2 {
+		t.Fatalf("first worker exit is generation %d epoch %d, want the repaired one", x.Generation, x.Epoch)
+	}
+	if strings.Contains(out, "STATE=committed") || !strings.Contains(out, "forbidden") {
+		t.Fatalf("the repaired generation's test edit was not refused as forbidden:\n%s", out)
+	}
+	if testbed.Git(t, r.repo, "rev-parse", "refs/heads/main") != r.base {
+		t.Fatal("main moved")
+	}
+	r.end(t, ctx, e, episode.Completed, "narrowing held")
+}
+
 // TestViolationStormRepairsOnce: a worker that trips seccomp fifty times
 // in a burst before its repair fences it is repaired once (max_repairs 1
 // holds) — the frames raised in epoch 1 do not spend epoch 2's repair —
