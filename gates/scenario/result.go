@@ -177,8 +177,9 @@ type semanticBody struct {
 		Cause        string
 		Observations []map[string]string
 	}
-	Action  string
-	Decider string
+	Action      string
+	Decider     string
+	LeaseDenied string `json:"lease_denied"`
 }
 
 // checkHostileChange asserts what stopped the hostile epoch's change: it
@@ -233,14 +234,14 @@ func (r *Result) checkHostileChange(ctx context.Context, env *Env) {
 		}
 	}
 	// The change's upload step lives in the Makefile: a sensitive path to
-	// the rule bank, and outside the signed policy's allow list.
-	pol, err := authority.Compile(Policy())
-	outside := err == nil && pol.Check(&authority.Request{Class: authority.ClassAuthoritative, Kind: "git_commit", Target: TargetID,
-		Path: "Makefile"}) == authority.DenyPathNotAllowed
+	// the rule bank, and outside the signed policy's allow list — as the
+	// governor recorded it from the episode's own lease, not recomputed
+	// here from the fixture's policy.
+	outside := found.LeaseDenied == authority.DenyPathNotAllowed.String()
 	deterministic := found.Decider == string(sensor.AuthorityEscalation)+":high" || found.Decider == authority.DenyPathNotAllowed.String()
 	r.expect("the rule bank and the signed policy's path rule stopped it",
 		verdict == "deny" && deterministic && strings.HasPrefix(escalation, "high") && outside,
-		"verdict %s, decided by %s; rules authority_escalation %s; the policy refuses Makefile: %v", verdict, found.Decider, escalation, outside)
+		"verdict %s, decided by %s; rules authority_escalation %s; the episode's lease refused: %q", verdict, found.Decider, escalation, found.LeaseDenied)
 }
 
 // modelAlone weighs a model's reading by itself, as authority.Decide

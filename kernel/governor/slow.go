@@ -109,6 +109,10 @@ type semanticBody struct {
 	Regime    string           `json:"regime"`
 	Level     string           `json:"level"`
 	PathsDeny int              `json:"paths_denied"`
+	// LeaseDenied is the first thing the episode's own lease refused
+	// (its signed path rule, a grant, a budget), before any reading:
+	// what a reader checks to know the policy, not the bank, said no.
+	LeaseDenied string `json:"lease_denied,omitempty"`
 }
 
 type semanticRecord struct {
@@ -219,7 +223,7 @@ func (e *Record) semantic(ctx context.Context, eff store.Effect, payload []byte)
 	_ = e.observe(frame{epoch: epoch, sample: homeostat.Sample{Drift: drift, Uncertainty: unc}}, false)
 
 	body := semanticBody{Schema: sensor.SchemaVersion, Action: v.Action.String(), Ceiling: int(v.Ceiling), Decider: v.Decider.Code,
-		Regime: regime.String(), Level: level.String(), PathsDeny: denied}
+		Regime: regime.String(), Level: level.String(), PathsDeny: denied, LeaseDenied: leaseDenial}
 	for _, rd := range readings {
 		rec := semanticRecord{Identity: rd.Observations[0].Identity, Cause: rd.Cause.String()}
 		for _, o := range rd.Observations {
