@@ -17,17 +17,14 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
-	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/console"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
-	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
 
 // classFourWorker proposes a class 4 release and evaluates it: the effect
@@ -52,67 +49,28 @@ sleep 600
 // the token, with a wrong one, or under another Host (DNS rebinding), the
 // console answers nothing.
 func TestConsoleInBrowser(t *testing.T) {
-	privileged.Require(t)
 	chromium := "/usr/bin/chromium"
 	if _, err := os.Stat(chromium); err != nil {
 		privileged.Skip(t, "Debian's chromium is not installed (scripts/provision_host.sh installs it)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	bed, err := testbed.New(ctx, testbed.Options{Spec: "rootfs-builder/specs/worker.json", EffectClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if t.Failed() {
-			bed.RemoveCgroups()
-			return
-		}
-		_ = bed.Close()
-	}()
-	tmp, err := os.MkdirTemp("", "autonomic-console-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
-	os.Chmod(tmp, 0o755)
-	cluster := storetest.Start(t)
-	if err := cluster.CreateDatabase(ctx, "kernel"); err != nil {
-		t.Fatal(err)
-	}
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
-	rel, err := filepath.Rel(testbed.CgroupV2Mount(), bed.CgroupParent)
-	if err != nil {
-		t.Fatal(err)
-	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	listen := l.Addr().String()
 	l.Close()
-	doc, _ := json.Marshal(map[string]any{
+	releases := filepath.Join(t.TempDir(), "releases")
+	k := bootKernel(t, ctx, map[string]any{
 		"policy_keys": map[string]string{"ops": base64.StdEncoding.EncodeToString(pub)},
-		"state_dir":   filepath.Join(tmp, "state"),
-		"store":       map[string]any{"url": cluster.KernelConnString("kernel"), "admin_url": cluster.AdminConnString("kernel")},
-		"domain": map[string]any{"backend": "linux", "launcher_path": bed.Launcher, "direct": true,
-			"workspaces_root": bed.Workspaces, "sockets_root": bed.Sockets, "cgroup_parent": "/" + rel},
-		"sensor":    map[string]any{"kind": "rules"},
-		"targets":   map[string]any{"artifact": map[string]any{"releases": map[string]any{"dir": filepath.Join(tmp, "releases"), "class": 4}}},
-		"regulator": map[string]any{"start_level": "act"},
-		"api":       map[string]any{"socket": filepath.Join(tmp, "api.sock"), "console_listen": listen},
+		"sensor":      map[string]any{"kind": "rules"},
+		"targets":     map[string]any{"artifact": map[string]any{"releases": map[string]any{"dir": releases, "class": 4}}},
+		"regulator":   map[string]any{"start_level": "act"},
+		"api":         map[string]any{"console_listen": listen},
 	})
-	cfgPath := filepath.Join(tmp, "autonomic.json")
-	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
-	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: logs, JSONFormat: true, Level: hclog.Info})
-	startServe(t, ctx, cfg, log, logs, &[2]int{bed.OwnerUID, bed.OwnerGID})
+	cfg, logs, tmp := k.cfg, k.logs, k.tmp
 
 	// A real episode whose worker proposes a class 4 release.
 	grant := authority.Spec{MaxClass: 4, Grants: []authority.Grant{{Target: "releases", Kind: "artifact", MaxClass: 4}},

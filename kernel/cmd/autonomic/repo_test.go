@@ -7,23 +7,16 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
-	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/targets"
-	"github.com/autonomic-kernel/autonomic/store/storetest"
 )
 
 // TestRepoAddWithoutRestart: a kernel configured with no git_commit target
@@ -34,61 +27,17 @@ import (
 // edit and no restart; after a restart the target and the key are still
 // served (read back from state_dir) and a second change lands.
 func TestRepoAddWithoutRestart(t *testing.T) {
-	privileged.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	bed, err := testbed.New(ctx, testbed.Options{Spec: "rootfs-builder/specs/worker.json", EffectClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if t.Failed() {
-			bed.RemoveCgroups()
-			return
-		}
-		_ = bed.Close()
-	}()
-	tmp, err := os.MkdirTemp("", "autonomic-repoadd-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
-	os.Chmod(tmp, 0o755)
-	cluster := storetest.Start(t)
-	if err := cluster.CreateDatabase(ctx, "kernel"); err != nil {
-		t.Fatal(err)
-	}
-	repo, base := testbed.BareRepo(t, tmp, "shop.git", map[string]string{"Makefile": "test:\n\tsh test.sh\n", "test.sh": "grep -q fixed app.txt\n", "app.txt": "broken\n"}, "base")
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
-	rel, err := filepath.Rel(testbed.CgroupV2Mount(), bed.CgroupParent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, _ := json.Marshal(map[string]any{
-		"policy_keys": map[string]string{},
-		"state_dir":   filepath.Join(tmp, "state"),
-		"store":       map[string]any{"url": cluster.KernelConnString("kernel"), "admin_url": cluster.AdminConnString("kernel")},
-		"domain": map[string]any{"backend": "linux", "launcher_path": bed.Launcher, "direct": true,
-			"workspaces_root": bed.Workspaces, "sockets_root": bed.Sockets, "cgroup_parent": "/" + rel},
+	k := bootKernel(t, ctx, map[string]any{
+		"policy_keys":            map[string]string{},
 		"sensor":                 map[string]any{"kind": "rules"},
 		"automatic_verification": true,
 		"regulator":              map[string]any{"start_level": "act"},
-		"episode":                map[string]any{"checkpoints_dir": filepath.Join(bed.State, "checkpoints")},
-		"api":                    map[string]any{"socket": filepath.Join(tmp, "api.sock")},
 	})
-	cfgPath := filepath.Join(tmp, "autonomic.json")
-	if err := os.WriteFile(cfgPath, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
-	log := hclog.New(&hclog.LoggerOptions{Name: "autonomic", Output: logs, JSONFormat: true, Level: hclog.Info})
-	owner := [2]int{bed.OwnerUID, bed.OwnerGID}
-	stop := startServe(t, ctx, cfg, log, logs, &owner)
-
+	cfgPath, cfg, logs := k.cfgPath, k.cfg, k.logs
+	repo, base := testbed.BareRepo(t, k.tmp, "shop.git", map[string]string{"Makefile": "test:\n\tsh test.sh\n", "test.sh": "grep -q fixed app.txt\n", "app.txt": "broken\n"}, "base")
 	var out, errb bytes.Buffer
 	// No policy key in the configuration: one is registered with the
 	// running kernel (as root here; the kernel's account may too).
@@ -139,10 +88,7 @@ func TestRepoAddWithoutRestart(t *testing.T) {
 	land("refs/heads/agent/shell/one")
 
 	// A restart: the target is read back, and served.
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	startServe(t, ctx, cfg, log, logs, &owner)
+	k.restart()
 	var list []targets.Entry
 	out.Reset()
 	if code := repoCmd([]string{"list", "--json", "--config", cfgPath}, &out, &errb); code != 0 || json.Unmarshal(out.Bytes(), &list) != nil ||
