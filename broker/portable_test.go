@@ -158,14 +158,9 @@ func TestRecoveryWithRemovedTarget(t *testing.T) {
 	f := newGitFixture(t)
 	var gc *GitCommit
 	e := gitEnv(t, f, &gc)
-	p := mustOK(t, e.do(prepareReq(e, "git_commit", "repo", gitTarget(f.head()), f.patch(fixAuth))))
-	mustOK(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, p)))
-	entered, release := make(chan struct{}), make(chan struct{})
-	gc.BeforeUpdateRef = func() { close(entered); <-release }
-	done := make(chan struct{})
-	go func() { defer close(done); e.do(byEffectReq(e, protocol.WorkerCommit, p)) }()
-	<-entered // committing is durable, the adapter is acting: the kernel "dies" here
-	defer func() { close(release); <-done }()
+	// Committing is durable, the adapter is acting: the kernel "dies" here.
+	p, release := cutOffInCommit(t, e, gc, f)
+	defer release()
 
 	cfg := e.cfg
 	cfg.Adapters = nil // the restarted kernel's configuration has no git_commit target

@@ -22,14 +22,8 @@ func TestOperatorSettlesUnknownEffect(t *testing.T) {
 	e := gitEnv(t, f, &gc)
 	// An effect cut off inside its commit: the kernel "dies" after
 	// committing is durable, before the ref moves.
-	p := mustOK(t, e.do(prepareReq(e, "git_commit", "repo", gitTarget(f.head()), f.patch(fixAuth))))
-	mustOK(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, p)))
-	entered, release := make(chan struct{}), make(chan struct{})
-	gc.BeforeUpdateRef = func() { close(entered); <-release }
-	done := make(chan struct{})
-	go func() { defer close(done); e.do(byEffectReq(e, protocol.WorkerCommit, p)) }()
-	<-entered
-	defer func() { close(release); <-done }()
+	p, release := cutOffInCommit(t, e, gc, f)
+	defer release()
 	ids := []uuid.UUID{uuid.MustParse(p.ID)}
 	ctx := ctxT(t)
 	cfg := e.cfg
@@ -70,14 +64,8 @@ func TestTargetOutranksTheOperator(t *testing.T) {
 	f := newGitFixture(t)
 	var gc *GitCommit
 	e := gitEnv(t, f, &gc)
-	p := mustOK(t, e.do(prepareReq(e, "git_commit", "repo", gitTarget(f.head()), f.patch(fixAuth))))
-	mustOK(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, p)))
-	entered, release := make(chan struct{}), make(chan struct{})
-	gc.BeforeUpdateRef = func() { close(entered); <-release }
-	done := make(chan struct{})
-	go func() { defer close(done); e.do(byEffectReq(e, protocol.WorkerCommit, p)) }()
-	<-entered
-	defer func() { close(release); <-done }()
+	p, release := cutOffInCommit(t, e, gc, f)
+	defer release()
 	ctx := ctxT(t)
 	id := uuid.MustParse(p.ID)
 	eff, _ := e.store.Effect(ctx, id)
@@ -93,4 +81,20 @@ func TestTargetOutranksTheOperator(t *testing.T) {
 	if _, err := e.broker.Settle(ctx, id, false, 1000, "late"); protocol.AsWire(err).Code != protocol.CodeIllegalTransition {
 		t.Fatalf("settling a settled effect: %v", err)
 	}
+}
+
+// cutOffInCommit prepares and evaluates the fixture's fix and starts its
+// commit, holding it after committing is durable and before the ref moves
+// (where a kernel that dies leaves it); release lets it finish.
+func cutOffInCommit(t *testing.T, e *env, gc *GitCommit, f *gitFixture) (*protocol.EffectResult, func()) {
+	t.Helper()
+	p := mustOK(t, e.do(prepareReq(e, "git_commit", "repo", gitTarget(f.head()), f.patch(fixAuth))))
+	mustOK(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, p)))
+	entered, release := make(chan struct{}), make(chan struct{})
+	gc.BeforeUpdateRef = func() { close(entered); <-release }
+	done := make(chan struct{})
+	go func() { defer close(done); e.do(byEffectReq(e, protocol.WorkerCommit, p)) }()
+	<-entered
+	gc.BeforeUpdateRef = nil
+	return p, func() { close(release); <-done }
 }
