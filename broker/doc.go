@@ -60,11 +60,22 @@
 //     before git runs; git then runs under rlimits with its new objects in
 //     a quarantine object directory, which only a commit moves into the
 //     repository. A prepare therefore never grows the repository.
-//   - Unrelated movement of a git ref inside the commit window (after
-//     commit_intent) is commit_unknown ("ambiguous"), even when our own
-//     compare-and-swap failed: whether the other writer's history contains
-//     this change is for an operator to decide, and the broker never claims
-//     either answer.
+//   - A failed compare-and-swap of our own brand-new commit, with the ref
+//     now holding something that does not contain it, is provably not
+//     committed: ref_moved. Movement the broker cannot read that way (a git
+//     cut off mid-swap, a ref that moved past our commit) is commit_unknown
+//     ("ambiguous"): the broker never claims an answer it cannot prove, and
+//     an operator settles it (Settle) only where the target itself cannot
+//     decide — the target's reconciliation always outranks the operator.
+//   - git_commit never moves a ref a work tree has checked out (its index
+//     would be left reversed); a request that says create makes a new
+//     branch under an allowed prefix by a compare-and-swap against its
+//     absence, so runs on their own branches never meet; symlinks land only
+//     where the target allows them and their text, read from the new tree,
+//     stays inside the repository.
+//   - The kernel proposes for an episode (the harvest) through
+//     PrepareKernel: the same fence, quotas and validation as a worker's
+//     prepare, with a payload up to MaxPayload rather than a frame's.
 //
 // The broker imports store and protocol only; it never imports kernel code.
 package broker
