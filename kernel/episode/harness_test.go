@@ -409,7 +409,8 @@ base=$($G rev-parse HEAD)
 p=$($E prepare -kind git_commit -target-id repo -target "{\"base_oid\":\"$base\",\"ref\":\"refs/heads/main\",\"message\":\"fix calc\"}" -payload /tmp/fix.patch) || { echo "PREPARE-FAILED $p"; exit 1; }
 id=$(pick "$p" id); rev=$(pick "$p" revision)
 echo "EPOCH=$AUTONOMIC_EPOCH EFFECT=$id"
-if [ "${PROBE%-touch}" = violate ] && [ "$AUTONOMIC_EPOCH" = 1 ]; then
+probe=${PROBE:-}
+if [ "${probe%-touch}" = violate ] && [ "$AUTONOMIC_EPOCH" = 1 ]; then
   ` + testbed.ProbePath + ` socket-inet
   sleep 120
 fi
