@@ -147,13 +147,14 @@ type rig struct {
 type rigOptions struct {
 	verifyArgv []string
 	config     []func(*episode.Config)
-	governor   []func(*governor.Config) // applied before the governor (and the broker) exist
-	regulator  *regulator.Live          // the kernel's live regulator, handed to governor and controller
-	hooks      *broker.Hooks            // the broker's fault-injection points, every boot
-	files      map[string]string        // more files in the fixture's base commit
-	paths      []string                 // the git_commit target's allowed paths (default calc.sh)
-	reference  bool                     // the reference repository (gates/scenario/fixture/repo) instead of fixture
-	binary     bool                     // the git_commit target allows binary patches
+	governor   []func(*governor.Config)     // applied before the governor (and the broker) exist
+	regulator  *regulator.Live              // the kernel's live regulator, handed to governor and controller
+	hooks      *broker.Hooks                // the broker's fault-injection points, every boot
+	files      map[string]string            // more files in the fixture's base commit
+	paths      []string                     // the git_commit target's allowed paths (default calc.sh)
+	reference  bool                         // the reference repository (gates/scenario/fixture/repo) instead of fixture
+	binary     bool                         // the git_commit target allows binary patches
+	broker     []func(*rig, *broker.Config) // more broker configuration (adapters, keys), the governor made
 }
 
 type rigOpt func(*rigOptions)
@@ -194,6 +195,12 @@ func withBinaryTarget() rigOpt {
 			c.HarvestAdmit = func(id string) workspace.Admit { return workspace.Admit{Binary: id == "repo"} }
 		})
 	}
+}
+
+// withBroker adds to the broker's configuration once the rig's governor
+// exists (an adapter is reported through r.gov.Wrap).
+func withBroker(f func(r *rig, bc *broker.Config)) rigOpt {
+	return func(o *rigOptions) { o.broker = append(o.broker, f) }
 }
 
 func withVerification(argv ...string) rigOpt {
@@ -358,6 +365,9 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 		Trajectory: r.gov.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: r.gov.CheckLease, Hooks: r.opts.hooks}
 	if gc.Verification != nil {
 		bc.Verifier = r.gov.Evaluate
+	}
+	for _, o := range r.opts.broker {
+		o(r, &bc)
 	}
 	if r.b, err = broker.New(bc); err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ func TestDependencyLiftReachesTheBank(t *testing.T) {
 		e := bareRecord(t, 0.5)
 		e.ep.Scope = []string{"**"}
 		e.ep.Lease = func() authority.Capability { return lease }
-		rd := rules.Observe(context.Background(), e.frame(eff, paths, []byte("+\"left-pad\": \"1.3.0\"\n"), history))
+		rd := rules.Observe(context.Background(), e.frame(eff, paths, []byte("+\"left-pad\": \"1.3.0\"\n"), history, false))
 		v := authority.Decide(bankSignals([]sensor.Reading{rd}, e.ep.MaxRisk))
 		// The slow loop's own test for this part of its verdict.
 		if denied := !(v.Action < authority.Revoke && v.Ceiling >= authority.Class(eff.Class)); denied != c.deny {

@@ -48,7 +48,7 @@ func (g *Governor) evaluate(ctx context.Context, eff store.Effect, payload []byt
 	events = append(events, sensor.Event{Kind: sensor.EventEffectProposed, Detail: eff.Kind})
 	events = append(events, verificationEvents(verdict, body)...)
 	e.Remember(events...)
-	if err := e.semantic(ctx, eff, payload); err != nil {
+	if err := e.semantic(ctx, eff, payload, exempt(verdict, body)); err != nil {
 		return "", nil, err
 	}
 	return verdict, body, nil
@@ -73,6 +73,15 @@ func verificationEvents(verdict string, body json.RawMessage) []sensor.Event {
 		return []sensor.Event{{Kind: sensor.EventTestFailed, Detail: b.Reason}}
 	}
 	return []sensor.Event{{Kind: sensor.EventEffectDenied, Detail: "verification: " + b.Reason}}
+}
+
+// exempt: the verifier let the effect pass by the configuration's
+// unverified_kinds, running nothing.
+func exempt(verdict string, body json.RawMessage) bool {
+	var b struct {
+		Rule string `json:"rule"`
+	}
+	return verdict == store.VerdictAllow && json.Unmarshal(body, &b) == nil && b.Rule == verify.RuleNone
 }
 
 // containForbiddenWrites reports a patch that touches a path the episode's
@@ -124,9 +133,9 @@ type semanticRecord struct {
 // frame is what the bank reads of a proposed effect: the episode's
 // purpose, the effect's evidence, and whether its current lease lifts
 // the dependencies rule.
-func (e *Record) frame(eff store.Effect, paths []string, payload []byte, history []sensor.Event) *sensor.Frame {
+func (e *Record) frame(eff store.Effect, paths []string, payload []byte, history []sensor.Event, exempt bool) *sensor.Frame {
 	f := &sensor.Frame{Intent: e.ep.Intent, Scope: e.ep.Scope, Paths: paths, Diff: payload, History: history,
-		Effect: &sensor.Effect{Kind: eff.Kind, Target: eff.TargetID, Class: authority.Class(eff.Class)}}
+		Effect: &sensor.Effect{Kind: eff.Kind, Target: eff.TargetID, Class: authority.Class(eff.Class), Exempt: exempt}}
 	if e.ep.Lease != nil {
 		f.Dependencies = e.ep.Lease().Lifted(authority.LiftDependencies)
 	}
@@ -134,7 +143,8 @@ func (e *Record) frame(eff store.Effect, paths []string, payload []byte, history
 }
 
 // semantic runs the bank on the effect's evidence, decides and records.
-func (e *Record) semantic(ctx context.Context, eff store.Effect, payload []byte) error {
+// exempt: the verifier passed it by configuration (see exempt).
+func (e *Record) semantic(ctx context.Context, eff store.Effect, payload []byte, exempt bool) error {
 	k := e.g
 	class := authority.Class(eff.Class)
 	paths, readable := patchPaths(payload)
@@ -142,7 +152,7 @@ func (e *Record) semantic(ctx context.Context, eff store.Effect, payload []byte)
 	history := append([]sensor.Event(nil), e.history...)
 	regime := e.home.State().Regime
 	e.hmu.Unlock()
-	f := e.frame(eff, paths, payload, history)
+	f := e.frame(eff, paths, payload, history, exempt)
 
 	readings := []sensor.Reading{k.rules.Observe(ctx, f)}
 	if k.cfg.Sensor != nil {

@@ -9,7 +9,7 @@ import (
 
 // RulesModel names the rule set in each observation's identity; change it
 // whenever a rule changes.
-const RulesModel = "rules.v2"
+const RulesModel = "rules.v3"
 
 // Rules is the deterministic implementation of the bank: fixed rules over
 // the frame's paths, diff and history. It needs no network and never
@@ -189,6 +189,13 @@ func evidenceSufficiency(f *Frame, obs mkObs) Observation {
 		return obs(EvidenceSufficiency, Low, "verified_after_last_change")
 	case lastFail > lastPass:
 		return obs(EvidenceSufficiency, High, "last_verification_failed")
+	case f.Effect != nil && f.Effect.Exempt:
+		// The operator's configuration asks no test of this kind, so no
+		// evidence is missing. Medium here would be uncertainty the
+		// homeostat accumulates until class 4 is cut for every episode
+		// that makes such effects; the class itself still reads medium
+		// irreversibility, so a max_risk below 0.5 still refuses it.
+		return obs(EvidenceSufficiency, Low, "exempt_from_verification")
 	case f.Effect != nil && f.Effect.Class >= authority.ClassAuthoritative:
 		return obs(EvidenceSufficiency, High, "unverified_authoritative_effect")
 	case lastEdit < 0 && len(f.Diff) == 0:
@@ -212,10 +219,13 @@ func irreversibility(f *Frame, obs mkObs) Observation {
 	edit := Edit(f.Diff)
 	authoritative := class >= authority.ClassAuthoritative
 	switch {
-	case class >= authority.ClassIrreversible:
-		return obs(Irreversibility, High, "irreversible_class")
 	case authoritative && edit.Removed > maxQuietDeletions:
 		return obs(Irreversibility, High, "large_authoritative_deletion")
+	case class >= authority.ClassIrreversible:
+		// The class's own answer is the human approval the broker demands
+		// of the exact revision; High here would refuse every class 4
+		// effect before a human could see it.
+		return obs(Irreversibility, Medium, "irreversible_class")
 	case edit.Deleted > 0:
 		return obs(Irreversibility, Medium, "file_deleted")
 	case edit.Removed > maxQuietDeletions:

@@ -52,8 +52,11 @@ func TestRules(t *testing.T) {
 		{"last verification failed", Frame{History: []Event{edit, pass, fail}}, EvidenceSufficiency, High},
 		{"unverified class 3", Frame{History: []Event{edit}, Effect: &Effect{Class: authority.ClassAuthoritative}}, EvidenceSufficiency, High},
 		{"nothing changed", Frame{}, EvidenceSufficiency, Low},
+		{"class 3 exempt by configuration", Frame{Effect: &Effect{Class: authority.ClassAuthoritative, Exempt: true}}, EvidenceSufficiency, Low},
+		{"exempt but its test failed", Frame{History: []Event{fail}, Effect: &Effect{Class: authority.ClassAuthoritative, Exempt: true}}, EvidenceSufficiency, High},
 
-		{"class 4", Frame{Effect: &Effect{Class: authority.ClassIrreversible}}, Irreversibility, High},
+		{"class 4", Frame{Effect: &Effect{Class: authority.ClassIrreversible}}, Irreversibility, Medium},
+		{"class 4 deleting many lines", Frame{Effect: &Effect{Class: authority.ClassIrreversible}, Diff: []byte(strings.Repeat("-gone\n", maxQuietDeletions+1))}, Irreversibility, High},
 		{"class 3", Frame{Effect: &Effect{Class: authority.ClassAuthoritative}}, Irreversibility, Medium},
 		{"deleted file", Frame{Diff: []byte("diff --git a/x b/x\ndeleted file mode 100644\n")}, Irreversibility, Medium},
 		{"large deletion", Frame{Diff: []byte(strings.Repeat("-gone\n", maxQuietDeletions+1))}, Irreversibility, Medium},

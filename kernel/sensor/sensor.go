@@ -272,6 +272,10 @@ type Effect struct {
 	Kind   string
 	Target string
 	Class  authority.Class
+	// Exempt: the operator's configuration exempts this kind from
+	// automatic verification (unverified_kinds), so no test can be its
+	// evidence and its absence is not a finding.
+	Exempt bool
 }
 
 // Frame is the input to the bank: what the worker intends, what it did and

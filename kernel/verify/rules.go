@@ -42,6 +42,7 @@ func Rule(kind string, unverified []string) (rule string, ok bool) {
 // byRule answers a kind that is not verified by tests.
 func (r *Runner) byRule(kind string, b *Body) (verdict string, tested bool) {
 	rule, ok := Rule(kind, r.Unverified)
+	b.Rule = rule
 	switch {
 	case !ok:
 		v, _ := deny(b, fmt.Sprintf("no verification for kind %s: it has no rule (name it in unverified_kinds)", kind))

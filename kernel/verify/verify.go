@@ -110,7 +110,10 @@ type Body struct {
 	OutputSHA256  string    `json:"output_sha256,omitempty"`
 	OutputBytes   int       `json:"output_bytes"`
 	Reason        string    `json:"reason"`
-	Milliseconds  int64     `json:"ms"`
+	// Rule is the verification rule that applied to the kind (RuleTests,
+	// RuleNone), empty when the kind has none.
+	Rule         string `json:"rule,omitempty"`
+	Milliseconds int64  `json:"ms"`
 	// Egress: the domain had an egress proxy (its fetches are rows of the
 	// episode's fetch ledger).
 	Egress bool `json:"egress,omitempty"`
