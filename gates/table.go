@@ -131,7 +131,11 @@ func Table() []Gate {
 			{"./kernel/sensor", []string{"TestSensorPoisoning", "TestClientLiarIsRecorded"}},
 			{"./kernel/episode", []string{"TestSensorPoisoningInEpisode", "TestMaxRiskDecidesOnTheProductionPath"}},
 			{"./kernel/governor", []string{"TestMaxRiskDecides", "TestThrottleTakesEffect", "TestDependencyLiftReachesTheBank"}},
-		}, Scope: "hostile sensor replies from a loopback model server; max_risk and a throttle held at the commit horizon"},
+			// Each rule rises from a real episode and is what refused it;
+			// the bank runs with automatic verification off too.
+			{"./kernel/episode", []string{"TestRuleSensorsRiseFromRealEpisodes"}},
+			{"./kernel/server", []string{"TestSlowLoopWithoutVerification"}},
+		}, Scope: "hostile sensor replies from a loopback model server; max_risk and a throttle held at the commit horizon; the rule bank deciding real episodes' effects, verification on and off"},
 		{Name: "semantic_outage_degradation", Proves: "sensor loss degrades autonomy instead of failing open", Tests: []Run{
 			{"./kernel/sensor", []string{"TestClientDegrades", "TestClientStoppedServer", "TestDegradedReadingNarrows"}},
 			{"./kernel/regulator", []string{"TestRegulator", "TestClassCeilings"}},

@@ -260,7 +260,7 @@ func (k *Controller) newEpisode(id uuid.UUID, spec Spec) *Episode {
 	// The semantic sensors read the policy's scope; a spec whose policy no
 	// longer verifies has none (and Recover contains it).
 	if pol, _, _, err := spec.validate(k.policyKeys()); err == nil {
-		watched.Scope = pol.Document.Capability.Allow
+		watched.Scope = pol.Document.SemanticScope()
 		e.pol = pol
 		watched.MaxRisk = pol.Document.Semantic.MaxRisk
 	}

@@ -363,9 +363,7 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 	}
 	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{r.gov.Wrap(gitc)},
 		Trajectory: r.gov.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: r.gov.CheckLease, Hooks: r.opts.hooks}
-	if gc.Verification != nil {
-		bc.Verifier = r.gov.Evaluate
-	}
+	bc.Verifier = r.gov.Evaluate // as serve composes, verification or not
 	for _, o := range r.opts.broker {
 		o(r, &bc)
 	}

@@ -604,19 +604,25 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 				return err
 			}
 			events = r.Events()
-		case id := <-e.traj.Commits():
-			if !e.k.feat.Checkpoints {
-				continue
-			}
-			eff, err := e.k.cfg.Store.Effect(ctx, id)
+		case c := <-e.traj.Commits():
+			eff, err := e.k.cfg.Store.Effect(ctx, c.EffectID)
 			if err != nil || eff.EpisodeID != e.id {
 				continue
 			}
+			if !c.Committed {
+				// The target refused or failed it: the same failure again
+				// and again is a loop the trajectory rule reads.
+				e.traj.Remember(sensor.Event{Kind: sensor.EventCommandFailed, Detail: eff.Kind + " " + eff.TargetID + ": " + string(c.Code)})
+				continue
+			}
 			e.traj.Remember(sensor.Event{Kind: sensor.EventEffectCommitted, Detail: eff.Kind})
+			if !e.k.feat.Checkpoints {
+				continue
+			}
 			if err := e.checkpoint(ctx); err != nil {
 				// A missed checkpoint costs repair granularity, not
 				// safety: the previous stable one still stands.
-				e.log.Warn("post-commit checkpoint failed", "effect", id, "error", err)
+				e.log.Warn("post-commit checkpoint failed", "effect", c.EffectID, "error", err)
 			}
 		}
 	}

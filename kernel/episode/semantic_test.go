@@ -112,6 +112,7 @@ echo GAVE-UP
 `
 
 type semanticDecision struct {
+	EffectID uuid.UUID
 	Revision int
 	Verdict  string
 	Body     struct {
@@ -120,9 +121,10 @@ type semanticDecision struct {
 			Cause        string              `json:"cause"`
 			Observations []map[string]string `json:"observations"`
 		} `json:"readings"`
-		Action  string `json:"action"`
-		Decider string `json:"decider"`
-		Level   string `json:"level"`
+		Action      string `json:"action"`
+		Decider     string `json:"decider"`
+		Level       string `json:"level"`
+		LeaseDenied string `json:"lease_denied"`
 	}
 }
 
@@ -165,7 +167,7 @@ func (r *recorder) semanticDecisions(t *testing.T, ctx context.Context, st store
 		if s := stored[i]; s.EffectID != d.EffectID || s.Revision != d.Revision || s.Epoch != d.Epoch || s.Verdict != d.Verdict {
 			t.Fatalf("stored decision %+v is not the recorded %+v", s, d)
 		}
-		sd := semanticDecision{Revision: d.Revision, Verdict: d.Verdict}
+		sd := semanticDecision{EffectID: d.EffectID, Revision: d.Revision, Verdict: d.Verdict}
 		if err := json.Unmarshal(d.Body, &sd.Body); err != nil {
 			t.Fatal(err)
 		}

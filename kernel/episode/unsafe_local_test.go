@@ -111,7 +111,7 @@ func newUnsafeRig(t *testing.T, ctx context.Context, name string) *unsafeRig {
 	gitc := &broker.GitCommit{Targets: map[string]broker.GitTarget{"repo": {Repo: r.repo, AllowedRefs: []string{"refs/heads/main"},
 		AllowedPaths: []string{"calc.sh"}, AuthorName: "autonomic", AuthorEmail: "kernel@example.invalid"}}}
 	b, err := broker.New(broker.Config{Store: st, Payloads: payloads, Adapters: []broker.Adapter{gov.Wrap(gitc)},
-		Trajectory: gov.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: gov.CheckLease})
+		Trajectory: gov.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: gov.CheckLease, Verifier: gov.Evaluate})
 	if err != nil {
 		t.Fatal(err)
 	}

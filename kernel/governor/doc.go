@@ -16,8 +16,10 @@
 //     watch child (Record.Watch) into the homeostat, which contains without
 //     smoothing; containment is reported through Contain. A frame of an
 //     older epoch describes a destroyed generation and is ignored.
-//   - Slow: at evaluate (Evaluate), after verification has run (whatever its
-//     verdict), the sensor bank (Rules always, Config.Sensor when set)
+//   - Slow: at evaluate (Evaluate, the broker's Verifier with or without
+//     automatic_verification), after verification has run (whatever its
+//     verdict; with it off, a recorded verification says none ran and the
+//     effect reads as exempt from tests), the sensor bank (Rules always, Config.Sensor when set)
 //     reads the effect's patch, paths and the episode's real history — each
 //     edit with its size, each verification's result, violations, the
 //     lease's and the bank's refusals, commits, and the repairs, which

@@ -17,6 +17,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/sensor"
 	"github.com/autonomic-kernel/autonomic/kernel/supervisor"
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
+	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
 )
 
@@ -48,9 +49,8 @@ type Config struct {
 	// the sensor bank's health (nil: autonomy is act).
 	Regulator Regulator
 	// Verification, when set, is automatic_verification: the broker's
-	// Verifier (Governor.Evaluate) replays each class 3+ git_commit in a
-	// clean one-shot domain through it. The broker must be built with
-	// Verifier: Governor.Evaluate exactly when this is set.
+	// Verifier (Governor.Evaluate, whether or not this is set) replays
+	// each class 3+ git_commit in a clean one-shot domain through it.
 	Verification *verify.Runner
 	// Sensor, when set, is the model-backed sensor bank consulted at
 	// evaluate next to the deterministic Rules (which always run). Its
@@ -135,7 +135,7 @@ type Record struct {
 	ep  Episode
 	log hclog.Logger
 
-	commits chan uuid.UUID
+	commits chan Settled
 
 	// frames is the bounded sensor queue the watch child drains into home.
 	frames *sensor.Queue[frame]
@@ -154,7 +154,7 @@ func (g *Governor) Open(ep Episode) *Record {
 	if ep.Logger == nil {
 		ep.Logger = g.log.With("episode", ep.ID)
 	}
-	r := &Record{g: g, ep: ep, log: ep.Logger, commits: make(chan uuid.UUID, 64)}
+	r := &Record{g: g, ep: ep, log: ep.Logger, commits: make(chan Settled, 64)}
 	// Both were validated by New.
 	r.frames, _ = sensor.NewQueue[frame](g.cfg.SensorQueue)
 	r.home, _ = homeostat.New(g.home)
@@ -178,9 +178,18 @@ func (g *Governor) record(id uuid.UUID) (*Record, bool) {
 	return r, ok
 }
 
-// Commits delivers the ids of effects the broker committed (any
+// Settled is an adapter's answer to one commit, as the governor heard it:
+// committed, or refused or failed at the target (a commit whose outcome is
+// unknown is the broker's reconcile's business, not evidence yet).
+type Settled struct {
+	EffectID  uuid.UUID
+	Committed bool
+	Code      protocol.Code // why it did not commit
+}
+
+// Commits delivers the adapters' answers to the broker's commits (any
 // episode's: the receiver checks which are its own).
-func (r *Record) Commits() <-chan uuid.UUID { return r.commits }
+func (r *Record) Commits() <-chan Settled { return r.commits }
 
 // regulatorState is the regulator's reading (act, version 0, without one).
 func (g *Governor) regulatorState() regulator.State {
@@ -326,7 +335,8 @@ func (r *Record) Remember(events ...sensor.Event) {
 	}
 }
 
-// Wrap returns a wraps a, reporting its commits to every watched episode.
+// Wrap returns a wraps a, reporting its commits — those that happened
+// and those the target refused or failed — to every watched episode.
 func (g *Governor) Wrap(a broker.Adapter) broker.Adapter { return &observed{Adapter: a, g: g} }
 
 type observed struct {
@@ -336,8 +346,11 @@ type observed struct {
 
 func (a *observed) Commit(ctx context.Context, r broker.Request) broker.Result {
 	res := a.Adapter.Commit(ctx, r)
-	if res.Outcome == broker.Committed {
-		a.g.committed(r.EffectID)
+	switch res.Outcome {
+	case broker.Committed:
+		a.g.settled(Settled{EffectID: r.EffectID, Committed: true})
+	case broker.NotCommitted:
+		a.g.settled(Settled{EffectID: r.EffectID, Code: protocol.AsWire(res.Err).Code})
 	}
 	return res
 }
@@ -346,16 +359,17 @@ func (a *observed) Commit(ctx context.Context, r broker.Request) broker.Result {
 // such as broker.Toucher).
 func (a *observed) Unwrap() broker.Adapter { return a.Adapter }
 
-// committed offers an effect id to every watched episode; each checks, off
-// the commit path, whether it is its own. The offer never blocks a commit.
-func (g *Governor) committed(id uuid.UUID) {
+// settled offers an adapter's answer to every watched episode; each
+// checks, off the commit path, whether the effect is its own. The offer
+// never blocks a commit.
+func (g *Governor) settled(s Settled) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, r := range g.records {
 		select {
-		case r.commits <- id:
+		case r.commits <- s:
 		default:
-			r.log.Warn("commit notification dropped; next checkpoint will cover it", "effect", id)
+			r.log.Warn("commit notification dropped; next checkpoint will cover it", "effect", s.EffectID)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package governor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 
 	"github.com/google/uuid"
 
@@ -75,14 +74,12 @@ func (e *Record) holdSlow(v authority.Verdict) {
 	e.hmu.Unlock()
 }
 
-// Evaluate is broker.Config.Verifier for automatic_verification, and the
-// slow loop (its own name: verification is only its first step): it hands the effect to the verification runner and, when that
-// allows, runs the sensor bank and records the semantic decision (see
-// slow.go). Without a runner it fails, and a failed verification is never
-// an allow: the broker's commit check requires an allow decision.
+// Evaluate is broker.Config.Verifier, always: the slow loop for every
+// class 3+ effect. Verification is its first step when
+// automatic_verification is on (the runner); then the sensor bank runs and
+// the semantic decision is recorded (see slow.go). Without a runner the
+// recorded verification says none ran (verify.RuleOff), and the bank reads
+// the effect as exempt from tests, as for unverified_kinds.
 func (g *Governor) Evaluate(ctx context.Context, e store.Effect, payload []byte) (string, json.RawMessage, error) {
-	if g.cfg.Verification == nil {
-		return "", nil, errors.New("episode: automatic verification is not configured")
-	}
 	return g.evaluate(ctx, e, payload)
 }

@@ -30,11 +30,7 @@ func (g *Governor) evaluate(ctx context.Context, eff store.Effect, payload []byt
 	// Once this evaluation's decisions are recorded, a patch that writes
 	// a path the lease forbids contains the episode, whatever they say.
 	defer e.containForbiddenWrites(eff, payload)
-	var eg *verify.Egress
-	if e.ep.VerifyEgress != nil {
-		eg = e.ep.VerifyEgress()
-	}
-	verdict, body, err := g.cfg.Verification.VerifyWith(ctx, eff, payload, eg)
+	verdict, body, err := g.verify(ctx, e, eff, payload)
 	if err != nil {
 		return verdict, body, err
 	}
@@ -52,6 +48,21 @@ func (g *Governor) evaluate(ctx context.Context, eff store.Effect, payload []byt
 		return "", nil, err
 	}
 	return verdict, body, nil
+}
+
+// verify is the slow loop's first step: the runner's verdict, or, with
+// automatic_verification off, an allow whose body says no verification ran.
+func (g *Governor) verify(ctx context.Context, e *Record, eff store.Effect, payload []byte) (string, json.RawMessage, error) {
+	if g.cfg.Verification == nil {
+		body, err := json.Marshal(verify.Body{EffectID: eff.ID, Revision: eff.Revision, Epoch: eff.Epoch, PayloadDigest: eff.PayloadDigest,
+			Reason: "automatic_verification is off: no verification ran", Rule: verify.RuleOff})
+		return store.VerdictAllow, body, err
+	}
+	var eg *verify.Egress
+	if e.ep.VerifyEgress != nil {
+		eg = e.ep.VerifyEgress()
+	}
+	return g.cfg.Verification.VerifyWith(ctx, eff, payload, eg)
 }
 
 // verificationEvents are the history entries of a verification verdict: a
@@ -75,13 +86,13 @@ func verificationEvents(verdict string, body json.RawMessage) []sensor.Event {
 	return []sensor.Event{{Kind: sensor.EventEffectDenied, Detail: "verification: " + b.Reason}}
 }
 
-// exempt: the verifier let the effect pass by the configuration's
-// unverified_kinds, running nothing.
+// exempt: the configuration let the effect pass without a test — its
+// kind in unverified_kinds, or automatic_verification off.
 func exempt(verdict string, body json.RawMessage) bool {
 	var b struct {
 		Rule string `json:"rule"`
 	}
-	return verdict == store.VerdictAllow && json.Unmarshal(body, &b) == nil && b.Rule == verify.RuleNone
+	return verdict == store.VerdictAllow && json.Unmarshal(body, &b) == nil && (b.Rule == verify.RuleNone || b.Rule == verify.RuleOff)
 }
 
 // containForbiddenWrites reports a patch that touches a path the episode's

@@ -56,6 +56,19 @@ type Semantic struct {
 	// MaxRisk in [0, 1]: the semantic risk score above which the episode
 	// yields (narrows) rather than proceeds.
 	MaxRisk float64 `json:"max_risk"`
+	// Scope, optional, are globs of the paths the task is about, inside
+	// capability.allow: a change mostly outside them is scope drift the
+	// bank reads high, though the capability allows it. Absent: the
+	// capability's allow list.
+	Scope []string `json:"scope,omitempty"`
+}
+
+// SemanticScope is the scope the sensor bank reads drift against.
+func (d *Document) SemanticScope() []string {
+	if d.Semantic.Scope != nil {
+		return d.Semantic.Scope
+	}
+	return d.Capability.Allow
 }
 
 // Signed is the envelope on the wire and on disk.
@@ -212,6 +225,7 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 		} `json:"capability"`
 		Semantic *struct {
 			MaxRisk *float64 `json:"max_risk"`
+			Scope   []string `json:"scope"`
 		} `json:"semantic"`
 		Inference *inferenceWire `json:"inference"`
 
@@ -258,7 +272,7 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 			Allow: w.Capability.Allow, Forbid: w.Capability.Forbid, Budget: *w.Capability.Budget,
 			Lift: w.Capability.Lift,
 		},
-		Semantic: Semantic{MaxRisk: *w.Semantic.MaxRisk},
+		Semantic: Semantic{MaxRisk: *w.Semantic.MaxRisk, Scope: w.Semantic.Scope},
 	}
 	switch {
 	case doc.Schema != Schema:
@@ -269,6 +283,14 @@ func decodeDocument(raw []byte) (Document, authority.Capability, error) {
 		return Document{}, none, invalid("version outside 1..2^53")
 	case math.IsNaN(doc.Semantic.MaxRisk) || doc.Semantic.MaxRisk < 0 || doc.Semantic.MaxRisk > 1:
 		return Document{}, none, invalid("semantic.max_risk outside [0, 1]")
+	}
+	if doc.Semantic.Scope != nil {
+		if len(doc.Semantic.Scope) == 0 {
+			return Document{}, none, invalid("semantic.scope is empty (omit it to read drift against capability.allow)")
+		}
+		if _, err := authority.Compile(authority.Spec{MaxClass: authority.ClassIsolated, Allow: doc.Semantic.Scope}); err != nil {
+			return Document{}, none, invalid("semantic.scope: %w", err)
+		}
 	}
 	if w.Inference != nil {
 		inf, err := w.Inference.check()

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -165,6 +166,8 @@ func TestVerifyRefuses(t *testing.T) {
 		{"signed malformed forbid", withDoc(func(d *Document) { d.Capability.Forbid = []string{"secrets[/**"} }), ErrInvalid, protocol.CodeInvalidField},
 		{"signed invisible glob", withDoc(func(d *Document) { d.Capability.Forbid = []string{".g\u200cit/**"} }), ErrInvalid, protocol.CodeInvalidField},
 		{"signed unknown lift", withDoc(func(d *Document) { d.Capability.Lift = []string{"everything"} }), ErrInvalid, protocol.CodeInvalidField},
+		{"signed empty scope", signRaw(t, ops, head+`"capability":{"max_class":1,"grants":[],"allow":[],"forbid":[],`+budget0+`},"semantic":{"max_risk":0.5,"scope":[]}}`), ErrInvalid, protocol.CodeInvalidField},
+		{"signed bad scope glob", withDoc(func(d *Document) { d.Semantic.Scope = []string{"/etc/**"} }), ErrInvalid, protocol.CodeInvalidField},
 		// Documents a signer's tool got wrong: signed, but not in the schema.
 		{"signed unknown field", signRaw(t, ops, head+`"capability":{"max_class":1,"grants":[],"allow":[],"forbid":[],`+budget0+`},`+sem+`,"extra":true}`), ErrMalformed, protocol.CodeUnknownField},
 		{"signed without forbid", signRaw(t, ops, head+`"capability":{"max_class":1,"grants":[],"allow":[],`+budget0+`},`+sem+`}`), ErrMalformed, protocol.CodeMissingField},
@@ -272,5 +275,27 @@ func TestSupersedes(t *testing.T) {
 		if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
+	}
+}
+
+// TestSemanticScope: semantic.scope, when signed, is what the bank reads
+// drift against; absent, the capability's allow list is.
+func TestSemanticScope(t *testing.T) {
+	ops := newSigner(t, "ops")
+	keys := Keys{"ops": ops.pub}
+	d := exampleDoc()
+	p, err := Verify(keys, ops.sign(t, d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Document.SemanticScope(); !slices.Equal(got, d.Capability.Allow) {
+		t.Fatalf("scope without semantic.scope: %v, want the allow list %v", got, d.Capability.Allow)
+	}
+	d.Semantic.Scope = []string{"src/**"}
+	if p, err = Verify(keys, ops.sign(t, d)); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Document.SemanticScope(); !slices.Equal(got, []string{"src/**"}) {
+		t.Fatalf("scope %v", got)
 	}
 }

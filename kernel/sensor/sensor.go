@@ -203,7 +203,7 @@ const (
 	EventEdit             EventKind = iota + 1 // the worker changed the workspace
 	EventTestPassed                            // the verification command passed
 	EventTestFailed                            // it failed
-	EventCommandFailed                         // some other command failed
+	EventCommandFailed                         // an effect's target refused or failed its commit
 	EventCapabilityDenied                      // the lease refused a request
 	EventEffectProposed
 	EventEffectCommitted

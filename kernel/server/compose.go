@@ -205,9 +205,9 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		// horizon: an effect not committed within it expires, so a worker
 		// cannot bank an old evaluation for later.
 		EffectTTL: time.Duration(cfg.SpeculationMSValue()) * time.Millisecond, Quota: brokerQuota(cfg.Broker)}
-	if cfg.AutomaticVerification {
-		bc.Verifier = gov.Evaluate
-	}
+	// The slow loop (the rule bank, Decide) weighs every class 3+ effect;
+	// verification is its first step only when automatic_verification is on.
+	bc.Verifier = gov.Evaluate
 	bc.Hooks = hooks.Broker
 	if k.broker, err = broker.New(bc); err != nil {
 		return nil, err

@@ -78,3 +78,47 @@ func TestSpeculationWindowExpiresEffects(t *testing.T) {
 		t.Fatalf("commit after the window: %v, want stale_authority: effect expired", err)
 	}
 }
+
+// TestSlowLoopWithoutVerification: composed with automatic_verification
+// off, a class 3 effect still goes to the slow loop (the governor's
+// Evaluate: the rule bank and Decide) at evaluate. Here no controller
+// drives the episode, so the slow loop refuses it; a broker without it
+// would make the effect ready on the lease alone.
+func TestSlowLoopWithoutVerification(t *testing.T) {
+	tk := servertest.New(t, "slowloop", map[string]any{
+		"targets":                map[string]any{"artifact": map[string]any{"reports": map[string]any{"dir": t.TempDir(), "class": 3}}},
+		"automatic_verification": false,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{URL: tk.Cluster.KernelConnString("slowloop"), AdminURL: tk.Cluster.AdminConnString("slowloop"), InstanceID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	k, err := compose(tk.Config, st, hclog.NewNullLogger(), Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1,
+		Capabilities: []byte(`{"effects":[{"kind":"artifact","target_id":"reports","max_class":4}]}`), TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := k.broker.Prepare(ctx, ep.ID, &protocol.WorkerRequest{Action: protocol.WorkerPrepare, Epoch: 1, LeaseID: lease.ID.String(),
+		Kind: "artifact", TargetID: "reports", Target: json.RawMessage(`{"name":"r"}`), PayloadB64: base64.StdEncoding.EncodeToString([]byte("r"))})
+	if err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	if e.Class != 3 {
+		t.Fatalf("class %d", e.Class)
+	}
+	got, err := k.broker.Evaluate(ctx, e, e.Revision, 1, nil)
+	if err == nil || !strings.Contains(err.Error(), "not driven by this controller") {
+		t.Fatalf("evaluate without verification: %v (state %s), want the slow loop's refusal", err, got.State)
+	}
+}

@@ -22,6 +22,9 @@ import (
 const (
 	RuleTests = "tests" // verify_argv in a one-shot domain
 	RuleNone  = "none"  // named in unverified_kinds
+	// RuleOff: automatic_verification is off; the governor records that
+	// none ran (no Runner exists then).
+	RuleOff = "off"
 )
 
 // TestedKinds are the kinds verified by tests.
