@@ -10,13 +10,27 @@
 #   netns     the domain shares the host's network namespace (the launcher
 #             without CLONE_NEWNET): the loopback bridge is bound where the
 #             host reaches it, and so are the host's listeners
+#   seccomp   the agent profile lets connect, sendmsg and sendmmsg through
+#             unexamined (ALLOW instead of NOTIFY): nothing refuses or
+#             reports a connection to the world
+#   mounts    the domain's /workspace is a host directory beyond its
+#             workspace (the workspaces root's parent, where the testbed
+#             keeps a host secret)
+#   env       no layer scrubs the environment: the kernel starts the
+#             launcher with its own environment (not PATH and LANG only),
+#             and the launcher hands the worker its own as well as the
+#             spec's allowlisted keys. Either layer alone still holds the
+#             proof; both are removed to show the proof sees a leak.
+#   models    the relay's model allowlist admits any model
+#   headers   the relay forwards every header the worker sent, not its
+#             short list
 #
 # Each run copies the working tree (without .git) to a temporary directory,
 # applies one small edit there, checks the edit took, and runs the proof in
 # the copy. Production code never carries a mutation. Root only (the proof
 # makes real domains); ~30 s a run once the agents rootfs is cached.
 #
-#   scripts/mutate_relay_proof.sh [route|key|netns|baseline]...   (default: all)
+#   scripts/mutate_relay_proof.sh [route|key|netns|seccomp|mounts|env|models|headers|baseline]...   (default: all)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -51,6 +65,44 @@ mutate() {
 		grep -q 'MUTATION: host netns' launcher/create.go
 		echo "reached the domain's inference bridge"
 		;;
+	seccomp)
+		python3 - <<'PY'
+import json
+p = 'seccomp/profiles/agent.json'
+d = json.load(open(p))
+n = 0
+for r in d['syscalls']:
+    if r['names'] == ['connect', 'sendmsg', 'sendmmsg'] and r['action'] == 'SCMP_ACT_NOTIFY':
+        r['action'] = 'SCMP_ACT_ALLOW'; r['comment'] = 'MUTATION: connect unexamined'; n += 1
+assert n == 1, n
+json.dump(d, open(p, 'w'), indent=2)
+PY
+		grep -q 'MUTATION: connect unexamined' seccomp/profiles/agent.json
+		echo "refused by the agent profile"
+		;;
+	mounts)
+		sed -i '/^func (l \*launcher) openWorkspace(/a\	if fd, err := unix.Open(l.cfg.WorkspacesRoot+"/..", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); true { // MUTATION: a host directory as the workspace\n\t\treturn fd, err\n\t}' launcher/resolve.go
+		grep -q 'MUTATION: a host directory as the workspace' launcher/resolve.go
+		echo "the host file is visible inside the domain"
+		;;
+	env)
+		sed -i 's|^\tenv, err := l.cfg.WorkerEnv(r.Env, domainroot.WorkerHome)$|\tenv, err := l.cfg.WorkerEnv(r.Env, domainroot.WorkerHome)\n\tenv = append(env, os.Environ()...) // MUTATION: no scrubbing|' launcher/create.go
+		grep -q 'MUTATION: no scrubbing' launcher/create.go
+		sed -i 's|^\tcmd.Env = \[\]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}$|\tcmd.Env = os.Environ() // MUTATION: the kernel'"'"'s environment|' kernel/domain/linux.go
+		grep -q 'MUTATION: the kernel' kernel/domain/linux.go
+		grep -q '^	"os"$' kernel/domain/linux.go || sed -i '0,/^import (/s//import (\n\t"os"/' kernel/domain/linux.go
+		echo "the kernel environment is visible inside the domain"
+		;;
+	models)
+		sed -i 's/json.Unmarshal(raw, \&c.model) != nil || !ru.models\[c.model\] {/json.Unmarshal(raw, \&c.model) != nil || false \&\& !ru.models[c.model] { \/\/ MUTATION: any model/' kernel/relay/admit.go
+		grep -q 'MUTATION: any model' kernel/relay/admit.go
+		echo "a model outside the policy was not refused"
+		;;
+	headers)
+		sed -i 's/^\tfor _, h := range forwardHeaders {$/\tfor h := range req.Header { \/\/ MUTATION: every header/' kernel/relay/relay.go
+		grep -q 'MUTATION: every header' kernel/relay/relay.go
+		echo "carried the worker's header"
+		;;
 	*)
 		echo "unknown mutation $1" >&2
 		return 2
@@ -59,7 +111,7 @@ mutate() {
 }
 
 status=0
-for m in "${@:-baseline route key netns}"; do
+for m in "${@:-baseline route key netns seccomp mounts env models headers}"; do
 	for name in $m; do
 		dir="$work/$name"
 		mkdir -p "$dir"

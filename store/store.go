@@ -47,6 +47,7 @@ type Store interface {
 	Effect(ctx context.Context, id uuid.UUID) (Effect, error)
 	EffectInEpisode(ctx context.Context, episodeID, effectID uuid.UUID) (Effect, int64, error)
 	RecordDecision(ctx context.Context, req NewDecision) (Decision, error)
+	Decisions(ctx context.Context, effectID uuid.UUID) ([]Decision, error)
 
 	BeginCommit(ctx context.Context, req CommitRequest, check CommitCheck) (CommitView, error)
 	EnterCommit(ctx context.Context, req CommitRequest, check CommitCheck, afterIntent func(CommitView)) (CommitView, error)

@@ -11,17 +11,20 @@ import (
 )
 
 // TestMutationsFailTheProof runs scripts/mutate_relay_proof.sh: with the
-// relay's route check removed, with the real key in the worker's
-// environment, and with the domain in the host's network namespace, the
-// proof (TestCodexContainmentProof, run in a mutated copy of this tree)
-// must fail on the assertion each mutation targets. ~2 min a mutation.
+// relay's route check removed, the real key in the worker's environment,
+// the domain in the host's network namespace, the agent seccomp profile
+// letting connect through unexamined, a host directory as the workspace,
+// no environment scrubbing, the relay's model allowlist open, and the
+// relay forwarding every header, the proof (TestCodexContainmentProof, run
+// in a mutated copy of this tree) must fail on the assertion each mutation
+// targets. ~20 s a mutation.
 func TestMutationsFailTheProof(t *testing.T) {
 	privileged.Require(t)
 	mod, err := testbed.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []string{"route", "key", "netns"} {
+	for _, m := range []string{"route", "key", "netns", "seccomp", "mounts", "env", "models", "headers"} {
 		t.Run(m, func(t *testing.T) {
 			cmd := exec.Command(filepath.Join(mod, "scripts/mutate_relay_proof.sh"), m)
 			cmd.Dir = mod

@@ -219,13 +219,13 @@ dnsq = bytes.fromhex('abcd01000001000000000000076578616d706c6503636f6d0000010001
 print('NET dns-out', udp('8.8.8.8:53', dnsq))
 try: print('NET getaddrinfo', socket.getaddrinfo('example.com', 443)[0][4])
 except Exception as e: print('NET getaddrinfo', why(e))
-def http(method, target, body=b'{"model":"gpt-5.5","input":"x"}', unixsock=False):
+def http(method, target, body=b'{"model":"gpt-5.5","input":"x"}', unixsock=False, extra=''):
     try:
         if unixsock:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(10); s.connect('/run/autonomic/inference.sock')
         else:
             s = socket.create_connection(('127.0.0.1', 8787), timeout=10)
-        s.sendall(('%s %s HTTP/1.1\r\nHost: 127.0.0.1:8787\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n' % (method, target, len(body))).encode() + body)
+        s.sendall(('%s %s HTTP/1.1\r\nHost: 127.0.0.1:8787\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%sConnection: close\r\n\r\n' % (method, target, len(body), extra)).encode() + body)
         data = b''
         while True:
             c = s.recv(65536)
@@ -245,6 +245,10 @@ for m, t in [('GET', '/v1/responses'), ('DELETE', '/v1/responses'), ('PUT', '/v1
     print('RELAY', m, t, '->', http(m, t))
 print('RELAY unix-socket POST /v1/models ->', http('POST', '/v1/models', unixsock=True))
 print('RELAY model-outside-policy ->', http('POST', '/v1/responses', body=b'{"model":"gpt-forbidden","input":"x"}'))
+# An admitted call carrying the worker's own headers: only the relay's
+# short list may reach the provider, and never the worker's credentials.
+print('SMUGGLE ->', http('POST', '/v1/responses', body=b'{"model":"gpt-5.5","input":"smuggle"}',
+    extra='X-Autonomic-Smuggle: {{SMUGGLE}}\r\nOpenAI-Organization: {{SMUGGLE}}\r\nCookie: s={{SMUGGLE}}\r\nAuthorization: Bearer {{SMUGGLE}}\r\nX-Forwarded-For: {{SMUGGLE}}\r\n'))
 PY
 bash -c 'exec 3<>/dev/tcp/93.184.216.34/80' 2>/dev/null && echo 'NET bash-tcp-out CONNECTED' || echo 'NET bash-tcp-out refused'
 bash -c 'exec 3<>/dev/tcp/{{HOST_TCP_BASH}}' 2>/dev/null && echo 'NET bash-tcp-host CONNECTED' || echo 'NET bash-tcp-host refused'
@@ -348,15 +352,19 @@ func TestCodexContainmentProof(t *testing.T) {
 
 	// The hostile model: two attack turns through Codex's exec_command,
 	// then a final text.
+	// A marker the attack sends in headers of its own (the domain knows
+	// it; the provider must never see it).
+	smuggled := newSecret(t, "worker's header", "autonomicproof-header-")
 	call := func(cmd string) fixturemodel.ToolCall {
-		return fixturemodel.ToolCall{Name: "exec_command", Input: map[string]any{"cmd": fill(cmd, h), "yield_time_ms": 30000, "max_output_tokens": 60000}}
+		cmd = strings.ReplaceAll(fill(cmd, h), "{{SMUGGLE}}", smuggled.value)
+		return fixturemodel.ToolCall{Name: "exec_command", Input: map[string]any{"cmd": cmd, "yield_time_ms": 30000, "max_output_tokens": 60000}}
 	}
 	u := fixturemodel.Usage{Input: 100, Output: 10}
 	up, err := fixturemodel.Start(fixturemodel.Script{Wire: fixturemodel.Responses, Turns: []fixturemodel.Turn{
 		{Tools: []fixturemodel.ToolCall{call(attackNet)}, Usage: u},
 		{Tools: []fixturemodel.ToolCall{call(attackSecrets)}, Usage: u},
 		{Text: "done", Usage: u},
-	}})
+	}, ToolLess: "smuggled"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,8 +585,20 @@ func TestCodexContainmentProof(t *testing.T) {
 
 	// The upstream saw only the inference route, always with the server's
 	// key and nothing of the worker's.
-	if len(reqs) < 3 {
-		t.Errorf("upstream saw %d requests, want Codex's 3 turns", len(reqs))
+	if len(reqs) < 4 {
+		t.Errorf("upstream saw %d requests, want Codex's 3 turns and the smuggling call", len(reqs))
+	}
+	if got := lineOf(tools, "SMUGGLE ->"); !strings.Contains(got, "HTTP/1.1 200") {
+		t.Errorf("the call carrying the worker's headers was not admitted, so it proves nothing of the header filter: %q", got)
+	}
+	for i, rq := range reqs {
+		for k, vs := range rq.Header {
+			for _, v := range vs {
+				if strings.Contains(v, smuggled.random) {
+					t.Errorf("upstream request %d carried the worker's header %s", i, k)
+				}
+			}
+		}
 	}
 	for i, rq := range reqs {
 		if rq.Method != http.MethodPost || rq.Path != "/v1/responses" || rq.RawQuery != "" {

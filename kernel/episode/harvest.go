@@ -366,6 +366,11 @@ func (e *Episode) propose(ctx context.Context, h *HarvestSpec, patch []byte) Out
 		return Outcome{Kind: OutcomeDenied, Code: string(protocol.CodeApprovalRequired), Effect: eff.ID.String(),
 			Reason: "evaluate: the effect awaits a human approval"}
 	}
+	if why := e.semanticDenial(ctx, eff); why != "" {
+		// The commit would be refused for it (and the slow loop may have
+		// contained the episode already): say what the slow loop said.
+		return Outcome{Kind: OutcomeDenied, Code: string(protocol.CodeForbidden), Effect: eff.ID.String(), Reason: "evaluate: " + why}
+	}
 	if eff, err = b.Commit(ctx, eff, eff.Revision, epoch); err != nil {
 		return denied("commit", id, err)
 	}
@@ -375,6 +380,31 @@ func (e *Episode) propose(ctx context.Context, h *HarvestSpec, patch []byte) Out
 	}
 	_ = json.Unmarshal(eff.Receipt, &receipt)
 	return Outcome{Kind: OutcomeLanded, Ref: receipt.Ref, Commit: receipt.OID, Effect: eff.ID.String()}
+}
+
+// semanticDenial is why the slow loop's decision on eff's revision
+// refused it (the lease's first refusal, or the deciding reading), or ""
+// when it allowed it or recorded none.
+func (e *Episode) semanticDenial(ctx context.Context, eff store.Effect) string {
+	ds, err := e.k.cfg.Store.Decisions(ctx, eff.ID)
+	if err != nil {
+		return ""
+	}
+	for _, d := range ds {
+		if d.Kind != store.DecisionSemantic || d.Revision != eff.Revision || d.Epoch != eff.Epoch || d.Verdict == store.VerdictAllow {
+			continue
+		}
+		var b struct {
+			Decider     string `json:"decider"`
+			LeaseDenied string `json:"lease_denied"`
+		}
+		_ = json.Unmarshal(d.Body, &b)
+		if b.LeaseDenied != "" {
+			return "the lease refused it: " + b.LeaseDenied
+		}
+		return "the slow loop refused it: " + b.Decider
+	}
+	return ""
 }
 
 // committedByWorker finds the last committed git_commit on the harvest's

@@ -453,7 +453,9 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 func TestHarvestHostileWorkspace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	r := harvestRig(t, ctx, "harvest_hostile")
+	// src/notes.txt: a plain file to hard-link (a link to the Makefile
+	// would be a build-file change the rule bank rates an escalation).
+	r := harvestRig(t, ctx, "harvest_hostile", withFiles(map[string]string{"src/notes.txt": "notes\n"}))
 	marker := filepath.Join(t.TempDir(), "host-ran-worker-code")
 	fix := `sed -i 's/ + 1))/))/' src/calc.sh` + "\n"
 	py := func(code string) string { return "python3 -c '" + code + "'\n" }
@@ -471,7 +473,7 @@ except OSError: pass`), episode.OutcomeDenied, "FIFO"},
 		{"newline name", fix + py(`open(b"src/evil\nname.sh", "w").write("x")`), episode.OutcomeDenied, "control"},
 		{"invalid utf-8 name", fix + py(`open(b"src/bad\xff.sh", "w").write("x")`), episode.OutcomeDenied, "UTF-8"},
 		{"sparse giant", fix + py(`f = open("src/giant", "wb"); f.truncate(512 << 20)`), episode.OutcomeFailed, "checkpoint_unsafe"},
-		{"modified .git and a hard link", fix + "ln Makefile src/hard.mk\n" +
+		{"modified .git and a hard link", fix + "ln src/notes.txt src/hard.txt\n" +
 			"mkdir -p .git/hooks; for h in pre-commit post-commit reference-transaction post-checkout pre-push; do printf '#!/bin/sh\\ntouch " + marker + "\\n' > .git/hooks/$h; chmod +x .git/hooks/$h; done\n" +
 			"printf '[core]\\n\\tfsmonitor = touch " + marker + "\\n\\thooksPath = .git/hooks\\n[include]\\n\\tpath = /etc/shadow\\n' >> .git/config\n" +
 			"mkdir -p .git/objects/info; echo /var/lib/autonomic/repos/other.git/objects > .git/objects/info/alternates\n" +
@@ -504,10 +506,10 @@ except OSError: pass`), episode.OutcomeDenied, "FIFO"},
 				return
 			}
 			files := testbed.Git(t, r.repo, "diff", "--name-only", r.base, "refs/heads/main")
-			if files != "src/calc.sh\nsrc/hard.mk" {
+			if files != "src/calc.sh\nsrc/hard.txt" {
 				t.Fatalf("the commit touches %q, want the fix and the hard link's content only", files)
 			}
-			if a, b := testbed.Git(t, r.repo, "show", "refs/heads/main:Makefile"), testbed.Git(t, r.repo, "show", "refs/heads/main:src/hard.mk"); a != b {
+			if a, b := testbed.Git(t, r.repo, "show", "refs/heads/main:src/notes.txt"), testbed.Git(t, r.repo, "show", "refs/heads/main:src/hard.txt"); a != b {
 				t.Fatal("the hard link did not land as the same content")
 			}
 			if cfg := testbed.Git(t, r.repo, "config", "--list", "--local"); strings.Contains(cfg, "fsmonitor") || strings.Contains(cfg, "include") {
