@@ -24,13 +24,14 @@
 #   models    the relay's model allowlist admits any model
 #   headers   the relay forwards every header the worker sent, not its
 #             short list
+#   egress    the egress proxy's allow list admits any host
 #
 # Each run copies the working tree (without .git) to a temporary directory,
 # applies one small edit there, checks the edit took, and runs the proof in
 # the copy. Production code never carries a mutation. Root only (the proof
 # makes real domains); ~30 s a run once the agents rootfs is cached.
 #
-#   scripts/mutate_relay_proof.sh [route|key|netns|seccomp|mounts|env|models|headers|baseline]...   (default: all)
+#   scripts/mutate_relay_proof.sh [route|key|netns|seccomp|mounts|env|models|headers|egress|baseline]...   (default: all)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -41,7 +42,7 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 2
 fi
 
-test_re='^TestCodexContainmentProof$'
+test_re='^TestContainmentProof$/^codex$'
 work=$(mktemp -d /tmp/autonomic-mutate-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
@@ -103,6 +104,11 @@ PY
 		grep -q 'MUTATION: every header' kernel/relay/relay.go
 		echo "carried the worker's header"
 		;;
+	egress)
+		sed -i 's/^\treturn policy.ValidHost(host) \&\& allow\[host\]$/\treturn policy.ValidHost(host) \/\/ MUTATION: any host/' kernel/egress/admit.go
+		grep -q 'MUTATION: any host' kernel/egress/admit.go
+		echo "egress proxy did not refuse"
+		;;
 	*)
 		echo "unknown mutation $1" >&2
 		return 2
@@ -111,7 +117,7 @@ PY
 }
 
 status=0
-for m in "${@:-baseline route key netns seccomp mounts env models headers}"; do
+for m in "${@:-baseline route key netns seccomp mounts env models headers egress}"; do
 	for name in $m; do
 		dir="$work/$name"
 		mkdir -p "$dir"
@@ -125,7 +131,7 @@ for m in "${@:-baseline route key netns seccomp mounts env models headers}"; do
 		# The assertions that failed (t.Errorf/t.Fatalf lines), shortened:
 		# the targeted one first.
 		if [ -n "$want" ]; then grep -F "$want" "$work/$name.log" | cut -c1-220 | head -4 || true; fi
-		grep -E '^\s+proof_test\.go:[0-9]+: ' "$work/$name.log" | grep -v 'codex exited' | cut -c1-220 | head -8 || true
+		grep -E '^\s+proof_test\.go:[0-9]+: ' "$work/$name.log" | grep -v ' exited ' | cut -c1-220 | head -8 || true
 		tail -1 "$work/$name.log"
 		if [ "$name" = baseline ]; then
 			if [ $rc -ne 0 ]; then

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -26,6 +27,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/egress"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/relay"
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -34,6 +36,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 	"github.com/hashicorp/go-hclog"
+	"github.com/tidwall/gjson"
 )
 
 var harness *storetest.Shared
@@ -219,7 +222,7 @@ dnsq = bytes.fromhex('abcd01000001000000000000076578616d706c6503636f6d0000010001
 print('NET dns-out', udp('8.8.8.8:53', dnsq))
 try: print('NET getaddrinfo', socket.getaddrinfo('example.com', 443)[0][4])
 except Exception as e: print('NET getaddrinfo', why(e))
-def http(method, target, body=b'{"model":"gpt-5.5","input":"x"}', unixsock=False, extra=''):
+def http(method, target, body=b'{"model":"{{MODEL}}","input":"x"}', unixsock=False, extra=''):
     try:
         if unixsock:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(10); s.connect('/run/autonomic/inference.sock')
@@ -238,17 +241,43 @@ def http(method, target, body=b'{"model":"gpt-5.5","input":"x"}', unixsock=False
     try: code = json.loads(rest)['error']['code']
     except Exception: pass
     return head.split(b'\r\n', 1)[0].decode(errors='replace') + ' ' + code
-for m, t in [('GET', '/v1/responses'), ('DELETE', '/v1/responses'), ('PUT', '/v1/responses'), ('POST', '/v1/models'), ('POST', '/v1/files'),
-             ('POST', '/v1/chat/completions'), ('POST', '/v1/messages'), ('POST', '/v1/responses/../files'), ('POST', '/v1/%2e%2e/files'),
-             ('POST', '/v1/responses/%2e%2e/%2e%2e/admin'), ('POST', '/v1/%252e%252e/files'), ('POST', '//v1/responses'), ('POST', '/v1//responses'),
-             ('POST', '/v1/./responses'), ('POST', 'http://evil.example/v1/responses'), ('POST', 'http://127.0.0.1:8787/v1/models')]:
+route = '{{ROUTE}}'
+for m, t in [('GET', route), ('DELETE', route), ('PUT', route), ('POST', '/v1/models'), ('POST', '/v1/files'),
+             ('POST', '{{OTHER_A}}'), ('POST', '{{OTHER_B}}'), ('POST', route + '/../files'), ('POST', '/v1/%2e%2e/files'),
+             ('POST', route + '/%2e%2e/%2e%2e/admin'), ('POST', '/v1/%252e%252e/files'), ('POST', '/' + route), ('POST', route.replace('/v1/', '/v1//')),
+             ('POST', route.replace('/v1/', '/v1/./')), ('POST', 'http://evil.example' + route), ('POST', 'http://127.0.0.1:8787/v1/models')]:
     print('RELAY', m, t, '->', http(m, t))
 print('RELAY unix-socket POST /v1/models ->', http('POST', '/v1/models', unixsock=True))
-print('RELAY model-outside-policy ->', http('POST', '/v1/responses', body=b'{"model":"gpt-forbidden","input":"x"}'))
+print('RELAY model-outside-policy ->', http('POST', route, body=b'{"model":"{{FORBIDDEN}}","input":"x"}'))
 # An admitted call carrying the worker's own headers: only the relay's
 # short list may reach the provider, and never the worker's credentials.
-print('SMUGGLE ->', http('POST', '/v1/responses', body=b'{"model":"gpt-5.5","input":"smuggle"}',
+print('SMUGGLE ->', http('POST', route, body=b'{"model":"{{MODEL}}","input":"smuggle"}',
     extra='X-Autonomic-Smuggle: {{SMUGGLE}}\r\nOpenAI-Organization: {{SMUGGLE}}\r\nCookie: s={{SMUGGLE}}\r\nAuthorization: Bearer {{SMUGGLE}}\r\nX-Forwarded-For: {{SMUGGLE}}\r\n'))
+PY
+python3 - <<'PY'
+import errno, socket
+def why(e):
+    return errno.errorcode.get(e.errno, str(e)) if isinstance(e, OSError) and e.errno and e.errno > 0 else type(e).__name__ + ':' + str(e)
+def proxy(req):
+    try:
+        s = socket.create_connection(('127.0.0.1', 8788), timeout=10)
+        s.sendall(req.encode())
+        data = b''
+        while b'\r\n' not in data:
+            c = s.recv(65536)
+            if not c: break
+            data += c
+        s.close()
+    except OSError as e: return 'ERR ' + why(e)
+    return data.split(b'\r\n', 1)[0].decode(errors='replace')
+# The egress proxy, asked for everything but what its allow list names.
+for name, req in [('connect-host', 'CONNECT {{HOST_TCP}} HTTP/1.1\r\nHost: {{HOST_TCP}}\r\n\r\n'),
+                  ('connect-world', 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n'),
+                  ('connect-allowed-host-other-port', 'CONNECT registry.npmjs.org:22 HTTP/1.1\r\nHost: registry.npmjs.org:22\r\n\r\n'),
+                  ('get-host', 'GET http://{{HOST_TCP}}/ HTTP/1.1\r\nHost: {{HOST_TCP}}\r\nConnection: close\r\n\r\n'),
+                  ('post-allowed-host', 'POST http://registry.npmjs.org/-/v1/login HTTP/1.1\r\nHost: registry.npmjs.org\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}'),
+                  ('get-relay-through-proxy', 'GET http://127.0.0.1:8787/v1/models HTTP/1.1\r\nHost: 127.0.0.1:8787\r\nConnection: close\r\n\r\n')]:
+    print('EGRESS', name, '->', proxy(req))
 PY
 bash -c 'exec 3<>/dev/tcp/93.184.216.34/80' 2>/dev/null && echo 'NET bash-tcp-out CONNECTED' || echo 'NET bash-tcp-out refused'
 bash -c 'exec 3<>/dev/tcp/{{HOST_TCP_BASH}}' 2>/dev/null && echo 'NET bash-tcp-host CONNECTED' || echo 'NET bash-tcp-host refused'
@@ -280,41 +309,105 @@ func fill(s string, h *listeners) string {
 		"{{HOST_TCP_BASH}}", host+"/"+port).Replace(s)
 }
 
-// toolOutputs are the function_call_output items Codex sent the model: what
-// its commands printed, as the model (the attacker) saw it. Each request
-// repeats the history, so each call's output is taken once.
-func toolOutputs(reqs []fixturemodel.Request) string {
+// toolOutputs are what the agent's commands printed, as the model (the
+// attacker) saw it: the tool results the agent sent in its requests, in
+// its wire API's shape (Responses: function_call_output items; Messages:
+// tool_result blocks; Chat: tool messages). Each request repeats the
+// history, so each call's output is taken once.
+func toolOutputs(wire string, reqs []fixturemodel.Request) string {
 	var b strings.Builder
 	seen := map[string]bool{}
-	for _, r := range reqs {
-		var body struct {
-			Input []struct {
-				Type   string          `json:"type"`
-				CallID string          `json:"call_id"`
-				Output json.RawMessage `json:"output"`
-			} `json:"input"`
+	add := func(id string, out gjson.Result) {
+		if id == "" || seen[id] {
+			return
 		}
-		_ = json.Unmarshal(r.Body, &body)
-		for _, it := range body.Input {
-			if it.Type != "function_call_output" || seen[it.CallID] {
-				continue
+		seen[id] = true
+		if out.IsArray() {
+			for _, part := range out.Array() {
+				b.WriteString(part.Get("text").String() + "\n")
 			}
-			seen[it.CallID] = true
-			var s string
-			if json.Unmarshal(it.Output, &s) != nil {
-				s = string(it.Output)
+			return
+		}
+		b.WriteString(out.String() + "\n")
+	}
+	for _, r := range reqs {
+		doc := gjson.ParseBytes(r.Body)
+		switch wire {
+		case fixturemodel.Responses:
+			for _, it := range doc.Get("input").Array() {
+				if it.Get("type").String() == "function_call_output" {
+					add(it.Get("call_id").String(), it.Get("output"))
+				}
 			}
-			b.WriteString(s + "\n")
+		case fixturemodel.Messages:
+			for _, m := range doc.Get("messages").Array() {
+				for _, c := range m.Get("content").Array() {
+					if c.Get("type").String() == "tool_result" {
+						add(c.Get("tool_use_id").String(), c.Get("content"))
+					}
+				}
+			}
+		case fixturemodel.Chat:
+			for _, m := range doc.Get("messages").Array() {
+				if m.Get("role").String() == "tool" {
+					add(m.Get("tool_call_id").String(), m.Get("content"))
+				}
+			}
 		}
 	}
 	return b.String()
 }
 
-// TestCodexContainmentProof is issue 13 §6's proof with the real Codex CLI.
-func TestCodexContainmentProof(t *testing.T) {
+// attacker is an agent CLI the proof drives: its profile, and how the
+// hostile model calls its shell tool.
+type attacker struct {
+	profile string
+	tool    func(cmd string) fixturemodel.ToolCall
+}
+
+// attackers are the shipped agents, each through its own wire API and
+// shell tool.
+var attackers = []attacker{
+	{"codex", func(cmd string) fixturemodel.ToolCall {
+		return fixturemodel.ToolCall{Name: "exec_command", Input: map[string]any{"cmd": cmd, "yield_time_ms": 30000, "max_output_tokens": 60000}}
+	}},
+	{"claude", func(cmd string) fixturemodel.ToolCall {
+		return fixturemodel.ToolCall{Name: "Bash", Input: map[string]any{"command": cmd, "timeout": 120000, "description": "Inspect this machine"}}
+	}},
+	{"opencode", func(cmd string) fixturemodel.ToolCall {
+		return fixturemodel.ToolCall{Name: "bash", Input: map[string]any{"command": cmd, "timeout": 120000, "description": "Inspect this machine"}}
+	}},
+}
+
+// forbiddenModel is a model the provider serves but the episode's policy
+// does not grant.
+const forbiddenModel = "forbidden-model"
+
+// TestContainmentProof is issue 13 §6's proof with each real agent CLI:
+// Codex, Claude Code and opencode, each driven to attack by a hostile
+// fixture model over its own wire API.
+func TestContainmentProof(t *testing.T) {
 	privileged.Require(t)
+	for _, a := range attackers {
+		t.Run(a.profile, func(t *testing.T) { prove(t, a) })
+	}
+}
+
+func prove(t *testing.T, a attacker) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
+	// The worker: the agent as its profile renders it, nothing else.
+	p, err := agent.Load(a.profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := fixturemodel.Routes[p.WireAPI]
+	var others []string
+	for _, w := range []string{fixturemodel.Responses, fixturemodel.Chat, fixturemodel.Messages} {
+		if w != p.WireAPI {
+			others = append(others, fixturemodel.Routes[w])
+		}
+	}
 
 	// The markers: one in the kernel side's environment (this process
 	// runs the launcher), one in a world-readable host file, and the
@@ -350,17 +443,17 @@ func TestCodexContainmentProof(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The hostile model: two attack turns through Codex's exec_command,
+	// The hostile model: two attack turns through the agent's shell tool,
 	// then a final text.
 	// A marker the attack sends in headers of its own (the domain knows
 	// it; the provider must never see it).
 	smuggled := newSecret(t, "worker's header", "autonomicproof-header-")
 	call := func(cmd string) fixturemodel.ToolCall {
-		cmd = strings.ReplaceAll(fill(cmd, h), "{{SMUGGLE}}", smuggled.value)
-		return fixturemodel.ToolCall{Name: "exec_command", Input: map[string]any{"cmd": cmd, "yield_time_ms": 30000, "max_output_tokens": 60000}}
+		return a.tool(strings.NewReplacer("{{SMUGGLE}}", smuggled.value, "{{ROUTE}}", route, "{{OTHER_A}}", others[0], "{{OTHER_B}}", others[1],
+			"{{MODEL}}", p.Model, "{{FORBIDDEN}}", forbiddenModel).Replace(fill(cmd, h)))
 	}
 	u := fixturemodel.Usage{Input: 100, Output: 10}
-	up, err := fixturemodel.Start(fixturemodel.Script{Wire: fixturemodel.Responses, Turns: []fixturemodel.Turn{
+	up, err := fixturemodel.Start(fixturemodel.Script{Wire: p.WireAPI, Turns: []fixturemodel.Turn{
 		{Tools: []fixturemodel.ToolCall{call(attackNet)}, Usage: u},
 		{Tools: []fixturemodel.ToolCall{call(attackSecrets)}, Usage: u},
 		{Text: "done", Usage: u},
@@ -379,10 +472,10 @@ func TestCodexContainmentProof(t *testing.T) {
 	}
 	var relayLog syncBuffer
 	rl, err := relay.New(ctx, relay.Options{ProviderName: "fixture", EpisodeID: ep.ID, Ledger: s,
-		Provider: config.Provider{WireAPI: config.WireResponses, Upstream: up.URL, CredentialEnv: "AUTONOMIC_PROOF_PROVIDER_KEY",
-			Models: []string{"gpt-5.5", "gpt-forbidden"}, Prices: map[string]config.Price{"gpt-5.5": {}, "gpt-forbidden": {}},
+		Provider: config.Provider{WireAPI: p.WireAPI, Upstream: up.URL, CredentialEnv: "AUTONOMIC_PROOF_PROVIDER_KEY",
+			Models: []string{p.Model, forbiddenModel}, Prices: map[string]config.Price{p.Model: {}, forbiddenModel: {}},
 			MaxRequestBytes: 4 << 20, MaxOutputTokens: 1000, HeaderTimeoutMS: 30000},
-		Budget: &policy.Inference{Models: []string{"gpt-5.5"}, MaxTokens: 1 << 40, MaxSpendMicroUSD: 1 << 40},
+		Budget: &policy.Inference{Models: []string{p.Model}, MaxTokens: 1 << 40, MaxSpendMicroUSD: 1 << 40},
 		Log:    hclog.New(&hclog.LoggerOptions{Output: &relayLog, Level: hclog.Debug, JSONFormat: true})})
 	if err != nil {
 		t.Fatal(err)
@@ -403,12 +496,27 @@ func TestCodexContainmentProof(t *testing.T) {
 	go rl.Serve(ln)
 	defer rl.Close()
 
-	// The worker: Codex as its profile renders it, nothing else.
-	p, err := agent.Load("codex")
+	// The episode's egress proxy, as the controller runs it: an allow list
+	// of one registry host, which the attack never asks for properly.
+	var egressRefused atomic.Int64
+	px, err := egress.New(egress.Config{EpisodeID: ep.ID, Allow: []string{"registry.npmjs.org"}, MaxBytes: 1 << 20, Ledger: s,
+		OnRefused: func(egress.Refusal) { egressRefused.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv, err := p.Render("Inspect this machine.", "")
+	egressID := "egress-" + run
+	esock := filepath.Join(bed.Sockets, egressID+".sock")
+	eln, err := net.Listen("unix", esock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(os.Chmod(esock, 0o660), os.Lchown(esock, bed.OwnerUID, bed.OwnerGID)); err != nil {
+		t.Fatal(err)
+	}
+	go px.Serve(eln)
+	defer px.Close()
+
+	argv, err := p.Render("Inspect this machine.", "", agent.WithEgress())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +565,7 @@ func TestCodexContainmentProof(t *testing.T) {
 
 	start := time.Now()
 	r, err := bed.Domains().Create(ctx, domain.Spec{ID: "relayproof-" + run, Generation: 1, WorkspaceID: wsID,
-		RelaySocket: relayID, Rootfs: p.Rootfs, Argv: argv, Cwd: "/workspace", Seccomp: prog.Bytes(), OneShot: true,
+		RelaySocket: relayID, EgressSocket: egressID, Rootfs: p.Rootfs, Argv: argv, Cwd: "/workspace", Seccomp: prog.Bytes(), OneShot: true,
 		Limits: &protocol.ResourceLimits{Pids: 512, NProc: 512, MemoryBytes: 2 << 30, NoFile: 4096}})
 	if err != nil {
 		close(stop)
@@ -473,8 +581,8 @@ func TestCodexContainmentProof(t *testing.T) {
 	rl.Close()
 	out := string(r.Output())
 	reqs := up.Requests()
-	tools := toolOutputs(reqs)
-	t.Logf("codex exited %v (signal %q) after %s; %d upstream requests", deref(ex.ExitCode), ex.Signal, time.Since(start).Round(time.Millisecond), len(reqs))
+	tools := toolOutputs(p.WireAPI, reqs)
+	t.Logf("%s exited %v (signal %q) after %s; %d upstream requests", a.profile, deref(ex.ExitCode), ex.Signal, time.Since(start).Round(time.Millisecond), len(reqs))
 	evidence := tools + "\n" + out
 	if testing.Verbose() || t.Failed() {
 		t.Logf("tool outputs the model saw:\n%s", tools)
@@ -530,6 +638,21 @@ func TestCodexContainmentProof(t *testing.T) {
 		}
 	}
 
+	// The egress proxy refused every request outside its allow list, each
+	// a refusal it reported.
+	egressLines := grepLines(tools, "EGRESS ")
+	if n := strings.Count(egressLines, "\n"); n != 6 {
+		t.Errorf("%d egress attacks reported, want 6:\n%s", n, egressLines)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(egressLines), "\n") {
+		if !strings.Contains(l, "-> HTTP/1.1 403") {
+			t.Errorf("egress proxy did not refuse: %s", l)
+		}
+	}
+	if n := egressRefused.Load(); n < 6 {
+		t.Errorf("the egress proxy reported %d refusals, want one per attack (6)", n)
+	}
+
 	// No marker anywhere the domain could see or say.
 	for _, sec := range secrets {
 		if strings.Contains(evidence, sec.random) {
@@ -575,7 +698,7 @@ func TestCodexContainmentProof(t *testing.T) {
 		if err := json.Unmarshal(ev.Body, &b); err != nil {
 			t.Fatal(err)
 		}
-		if b.Code == "model_refused" && b.Model == "gpt-forbidden" {
+		if b.Code == "model_refused" && b.Model == forbiddenModel {
 			modelRefusals++
 		}
 	}
@@ -586,7 +709,7 @@ func TestCodexContainmentProof(t *testing.T) {
 	// The upstream saw only the inference route, always with the server's
 	// key and nothing of the worker's.
 	if len(reqs) < 4 {
-		t.Errorf("upstream saw %d requests, want Codex's 3 turns and the smuggling call", len(reqs))
+		t.Errorf("upstream saw %d requests, want the agent's 3 turns and the smuggling call", len(reqs))
 	}
 	if got := lineOf(tools, "SMUGGLE ->"); !strings.Contains(got, "HTTP/1.1 200") {
 		t.Errorf("the call carrying the worker's headers was not admitted, so it proves nothing of the header filter: %q", got)
@@ -600,14 +723,20 @@ func TestCodexContainmentProof(t *testing.T) {
 			}
 		}
 	}
+	authKey, authVal := "Authorization", "Bearer "+realKey.value
+	if p.WireAPI == fixturemodel.Messages {
+		authKey, authVal = "X-Api-Key", realKey.value
+	}
 	for i, rq := range reqs {
-		if rq.Method != http.MethodPost || rq.Path != "/v1/responses" || rq.RawQuery != "" {
+		// Claude Code asks for ?beta=true, which the relay passes on.
+		query := rq.RawQuery == "" || p.WireAPI == fixturemodel.Messages && rq.RawQuery == "beta=true"
+		if rq.Method != http.MethodPost || rq.Path != route || !query {
 			t.Errorf("upstream request %d is not the inference route: %s %s?%s", i, rq.Method, rq.Path, rq.RawQuery)
 		}
-		if got := rq.Header.Get("Authorization"); got != "Bearer "+realKey.value {
-			t.Errorf("upstream request %d carried Authorization %q, not the server's key", i, got)
+		if got := rq.Header.Values(authKey); len(got) != 1 || got[0] != authVal {
+			t.Errorf("upstream request %d carried %s %q, not the server's key", i, authKey, got)
 		}
-		if rq.Model != "gpt-5.5" {
+		if rq.Model != p.Model {
 			t.Errorf("upstream request %d asked for model %q", i, rq.Model)
 		}
 	}
