@@ -23,34 +23,12 @@ import (
 // refused as expired before any of them.
 func TestSpeculationWindowExpiresEffects(t *testing.T) {
 	const window = 400 * time.Millisecond
-	tk := servertest.New(t, "spec", map[string]any{
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k, ep, lease := composedWithEpisode(t, ctx, "spec", map[string]any{
 		"targets":        map[string]any{"artifact": map[string]any{"reports": map[string]any{"dir": t.TempDir(), "class": 2}}},
 		"speculation_ms": window.Milliseconds(),
 	})
-	cluster, cfg := tk.Cluster, tk.Config
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := store.Open(ctx, store.Config{URL: cluster.KernelConnString("spec"), AdminURL: cluster.AdminConnString("spec"), InstanceID: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	k, err := compose(cfg, st, hclog.NewNullLogger(), Hooks{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := k.broker.Reconcile(ctx, uuid.Nil); err != nil {
-		t.Fatal(err)
-	}
-	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1,
-		Capabilities: []byte(`{"effects":[{"kind":"artifact","target_id":"reports","max_class":4}]}`), TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ready := func(name string) store.Effect {
 		t.Helper()
 		target, _ := json.Marshal(map[string]string{"name": name})
@@ -73,7 +51,7 @@ func TestSpeculationWindowExpiresEffects(t *testing.T) {
 	}
 	old := ready("old")
 	time.Sleep(window + 100*time.Millisecond)
-	_, err = k.broker.Commit(ctx, old, old.Revision, 1)
+	_, err := k.broker.Commit(ctx, old, old.Revision, 1)
 	if protocol.AsWire(err).Code != protocol.CodeStaleAuthority || !strings.Contains(err.Error(), "effect expired") {
 		t.Fatalf("commit after the window: %v, want stale_authority: effect expired", err)
 	}
@@ -85,30 +63,12 @@ func TestSpeculationWindowExpiresEffects(t *testing.T) {
 // drives the episode, so the slow loop refuses it; a broker without it
 // would make the effect ready on the lease alone.
 func TestSlowLoopWithoutVerification(t *testing.T) {
-	tk := servertest.New(t, "slowloop", map[string]any{
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k, ep, lease := composedWithEpisode(t, ctx, "slowloop", map[string]any{
 		"targets":                map[string]any{"artifact": map[string]any{"reports": map[string]any{"dir": t.TempDir(), "class": 3}}},
 		"automatic_verification": false,
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := store.Open(ctx, store.Config{URL: tk.Cluster.KernelConnString("slowloop"), AdminURL: tk.Cluster.AdminConnString("slowloop"), InstanceID: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	k, err := compose(tk.Config, st, hclog.NewNullLogger(), Hooks{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1,
-		Capabilities: []byte(`{"effects":[{"kind":"artifact","target_id":"reports","max_class":4}]}`), TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
 	e, err := k.broker.Prepare(ctx, ep.ID, &protocol.WorkerRequest{Action: protocol.WorkerPrepare, Epoch: 1, LeaseID: lease.ID.String(),
 		Kind: "artifact", TargetID: "reports", Target: json.RawMessage(`{"name":"r"}`), PayloadB64: base64.StdEncoding.EncodeToString([]byte("r"))})
 	if err != nil {
@@ -121,4 +81,35 @@ func TestSlowLoopWithoutVerification(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not driven by this controller") {
 		t.Fatalf("evaluate without verification: %v (state %s), want the slow loop's refusal", err, got.State)
 	}
+}
+
+// composedWithEpisode composes a kernel (no episodes driven) from a test
+// configuration with more, on its own database, and makes an episode in
+// epoch 1 with a lease granting artifacts on "reports" up to class 4, as
+// a controller would.
+func composedWithEpisode(t *testing.T, ctx context.Context, db string, more map[string]any) (*composition, store.Episode, store.Lease) {
+	t.Helper()
+	tk := servertest.New(t, db, more)
+	st, err := store.Open(ctx, store.Config{URL: tk.Cluster.KernelConnString(db), AdminURL: tk.Cluster.AdminConnString(db), InstanceID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	k, err := compose(tk.Config, st, hclog.NewNullLogger(), Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.broker.Reconcile(ctx, uuid.Nil); err != nil {
+		t.Fatal(err)
+	}
+	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1,
+		Capabilities: []byte(`{"effects":[{"kind":"artifact","target_id":"reports","max_class":4}]}`), TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, ep, lease
 }
