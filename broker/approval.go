@@ -114,12 +114,21 @@ func (b *Broker) Approve(ctx context.Context, effectID uuid.UUID, a *protocol.Ap
 	if e.Class != 4 {
 		return store.Effect{}, protocol.Errorf(protocol.CodeApprovalInvalid, "class %d effects take no human approval", e.Class)
 	}
-	if e.State != store.Evaluating {
+	// An effect past evaluating takes no new answer; the same answer again
+	// (a replay, a second operator's identical approval, a retry after a
+	// crash) is answered from the resolved Action, recording nothing.
+	if e.State != store.Evaluating && e.State != store.Ready {
 		return store.Effect{}, protocol.Errorf(protocol.CodeIllegalTransition, "approval of an effect in state %s", e.State)
 	}
 	d, err := b.approvalDecision(e, e.Epoch, a)
 	if err != nil {
 		return store.Effect{}, err
+	}
+	// The Action the effect's evaluation opened for this revision: the
+	// approval answers it, or nothing.
+	action, err := b.cfg.Store.ActionFor(ctx, e.ID, e.Revision, e.Epoch)
+	if err != nil {
+		return store.Effect{}, protocol.Errorf(protocol.CodeIllegalTransition, "no action awaits revision %d: %v", e.Revision, err)
 	}
 	// Recorded under the episode's ownership lease, which names the
 	// kernel process: this kernel takes it (a renewal when it drives the
@@ -128,11 +137,8 @@ func (b *Broker) Approve(ctx context.Context, effectID uuid.UUID, a *protocol.Ap
 	if _, err := b.cfg.Store.AcquireOwnership(ctx, e.EpisodeID); err != nil {
 		return store.Effect{}, err
 	}
-	if _, err := b.cfg.Store.RecordDecision(ctx, d); err != nil {
-		return store.Effect{}, err
-	}
-	if a.Document.Decision != store.VerdictAllow {
-		return b.cfg.Store.Effect(ctx, effectID)
-	}
-	return b.cfg.Store.Transition(ctx, store.Transition{EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, To: store.Ready})
+	// One transaction: the Action checked against the effect again, the
+	// decision recorded, the effect made ready, the Action resolved once.
+	_, out, err := b.cfg.Store.ResolveAction(ctx, store.ActionResolution{ActionID: action.ID, Decision: d})
+	return out, err
 }

@@ -554,7 +554,7 @@ func (b *Broker) commitCheck(a Adapter, ar *Request, touches []Touch) store.Comm
 		if err := b.leaseCheck(ctx, v, touches, int64(len(ar.Payload))); err != nil {
 			return err
 		}
-		if err := b.decisionsSuffice(e, v.Decisions); err != nil {
+		if err := b.decisionsSuffice(e, v.Decisions, v.Action); err != nil {
 			return err
 		}
 		return a.Precondition(ctx, *ar)
@@ -564,9 +564,12 @@ func (b *Broker) commitCheck(a Adapter, ar *Request, touches []Touch) store.Comm
 // decisionsSuffice is check 7. The store returns only decisions bound to
 // this revision and epoch; a class 4 approval is verified again here, from
 // the recorded bytes, so a row written by anything but Evaluate cannot
-// authorise a commit.
-func (b *Broker) decisionsSuffice(e store.Effect, ds []store.Decision) error {
+// authorise a commit. For class 4 it is also the Action's third check:
+// the Action opened for this revision was approved by that very decision
+// and still names the effect exactly as it stands.
+func (b *Broker) decisionsSuffice(e store.Effect, ds []store.Decision, action *store.Action) error {
 	verified, approved := false, false
+	var approval uuid.UUID
 	for _, d := range ds {
 		if d.Revision != e.Revision || d.Epoch != e.Epoch {
 			return protocol.Errorf(protocol.CodeStaleAuthority, "decision bound to another revision")
@@ -584,7 +587,7 @@ func (b *Broker) decisionsSuffice(e store.Effect, ds []store.Decision) error {
 			}
 			a := &protocol.Approval{Document: doc, Signature: base64.StdEncoding.EncodeToString(d.Signature), KeyID: d.KeyID}
 			if verifyApproval(b.cfg.DecisionKeys, e, a) == nil && doc.Decision == store.VerdictAllow {
-				approved = true
+				approved, approval = true, d.ID
 			}
 		}
 	}
@@ -593,6 +596,10 @@ func (b *Broker) decisionsSuffice(e store.Effect, ds []store.Decision) error {
 	}
 	if e.Class == 4 && !approved {
 		return protocol.Errorf(protocol.CodeApprovalRequired, "no verified approval of this revision")
+	}
+	if e.Class == 4 && (action == nil || action.State != store.ActionApproved || action.DecisionID == nil ||
+		*action.DecisionID != approval || !action.Binds(e)) {
+		return protocol.Errorf(protocol.CodeApprovalRequired, "no approved action names this exact operation")
 	}
 	return nil
 }

@@ -158,6 +158,16 @@ func beginCommitFn(ctx context.Context, req CommitRequest, check CommitCheck, vi
 		}
 		spent := m.spent
 		*view = CommitView{Episode: m.ep, Effect: e, Lease: l, Decisions: decisions, Now: m.now, Spent: spent}
+		if e.Class == 4 {
+			a, err := scanAction(m.tx.QueryRow(m.ctx, `SELECT `+actionCols+` FROM actions WHERE effect_id = $1 AND revision = $2 AND epoch = $3`,
+				e.ID, e.Revision, e.Epoch))
+			switch {
+			case err == nil:
+				view.Action = &a
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
+			}
+		}
 		if err := check(ctx, *view); err != nil {
 			var pe *protocol.Error
 			if errors.As(err, &pe) {

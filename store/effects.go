@@ -88,6 +88,10 @@ func (m *mtx) saveEffect(e *Effect, to EffectState, extra map[string]any) error 
 		body[k] = v
 	}
 	m.emit("effect_transition", body)
+	if to == Evaluating && e.Class == 4 {
+		_, err := m.openAction(*e, reasonClass4)
+		return err
+	}
 	return nil
 }
 
@@ -585,9 +589,26 @@ func (m *mtx) evaluate(req Evaluation, bodies []json.RawMessage, out *Effect) er
 			return err
 		}
 	}
-	for i, d := range req.Decisions {
-		if _, err := m.recordDecision(e, d, bodies[i]); err != nil {
+	// A class 4 effect waits on a human: the Action naming it is opened
+	// as it reaches evaluating, and an approval carried by this request
+	// resolves it here, in the same transaction — once: an Action already
+	// answered takes no second decision.
+	var action *Action
+	if e.Class == 4 {
+		if action, err = m.openAction(e, reasonClass4); err != nil {
 			return err
+		}
+	}
+	for i, d := range req.Decisions {
+		if d.Kind == DecisionHuman && action != nil && action.State != ActionPending {
+			return protocol.Errorf(protocol.CodeIllegalTransition, "the action is %s: it takes no second decision", action.State)
+		}
+		rec, err := m.recordDecision(e, d, bodies[i])
+		if err != nil {
+			return err
+		}
+		if rec.Kind == DecisionHuman && action != nil {
+			m.resolveAction(action, rec)
 		}
 	}
 	if req.Ready {

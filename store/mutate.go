@@ -88,6 +88,9 @@ type mtx struct {
 	spent     Spend
 	// lossy: see target.lossy.
 	lossy bool
+	// actions opened (or read) in this transaction, by effect id: its
+	// writes are queued, so a second read would not see them.
+	actions map[uuid.UUID]*Action
 }
 
 func (m *mtx) lock(e Effect) {

@@ -49,6 +49,13 @@ type Store interface {
 	RecordDecision(ctx context.Context, req NewDecision) (Decision, error)
 	Decisions(ctx context.Context, effectID uuid.UUID) ([]Decision, error)
 
+	ResolveAction(ctx context.Context, r ActionResolution) (Action, Effect, error)
+	SnoozeAction(ctx context.Context, id uuid.UUID, d time.Duration) (Action, error)
+	DismissAction(ctx context.Context, id uuid.UUID, feedback string) (Action, error)
+	Action(ctx context.Context, id uuid.UUID) (Action, error)
+	ActionFor(ctx context.Context, effectID uuid.UUID, revision int, epoch int64) (Action, error)
+	Actions(ctx context.Context, episode uuid.UUID, all bool) ([]Action, error)
+
 	BeginCommit(ctx context.Context, req CommitRequest, check CommitCheck) (CommitView, error)
 	EnterCommit(ctx context.Context, req CommitRequest, check CommitCheck, afterIntent func(CommitView)) (CommitView, error)
 	EnterCommitInEpisode(ctx context.Context, episodeID, effectID uuid.UUID, epoch int64,
@@ -324,6 +331,9 @@ type CommitView struct {
 	Lease   Lease
 	// Decisions bound to exactly this effect revision and epoch.
 	Decisions []Decision
+	// Action, for a class 4 effect, is the Action opened for exactly this
+	// revision and epoch (nil when there is none).
+	Action *Action
 	// Now is the database's clock inside the transaction.
 	Now time.Time
 	// Spent is the episode's durable spend before this commit, read

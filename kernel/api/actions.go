@@ -1,52 +1,199 @@
 package api
 
-import "context"
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
 
-// Action is a decision that waits for a human: one exact operation (the
-// effect, its revision, epoch and payload digest, kind and target) and
-// the command that approves it — a signature with the operator's decision
-// key, which no surface of the kernel holds.
+	"github.com/google/uuid"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// Action is a durable decision that waits for a human (store.Action): one
+// exact operation — the effect, its revision, epoch and payload digest,
+// kind and target, as they stood when it was opened — the episode and the
+// effect as they stand now, and the command that approves it: a signature
+// with the operator's decision key, which no surface of the kernel holds.
 type Action struct {
-	Episode EpisodeView `json:"episode"`
-	Effect  EffectView  `json:"effect"`
-	Command string      `json:"command"`
+	ID           string      `json:"id"`
+	State        string      `json:"state"`
+	Reason       string      `json:"reason"`
+	Priority     int         `json:"priority"`
+	Revision     int         `json:"revision"`
+	Epoch        int64       `json:"epoch"`
+	Digest       string      `json:"payload_digest"`
+	SnoozedUntil *time.Time  `json:"snoozed_until,omitempty"`
+	Feedback     string      `json:"feedback,omitempty"`
+	CreatedAt    time.Time   `json:"created_at"`
+	ResolvedAt   *time.Time  `json:"resolved_at,omitempty"`
+	Episode      EpisodeView `json:"episode"`
+	Effect       EffectView  `json:"effect"`
+	Command      string      `json:"command,omitempty"`
 }
 
 // AwaitsApproval: a class 4 effect evaluated up to the human horizon.
 func AwaitsApproval(f EffectView) bool { return f.Class == 4 && f.State == "evaluating" }
 
-// ApproveCommand is the command that signs and records f's approval.
-func ApproveCommand(f EffectView) string {
-	return "autonomic effect approve " + f.ID + " --key ~/.config/autonomic/approval.pem --key-id YOUR_KEY_ID"
+// ApproveCommand is the command that signs and records the approval of
+// the Action with id.
+func ApproveCommand(id string) string {
+	return "autonomic action approve " + id + " --key ~/.config/autonomic/approval.pem --key-id YOUR_KEY_ID"
 }
 
 // ActionSource is what PendingActions reads (the API client).
 type ActionSource interface {
-	Episodes(ctx context.Context, limit int) ([]EpisodeView, error)
-	Effects(ctx context.Context, episodeID string) ([]EffectView, error)
+	Actions(ctx context.Context, episodeID string, all bool) ([]Action, error)
 }
 
-// PendingActions are the Actions of the newest limit episodes that are
-// active, oldest effect first within each.
+// PendingActions are the open Actions (pending, not snoozed, their effect
+// still at that revision), highest priority and oldest first, at most
+// limit.
 func PendingActions(ctx context.Context, src ActionSource, limit int) ([]Action, error) {
-	eps, err := src.Episodes(ctx, limit)
+	out, err := src.Actions(ctx, "", false)
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, err
+}
+
+// actionView is a's view, with its episode and effect as they stand.
+func (s *Server) actionView(ctx context.Context, a store.Action) (Action, error) {
+	v := Action{ID: a.ID.String(), State: string(a.State), Reason: a.Reason, Priority: a.Priority, Revision: a.Revision, Epoch: a.Epoch,
+		Digest: a.PayloadDigest, SnoozedUntil: a.SnoozedUntil, Feedback: a.Feedback, CreatedAt: a.CreatedAt, ResolvedAt: a.ResolvedAt}
+	ep, err := s.cfg.Store.Episode(ctx, a.EpisodeID)
+	if err != nil {
+		return Action{}, err
+	}
+	f, err := s.cfg.Store.Effect(ctx, a.EffectID)
+	if err != nil {
+		return Action{}, err
+	}
+	v.Episode, v.Effect = episodeView(ep), effectView(f)
+	if a.State == store.ActionPending {
+		v.Command = ApproveCommand(v.ID)
+	}
+	return v, nil
+}
+
+// listActions: GET /v1/actions[?episode=ID][&all=1] — the open Actions,
+// or every one.
+func (s *Server) listActions(ctx context.Context, r *http.Request) (any, error) {
+	ep := uuid.Nil
+	if q := r.URL.Query().Get("episode"); q != "" {
+		var err error
+		if ep, err = uuid.Parse(q); err != nil {
+			return nil, protocol.Errorf(protocol.CodeInvalidField, "episode is not a UUID")
+		}
+	}
+	as, err := s.cfg.Store.Actions(ctx, ep, r.URL.Query().Get("all") == "1")
 	if err != nil {
 		return nil, err
 	}
-	var out []Action
-	for _, e := range eps {
-		if e.State != "active" {
-			continue
-		}
-		effs, err := src.Effects(ctx, e.ID)
+	out := []Action{}
+	for _, a := range as {
+		v, err := s.actionView(ctx, a)
 		if err != nil {
 			return nil, err
 		}
-		for _, f := range effs {
-			if AwaitsApproval(f) {
-				out = append(out, Action{Episode: e, Effect: f, Command: ApproveCommand(f)})
-			}
-		}
+		out = append(out, v)
 	}
 	return out, nil
+}
+
+// action: GET /v1/actions/{id}.
+func (s *Server) action(ctx context.Context, r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.cfg.Store.Action(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.actionView(ctx, a)
+}
+
+// SnoozeRequest is POST /v1/actions/{id}/snooze's body.
+type SnoozeRequest struct {
+	Seconds int64 `json:"seconds"`
+}
+
+// snoozeAction: POST /v1/actions/{id}/snooze.
+func (s *Server) snoozeAction(ctx context.Context, r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	var req SnoozeRequest
+	if err := readBody(r, &req); err != nil {
+		return nil, err
+	}
+	a, err := s.cfg.Store.SnoozeAction(ctx, id, time.Duration(req.Seconds)*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return s.actionView(ctx, a)
+}
+
+// DismissRequest is POST /v1/actions/{id}/dismiss's body: one of
+// store.DismissalFeedback.
+type DismissRequest struct {
+	Feedback string `json:"feedback"`
+}
+
+// dismissAction: POST /v1/actions/{id}/dismiss.
+func (s *Server) dismissAction(ctx context.Context, r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	var req DismissRequest
+	if err := readBody(r, &req); err != nil {
+		return nil, err
+	}
+	a, err := s.cfg.Store.DismissAction(ctx, id, req.Feedback)
+	if err != nil {
+		return nil, err
+	}
+	return s.actionView(ctx, a)
+}
+
+// Actions lists the open Actions (all: every one), of one episode unless
+// episodeID is "".
+func (c *Client) Actions(ctx context.Context, episodeID string, all bool) ([]Action, error) {
+	q := url.Values{}
+	if episodeID != "" {
+		q.Set("episode", episodeID)
+	}
+	if all {
+		q.Set("all", "1")
+	}
+	var out []Action
+	err := c.do(ctx, http.MethodGet, "/v1/actions", q, nil, &out)
+	return out, err
+}
+
+// Action reads one Action.
+func (c *Client) Action(ctx context.Context, id string) (Action, error) {
+	var out Action
+	err := c.do(ctx, http.MethodGet, "/v1/actions/"+url.PathEscape(strings.TrimSpace(id)), nil, nil, &out)
+	return out, err
+}
+
+// SnoozeAction hides an open Action for d.
+func (c *Client) SnoozeAction(ctx context.Context, id string, d time.Duration) (Action, error) {
+	var out Action
+	err := c.do(ctx, http.MethodPost, "/v1/actions/"+url.PathEscape(id)+"/snooze", nil, SnoozeRequest{Seconds: int64(d / time.Second)}, &out)
+	return out, err
+}
+
+// DismissAction closes an open Action without an answer, with feedback.
+func (c *Client) DismissAction(ctx context.Context, id, feedback string) (Action, error) {
+	var out Action
+	err := c.do(ctx, http.MethodPost, "/v1/actions/"+url.PathEscape(id)+"/dismiss", nil, DismissRequest{Feedback: feedback}, &out)
+	return out, err
 }

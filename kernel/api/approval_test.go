@@ -214,8 +214,16 @@ func TestEffectApprovalThroughTheKernel(t *testing.T) {
 		if !recorded {
 			t.Fatal("no decision_recorded ledger entry for the human approval")
 		}
-		// Once decided, the revision takes no second decision.
-		_, err = a.client.Approve(ctx, e.ID.String(), a.sign(t, a.key, "operator", good))
+		// Once decided, the revision takes no second decision: the same
+		// answer again is answered from its resolved Action, recording
+		// nothing; another answer is refused.
+		if _, err = a.client.Approve(ctx, e.ID.String(), a.sign(t, a.key, "operator", good)); err != nil {
+			t.Fatalf("the same approval again: %v", err)
+		}
+		if shown, _ := a.client.Effect(ctx, e.ID.String()); len(shown.Decisions) != 1 {
+			t.Fatalf("%d decisions after a replayed approval", len(shown.Decisions))
+		}
+		_, err = a.client.Approve(ctx, e.ID.String(), a.sign(t, a.key, "operator", broker.ApprovalFor(e, store.VerdictDeny)))
 		wantCode(t, err, protocol.CodeIllegalTransition)
 		// The worker commits without carrying anything.
 		r := a.commit(t, e)
@@ -236,12 +244,11 @@ func TestEffectApprovalThroughTheKernel(t *testing.T) {
 		if err != nil || v.State != string(store.Evaluating) {
 			t.Fatalf("deny: %+v %v", v, err)
 		}
-		// A denial is final for the revision: a later allow does not
-		// outvote it at commit.
-		if _, err := a.client.Approve(ctx, d.ID.String(), a.sign(t, a.key, "operator", broker.ApprovalFor(d, store.VerdictAllow))); err != nil {
-			t.Fatalf("allow after deny: %v", err)
-		}
-		if r := a.commit(t, d); r.OK || r.Error.Code != protocol.CodeForbidden {
+		// A denial is final for the revision: a later allow is refused,
+		// and could not outvote it at commit anyway.
+		_, err = a.client.Approve(ctx, d.ID.String(), a.sign(t, a.key, "operator", broker.ApprovalFor(d, store.VerdictAllow)))
+		wantCode(t, err, protocol.CodeIllegalTransition)
+		if r := a.commit(t, d); r.OK || r.Error.Code != protocol.CodeApprovalRequired {
 			t.Fatalf("commit of a denied revision: %+v", r)
 		}
 		if _, err := os.Stat(filepath.Join(a.pub, "v2.tar")); err == nil {

@@ -40,6 +40,10 @@ type Store interface {
 	VerifyLedger(ctx context.Context, episodeID uuid.UUID) (ledger.Report, error)
 	AcquireOwnership(ctx context.Context, episodeID uuid.UUID) (store.Ownership, error)
 	EndEpisode(ctx context.Context, req store.EndEpisode) (store.Episode, error)
+	Actions(ctx context.Context, episode uuid.UUID, all bool) ([]store.Action, error)
+	Action(ctx context.Context, id uuid.UUID) (store.Action, error)
+	SnoozeAction(ctx context.Context, id uuid.UUID, d time.Duration) (store.Action, error)
+	DismissAction(ctx context.Context, id uuid.UUID, feedback string) (store.Action, error)
 }
 
 // Controller is the episode controller as the API needs it.
@@ -151,6 +155,10 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/effects/{id}/patch", s.patch)
 	s.route("POST /v1/effects/{id}/approval", s.approve)
 	s.route("POST /v1/effects/{id}/settle", s.settle)
+	s.route("GET /v1/actions", s.listActions)
+	s.route("GET /v1/actions/{id}", s.action)
+	s.route("POST /v1/actions/{id}/snooze", s.snoozeAction)
+	s.route("POST /v1/actions/{id}/dismiss", s.dismissAction)
 	s.route("GET /v1/targets", s.listTargets)
 	s.route("POST /v1/targets", s.addTarget)
 	s.route("GET /v1/policy-keys", s.listKeys)

@@ -212,15 +212,16 @@ func (c *Console) episode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var detailed []api.EffectView
-	var actions []api.Action
 	for _, f := range effs {
 		if d, err := c.client.Effect(ctx, f.ID); err == nil {
 			f = d
 		}
 		detailed = append(detailed, f)
-		if api.AwaitsApproval(f) {
-			actions = append(actions, api.Action{Episode: ep, Effect: f, Command: api.ApproveCommand(f)})
-		}
+	}
+	actions, err := c.client.Actions(ctx, id, false)
+	if err != nil {
+		c.fail(w, err)
+		return
 	}
 	ver, verr := c.client.Verify(ctx, id)
 	last := int64(-1)

@@ -11,7 +11,7 @@
 //     output beyond the API's views), and it holds no authority — it
 //     approves nothing. An approval is an Ed25519 signature over one exact
 //     effect revision with the operator's key; the page shows the command
-//     that makes it (autonomic effect approve EFFECT --key FILE --key-id
+//     that makes it (autonomic action approve ACTION --key FILE --key-id
 //     ID) rather than asking for the key in a browser, so the key never
 //     meets a web origin, an extension or a page cache.
 //   - Every request is authenticated: a bearer token, or the HttpOnly,

@@ -35,6 +35,7 @@ type API interface {
 	Egress(ctx context.Context, episodeID string) ([]api.EgressView, error)
 	Start(ctx context.Context, spec json.RawMessage) (api.EpisodeView, error)
 	Patch(ctx context.Context, effectID string) (api.PatchView, error)
+	Actions(ctx context.Context, episodeID string, all bool) ([]api.Action, error)
 }
 
 // StartIn starts an episode.

@@ -101,6 +101,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
+	// Its durable Action names it exactly.
+	open, err := c.Actions(ctx, ep.ID, false)
+	if err != nil || len(open) != 1 || open[0].Effect.ID != pending.ID || open[0].Revision != pending.Revision ||
+		open[0].Digest != pending.PayloadDigest || open[0].State != "pending" {
+		t.Fatalf("open actions %+v, %v; want one naming %+v", open, err, pending)
+	}
+	action := open[0]
+
 	tok, err := os.ReadFile(filepath.Join(cfg.StateDir, console.TokenFileName))
 	if err != nil {
 		t.Fatal(err)
@@ -165,12 +173,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	shot1, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	fail("screenshot", err)
 	flat := strings.Join(strings.Fields(actions), " ")
-	for _, want := range []string{pending.ID, "artifact on releases, class 4", pending.PayloadDigest, fmt.Sprintf("revision %d (epoch %d)", pending.Revision, pending.Epoch)} {
+	for _, want := range []string{pending.ID, action.ID, "artifact on releases, class 4", pending.PayloadDigest, fmt.Sprintf("revision %d (epoch %d)", pending.Revision, pending.Epoch)} {
 		if !strings.Contains(flat, want) {
 			t.Errorf("the Action does not show %q:\n%s", want, flat)
 		}
 	}
-	if !strings.HasPrefix(command, "autonomic effect approve "+pending.ID+" ") {
+	if !strings.HasPrefix(command, "autonomic action approve "+action.ID+" ") {
 		t.Errorf("the approve command: %q", command)
 	}
 	fail("episode page", chromedp.Do(bctx, chromedp.Click(`a[href="/episodes/`+ep.ID+`"]`), chromedp.WaitVisible(`#timeline tr`)))

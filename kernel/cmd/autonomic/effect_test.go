@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/server"
 	"github.com/autonomic-kernel/autonomic/kernel/server/servertest"
 	"github.com/autonomic-kernel/autonomic/protocol"
@@ -84,60 +85,8 @@ func TestRefusesRoot(t *testing.T) {
 func TestApproveThroughTheKernel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	keyFile, strangerFile := filepath.Join(dir, "operator.pem"), filepath.Join(dir, "stranger.pem")
-	var pub, errb bytes.Buffer
-	if code := effectCmd([]string{"keygen", "--out", keyFile}, &pub, &errb); code != 0 {
-		t.Fatal(errb.String())
-	}
-	if code := effectCmd([]string{"keygen", "--out", strangerFile}, &bytes.Buffer{}, &errb); code != 0 {
-		t.Fatal(errb.String())
-	}
-	// One instance id for the kernel and this test's store handle: the
-	// effect is made here, its lease released, and the kernel takes the
-	// episode's lease when it records the approval (the lease names the
-	// process, so one instance id alone would not let it).
-	const instance = "approve-test"
-	k := servertest.New(t, "approve", map[string]any{
-		"store":         map[string]any{"instance_id": instance},
-		"targets":       map[string]any{"artifact": map[string]any{"releases": map[string]any{"dir": t.TempDir()}}},
-		"decision_keys": map[string]string{"operator": strings.TrimSpace(pub.String())},
-	})
-	cluster, cfg, cfgPath := k.Cluster, k.Config, k.Path
-	stop, err := server.Start(ctx, cfg, hclog.NewNullLogger(), server.Hooks{})
-	if err != nil {
-		t.Fatalf("serve: %v", err)
-	}
-	defer stop()
-
-	st, err := store.Open(ctx, store.Config{URL: cluster.KernelConnString("approve"), InstanceID: instance})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1, TTL: time.Hour,
-		Capabilities: []byte(`{"effects":[{"kind":"artifact","target_id":"releases","max_class":4}]}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eff, err := st.ProposeEffect(ctx, store.Proposal{EpisodeID: ep.ID, Epoch: 1, LeaseID: lease.ID, Kind: "artifact", Class: 4,
-		TargetID: "releases", Target: []byte(`{"name":"v1.tar"}`), PayloadDigest: "sha256:" + strings.Repeat("ab", 32)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.PrepareEffect(ctx, store.Prepare{EffectID: eff.ID, Revision: 1, Epoch: 1, TrajectoryVersion: 1, TrajectoryRegime: "stable"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Transition(ctx, store.Transition{EffectID: eff.ID, Revision: 1, Epoch: 1, To: store.Evaluating}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.ReleaseOwnership(ctx, ep.ID); err != nil {
-		t.Fatal(err)
-	}
+	k := awaitingKernel(t, ctx, "approve")
+	st, eff, cfgPath, keyFile, strangerFile := k.st, k.eff, k.cfgPath, k.keyFile, k.strangerFile
 
 	approve := func(want int, args ...string) string {
 		t.Helper()
@@ -162,7 +111,130 @@ func TestApproveThroughTheKernel(t *testing.T) {
 	if e, _ := st.Effect(ctx, eff.ID); e.State != store.Ready {
 		t.Fatalf("after approval: %s", e.State)
 	}
-	if out := approve(1, "--key", keyFile, "--key-id", "operator"); !strings.Contains(out, "illegal_transition") {
+	// The same approval again is answered from its resolved Action and
+	// records nothing; a different answer after it is refused.
+	if out := approve(0, "--key", keyFile, "--key-id", "operator"); !strings.Contains(out, "now ready") {
 		t.Fatalf("second approval: %s", out)
+	}
+	if ds, _ := st.Decisions(ctx, eff.ID); len(ds) != 1 {
+		t.Fatalf("%d decisions after a replayed approval, want 1", len(ds))
+	}
+	if out := approve(1, "--key", keyFile, "--key-id", "operator", "--decision", "deny"); !strings.Contains(out, "illegal_transition") {
+		t.Fatalf("a deny after the approval: %s", out)
+	}
+}
+
+// approvalKernel is a running kernel with decision key "operator" and one
+// class 4 effect awaiting its approval (made here, its episode's
+// ownership released for the kernel to take).
+type approvalKernel struct {
+	st                    *store.Postgres
+	eff                   store.Effect
+	cfgPath               string
+	keyFile, strangerFile string
+}
+
+func awaitingKernel(t *testing.T, ctx context.Context, db string) approvalKernel {
+	t.Helper()
+	dir := t.TempDir()
+	keyFile, strangerFile := filepath.Join(dir, "operator.pem"), filepath.Join(dir, "stranger.pem")
+	var pub, errb bytes.Buffer
+	if code := effectCmd([]string{"keygen", "--out", keyFile}, &pub, &errb); code != 0 {
+		t.Fatal(errb.String())
+	}
+	if code := effectCmd([]string{"keygen", "--out", strangerFile}, &bytes.Buffer{}, &errb); code != 0 {
+		t.Fatal(errb.String())
+	}
+	// One instance id for the kernel and this test's store handle: the
+	// effect is made here, its lease released, and the kernel takes the
+	// episode's lease when it records the approval (the lease names the
+	// process, so one instance id alone would not let it).
+	instance := db + "-test"
+	k := servertest.New(t, db, map[string]any{
+		"store":         map[string]any{"instance_id": instance},
+		"targets":       map[string]any{"artifact": map[string]any{"releases": map[string]any{"dir": t.TempDir()}}},
+		"decision_keys": map[string]string{"operator": strings.TrimSpace(pub.String())},
+	})
+	stop, err := server.Start(ctx, k.Config, hclog.NewNullLogger(), server.Hooks{})
+	if err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	t.Cleanup(func() { _ = stop() })
+	st, err := store.Open(ctx, store.Config{URL: k.Cluster.KernelConnString(db), InstanceID: instance})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	ep, err := st.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"origin_intent":"x"}`), PolicyVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := st.GrantLease(ctx, store.LeaseGrant{EpisodeID: ep.ID, Epoch: 1, TTL: time.Hour,
+		Capabilities: []byte(`{"effects":[{"kind":"artifact","target_id":"releases","max_class":4}]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff, err := st.ProposeEffect(ctx, store.Proposal{EpisodeID: ep.ID, Epoch: 1, LeaseID: lease.ID, Kind: "artifact", Class: 4,
+		TargetID: "releases", Target: []byte(`{"name":"v1.tar"}`), PayloadDigest: "sha256:" + strings.Repeat("ab", 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PrepareEffect(ctx, store.Prepare{EffectID: eff.ID, Revision: 1, Epoch: 1, TrajectoryVersion: 1, TrajectoryRegime: "stable"}); err != nil {
+		t.Fatal(err)
+	}
+	if eff, err = st.Transition(ctx, store.Transition{EffectID: eff.ID, Revision: 1, Epoch: 1, To: store.Evaluating}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ReleaseOwnership(ctx, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	return approvalKernel{st: st, eff: eff, cfgPath: k.Path, keyFile: keyFile, strangerFile: strangerFile}
+}
+
+// TestActionCommands: `autonomic action list` shows the Action the class 4
+// effect opened, naming its exact operation; `action show` gives the
+// command; `action approve` signs exactly that operation and the effect is
+// ready, with one human decision; the Action is then approved and gone
+// from the open list.
+func TestActionCommands(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k := awaitingKernel(t, ctx, "actions")
+	cmd := func(want int, args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := actionCmd(append(args, "--config", k.cfgPath), &out, &errb); code != want {
+			t.Fatalf("action %v: exit %d (want %d): %s %s", args, code, want, out.String(), errb.String())
+		}
+		return out.String() + errb.String()
+	}
+	var list []api.Action
+	if err := json.Unmarshal([]byte(cmd(0, "list", "--json")), &list); err != nil || len(list) != 1 {
+		t.Fatalf("action list: %+v %v", list, err)
+	}
+	a := list[0]
+	if a.Effect.ID != k.eff.ID.String() || a.Revision != k.eff.Revision || a.Digest != k.eff.PayloadDigest || a.State != "pending" {
+		t.Fatalf("the action does not name the effect: %+v", a)
+	}
+	if out := cmd(0, "show", a.ID); !strings.Contains(out, "autonomic action approve "+a.ID) {
+		t.Fatalf("action show: %s", out)
+	}
+	if out := cmd(1, "approve", a.ID, "--key", k.strangerFile, "--key-id", "operator"); !strings.Contains(out, "approval_invalid") {
+		t.Fatalf("wrong key: %s", out)
+	}
+	if out := cmd(0, "approve", a.ID, "--key", k.keyFile, "--key-id", "operator"); !strings.Contains(out, "approved") {
+		t.Fatalf("approve: %s", out)
+	}
+	if e, _ := k.st.Effect(ctx, k.eff.ID); e.State != store.Ready {
+		t.Fatalf("after approval: %s", e.State)
+	}
+	if ds, _ := k.st.Decisions(ctx, k.eff.ID); len(ds) != 1 {
+		t.Fatalf("%d decisions", len(ds))
+	}
+	if out := cmd(0, "list"); strings.Contains(out, a.ID) {
+		t.Fatalf("the approved action is still open:\n%s", out)
+	}
+	if out := cmd(1, "dismiss", a.ID, "--feedback", "wrong_call"); !strings.Contains(out, "illegal_transition") {
+		t.Fatalf("dismissing an approved action: %s", out)
 	}
 }

@@ -44,6 +44,10 @@ commands:
                  | complete ID --reason TEXT (the driving kernel only)
                  | patch ID (its last git_commit's patch, landed, denied or ref-moved, as git applies it)
   effect list EPISODE | show EFFECT
+  action list [--all] [--episode ID] | show ID | approve|deny ID --key FILE --key-id ID
+         | snooze ID --for DURATION | dismiss ID --feedback WHY
+                                        the decisions the kernel waits on, each bound to one exact operation;
+                                        approve and deny sign exactly that operation
   events tail EPISODE [-n N] [--follow] | verify EPISODE | egress EPISODE
                                         operator commands: talk to a running kernel over its API socket
                                         (--socket PATH or --config FILE; --json everywhere)
@@ -110,6 +114,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return repoCmd(args[1:], stdout, stderr)
 	case "key":
 		return keyCmd(args[1:], stdout, stderr)
+	case "action":
+		return actionCmd(args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2

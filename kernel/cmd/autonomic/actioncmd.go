@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/autonomic-kernel/autonomic/broker"
+	"github.com/autonomic-kernel/autonomic/kernel/api"
+	"github.com/autonomic-kernel/autonomic/kernel/policy"
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+const actionUsage = `usage: autonomic action list [--all] [--episode ID] | show ID
+       autonomic action approve|deny ID --key FILE --key-id ID
+       autonomic action snooze ID --for DURATION
+       autonomic action dismiss ID --feedback ` + "dont_ask_again|wrong_call|need_more_info|no_longer_relevant" + `
+`
+
+// actionCmd is the operator's side of the durable Actions: the decisions
+// the kernel waits on, each bound to one exact operation. approve and deny
+// sign exactly the operation the Action names (not whatever the effect
+// holds by then): the kernel refuses the answer if the effect has moved.
+func actionCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, actionUsage)
+		return 2
+	}
+	verb := args[0]
+	o := newOpFlags("action "+verb, stderr)
+	all := o.fs.Bool("all", false, "list: every Action, answered ones too")
+	episode := o.fs.String("episode", "", "list: one episode's")
+	keyFile := o.fs.String("key", "", "approve|deny: your Ed25519 decision key (PKCS#8 PEM)")
+	keyID := o.fs.String("key-id", "", "approve|deny: the key's id in decision_keys")
+	snooze := o.fs.Duration("for", 0, "snooze: how long (1s..720h)")
+	feedback := o.fs.String("feedback", "", "dismiss: why ("+strings.Join(store.DismissalFeedback, ", ")+")")
+	pos, err := o.parse(args[1:])
+	wantID := map[string]bool{"show": true, "approve": true, "deny": true, "snooze": true, "dismiss": true}
+	switch {
+	case err != nil, verb == "list" && len(pos) != 0, verb != "list" && (!wantID[verb] || len(pos) != 1),
+		(verb == "approve" || verb == "deny") && (*keyFile == "" || *keyID == ""),
+		verb == "snooze" && *snooze <= 0, verb == "dismiss" && *feedback == "":
+		fmt.Fprint(stderr, actionUsage)
+		return 2
+	}
+	c, err := o.client()
+	if err != nil {
+		return opFail(stderr, err)
+	}
+	ctx, cancel := opCtx()
+	defer cancel()
+	var out api.Action
+	switch verb {
+	case "list":
+		list, err := c.Actions(ctx, *episode, *all)
+		if err != nil {
+			return opFail(stderr, err)
+		}
+		if *o.json {
+			printJSON(stdout, list)
+			return 0
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ACTION\tSTATE\tPRIORITY\tOPERATION\tEPISODE\tREASON")
+		for _, a := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s on %s, effect %s rev %d\t%s\t%s\n", a.ID, a.State, a.Priority, a.Effect.Kind, a.Effect.TargetID,
+				a.Effect.ID, a.Revision, a.Episode.ID, a.Reason)
+		}
+		tw.Flush()
+		return 0
+	case "show":
+		out, err = c.Action(ctx, pos[0])
+	case "approve", "deny":
+		out, err = c.Action(ctx, pos[0])
+		if err != nil {
+			return opFail(stderr, err)
+		}
+		key, kerr := policy.LoadPrivateKey(*keyFile)
+		if kerr != nil {
+			fmt.Fprintln(stderr, "autonomic: key:", kerr)
+			return 1
+		}
+		decision := store.VerdictAllow
+		if verb == "deny" {
+			decision = store.VerdictDeny
+		}
+		// Exactly what the Action names.
+		doc := protocol.ApprovalDocument{EffectID: out.Effect.ID, EffectRevision: out.Revision, EpisodeID: out.Episode.ID,
+			Epoch: out.Epoch, PayloadDigest: out.Digest, Decision: decision}
+		a, serr := broker.SignApproval(key, *keyID, doc)
+		if serr == nil {
+			serr = a.Validate()
+		}
+		if serr != nil {
+			return fail(stderr, serr)
+		}
+		if _, err := c.Approve(ctx, out.Effect.ID, a); err != nil {
+			return opFail(stderr, err)
+		}
+		out, err = c.Action(ctx, pos[0])
+	case "snooze":
+		out, err = c.SnoozeAction(ctx, pos[0], *snooze)
+	case "dismiss":
+		out, err = c.DismissAction(ctx, pos[0], *feedback)
+	}
+	if err != nil {
+		return opFail(stderr, err)
+	}
+	if *o.json {
+		printJSON(stdout, out)
+		return 0
+	}
+	fmt.Fprintf(stdout, "action %s: %s — %s on %s, effect %s revision %d (epoch %d, payload %s), episode %s\n",
+		out.ID, out.State, out.Effect.Kind, out.Effect.TargetID, out.Effect.ID, out.Revision, out.Epoch, out.Digest, out.Episode.ID)
+	if out.SnoozedUntil != nil {
+		fmt.Fprintf(stdout, "snoozed until %s\n", out.SnoozedUntil.Format(time.RFC3339))
+	}
+	if out.Command != "" && verb == "show" {
+		fmt.Fprintf(stdout, "approve: %s\n", out.Command)
+	}
+	return 0
+}
