@@ -286,3 +286,34 @@ func TestActionSnoozeAndDismiss(t *testing.T) {
 		t.Fatalf("%d human decisions", n)
 	}
 }
+
+// TestActionsAreBounded: with store.MaxPendingActions decisions waiting,
+// the next class 4 effect is refused at evaluate as
+// effect_broker_saturated and stays prepared; once one is answered, it
+// proceeds.
+func TestActionsAreBounded(t *testing.T) {
+	e, _ := artifactEnv(t)
+	ctx := ctxT(t)
+	// A prepared effect whose id the waiting rows borrow (each another
+	// revision of it, so each is its own pending Action).
+	filler := mustOK(t, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "f.bin"}, []byte("f"))))
+	adminExec(t, e, `INSERT INTO actions (id, episode_id, effect_id, revision, epoch, payload_digest, kind, target_id, target, reason,
+		priority, state, created_at) SELECT gen_random_uuid(), $1, $2, 100 + g, 1, $3, 'artifact', 'releases', '{}', 'filler', 0,
+		'pending', now() FROM generate_series(1, $4) g`, e.ep.ID, mustUUID(filler.ID), Digest([]byte("f")), store.MaxPendingActions-1)
+	last := mustOK(t, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "l.bin"}, []byte("l"))))
+	mustOK(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, last)))
+	over := mustOK(t, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "o.bin"}, []byte("o"))))
+	wantErr(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, over)), protocol.CodeEffectBrokerSaturated)
+	if eff, _ := e.store.Effect(ctx, mustUUID(over.ID)); eff.State != store.Prepared {
+		t.Fatalf("the refused effect is %s, want prepared", eff.State)
+	}
+	lastEff, _ := e.store.Effect(ctx, mustUUID(last.ID))
+	a, err := e.store.ActionFor(ctx, lastEff.ID, lastEff.Revision, lastEff.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.DismissAction(ctx, a.ID, "no_longer_relevant"); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, over)))
+}

@@ -145,7 +145,7 @@ func Table() []Gate {
 			{"./broker", []string{"TestBackpressureLoad", "TestPrepareQuota", "TestPayloadRetention"}},
 		}, Scope: "one broker under concurrent load on this host"},
 		{Name: "class4_human_horizon", Proves: "class 4 cannot cross without an exact signed approval", Tests: []Run{
-			{"./broker", []string{"TestClass4HumanHorizon", "TestActionThreeChecks", "TestReplayedApprovalMintsOnce", "TestActionSnoozeAndDismiss"}},
+			{"./broker", []string{"TestClass4HumanHorizon", "TestActionThreeChecks", "TestReplayedApprovalMintsOnce", "TestActionSnoozeAndDismiss", "TestActionsAreBounded"}},
 			{"./kernel/cmd/autonomic", []string{"TestActionCommands"}},
 			{"./kernel/episode", []string{"TestVerificationPerKindOnTheProductionPath"}},
 		}, Scope: "Ed25519 approvals checked by the broker; a real worker's unverified kinds and approved class 4 artifact through the production governor"},

@@ -58,6 +58,12 @@ var DismissalFeedback = []string{"dont_ask_again", "wrong_call", "need_more_info
 // priorityClass4 orders Actions: a class 4 effect waiting on its approval.
 const priorityClass4 = 50
 
+// MaxPendingActions bounds the decisions waiting for a human, across the
+// kernels of one database: beyond it, a class 4 effect is refused at
+// evaluate as effect_broker_saturated (retryable), and stays prepared,
+// rather than a queue of decisions no one can read growing without end.
+const MaxPendingActions = 1000
+
 // Binds says whether a names exactly e as it stands.
 func (a *Action) Binds(e Effect) bool {
 	return a.EffectID == e.ID && a.EpisodeID == e.EpisodeID && a.Revision == e.Revision && a.Epoch == e.Epoch &&
@@ -116,6 +122,13 @@ func (m *mtx) openAction(e Effect, reason string) (*Action, error) {
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
+	}
+	var pending int
+	if err := m.tx.QueryRow(m.ctx, `SELECT count(*) FROM actions WHERE state = 'pending' AND effect_id <> $1`, e.ID).Scan(&pending); err != nil {
+		return nil, err
+	}
+	if pending >= MaxPendingActions {
+		return nil, protocol.Errorf(protocol.CodeEffectBrokerSaturated, "%d decisions already wait for a human", pending)
 	}
 	m.write(`UPDATE actions SET state = 'superseded', resolved_at = $2 WHERE effect_id = $1 AND state = 'pending'`, e.ID, m.now)
 	a = Action{ID: newID(), EpisodeID: e.EpisodeID, EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, PayloadDigest: e.PayloadDigest,
