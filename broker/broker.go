@@ -21,6 +21,12 @@ type Config struct {
 	Store    store.Store
 	Payloads *Payloads
 	Adapters []Adapter
+	// AwaitingHuman, when set, hears of each class 4 effect a worker's
+	// evaluate left waiting on its human approval (its Action open): the
+	// episode controller parks the episode until the Action is answered.
+	// It runs before the worker is answered, so a domain it freezes is
+	// frozen before its worker could poll.
+	AwaitingHuman func(e store.Effect)
 	// DecisionKeys verify class 4 human approvals, by key id.
 	DecisionKeys map[string]ed25519.PublicKey
 	// Trajectory reports the homeostat's current trajectory version and
@@ -178,6 +184,7 @@ func (b *Broker) handle(ctx context.Context, episodeID uuid.UUID, req *protocol.
 			if err != nil {
 				return nil, err
 			}
+			b.awaiting(e)
 			return result(e), nil
 		}
 	}
@@ -211,7 +218,9 @@ func (b *Broker) handle(ctx context.Context, episodeID uuid.UUID, req *protocol.
 	}
 	switch req.Action {
 	case protocol.WorkerEvaluate:
-		e, err = b.Evaluate(ctx, e, req.Revision, req.Epoch, req.Approval)
+		if e, err = b.Evaluate(ctx, e, req.Revision, req.Epoch, req.Approval); err == nil {
+			b.awaiting(e)
+		}
 	case protocol.WorkerAbort:
 		e, err = b.cfg.Store.Transition(ctx, store.Transition{EffectID: e.ID, Revision: req.Revision, Epoch: req.Epoch,
 			To: store.Aborted, Reason: "worker aborted"})
@@ -225,6 +234,14 @@ func (b *Broker) handle(ctx context.Context, episodeID uuid.UUID, req *protocol.
 		return nil, err
 	}
 	return result(e), nil
+}
+
+// awaiting tells AwaitingHuman of a class 4 effect left waiting on its
+// human approval.
+func (b *Broker) awaiting(e store.Effect) {
+	if b.cfg.AwaitingHuman != nil && e.Class == 4 && e.State == store.Evaluating {
+		b.cfg.AwaitingHuman(e)
+	}
 }
 
 // own reads an effect and refuses it unless it belongs to episodeID and the

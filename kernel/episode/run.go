@@ -66,6 +66,7 @@ type Episode struct {
 	repairs   int
 	workspace bool
 	ending    bool // End is stopping the supervisor: do not suspend
+	parked    bool // its domain is frozen while an Action waits (park.go)
 	ln        *net.UnixListener
 	lns       []*net.UnixListener // the relay's and the egress proxy's
 	// digests are the checkpoints this controller took, as the launcher
@@ -124,6 +125,8 @@ type Status struct {
 	// Outcome is how the episode ended by itself, once it has (nil
 	// otherwise); the store records it as the episode_ended reason.
 	Outcome *Outcome
+	// Parked: its domain is frozen while an Action waits on a human.
+	Parked bool
 }
 
 // Status returns the current state.
@@ -132,7 +135,7 @@ func (e *Episode) Status() Status {
 	defer e.mu.Unlock()
 	return Status{State: e.state, Why: e.why, Epoch: e.epoch, LeaseID: e.lease.ID, Lease: e.leaseCap, DomainID: e.domainID,
 		Generation: e.gen, LauncherID: e.k.launcherID(e.id, e.gen), Repairs: e.repairs, UnsafeLocal: !e.k.feat.Isolated,
-		Outcome: e.outcome}
+		Outcome: e.outcome, Parked: e.parked}
 }
 
 // WorkerExits delivers each generation's worker exit.

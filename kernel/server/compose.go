@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -209,6 +210,14 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	// verification is its first step only when automatic_verification is on.
 	bc.Verifier = gov.Evaluate
 	bc.Hooks = hooks.Broker
+	// A class 4 effect waiting on its human parks its episode; the
+	// controller is made after the broker it drives.
+	var park atomic.Pointer[episode.Controller]
+	bc.AwaitingHuman = func(e store.Effect) {
+		if c := park.Load(); c != nil {
+			c.Park(e)
+		}
+	}
 	if k.broker, err = broker.New(bc); err != nil {
 		return nil, err
 	}
@@ -245,6 +254,7 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 	if k.episodes, err = episode.New(ec); err != nil {
 		return nil, err
 	}
+	park.Store(k.episodes)
 	return k, nil
 }
 
