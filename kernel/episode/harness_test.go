@@ -363,7 +363,7 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 	}
 	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{r.gov.Wrap(gitc)},
 		Trajectory: r.gov.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: r.gov.CheckLease, Hooks: r.opts.hooks}
-	bc.Verifier = r.gov.Evaluate // as serve composes, verification or not
+	bc.Verifier = r.gov.Evaluate              // as serve composes, verification or not
 	bc.AwaitingHuman = func(e store.Effect) { // as serve composes: the controller parks
 		if r.k != nil {
 			r.k.Park(e)
