@@ -363,8 +363,10 @@ func (r *rig) boot(t *testing.T, ctx context.Context) {
 	}
 	bc := broker.Config{Store: st, Payloads: r.payloads, Adapters: []broker.Adapter{r.gov.Wrap(gitc)},
 		Trajectory: r.gov.Trajectory, RegimeMaxClass: governor.RegimeMaxClass(), LeaseCheck: r.gov.CheckLease, Hooks: r.opts.hooks}
-	bc.Verifier = r.gov.Evaluate              // as serve composes, verification or not
-	bc.AwaitingHuman = func(e store.Effect) { // as serve composes: the controller parks
+	// As serve composes: the slow loop, verification or not, and the
+	// controller parking an episode whose Action waits.
+	bc.Verifier = r.gov.Evaluate
+	bc.AwaitingHuman = func(e store.Effect) {
 		if r.k != nil {
 			r.k.Park(e)
 		}
