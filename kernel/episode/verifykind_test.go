@@ -60,8 +60,8 @@ echo DONE
 // push (class 3), and a class 4 artifact once an operator approved its
 // exact revision: the bank reads their evidence as exempt, not missing,
 // and a class 4 effect's irreversibility as medium, which the fixture
-// policy's max_risk of 0.5 accepts. Until the approval, the artifact's
-// commit is refused.
+// policy's max_risk of 0.5 accepts. Until the approval, the artifact stays
+// evaluating and its episode parked.
 func TestVerificationPerKindOnTheProductionPath(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -120,9 +120,11 @@ func TestVerificationPerKindOnTheProductionPath(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The operator approves the artifact once it awaits approval, and
-	// only after the worker has been refused its commit for a while.
+	// The operator approves the artifact a second after it came to await
+	// approval: until then it stays evaluating, its episode parked.
 	approved := make(chan error, 1)
+	var waited store.Effect
+	var parked bool
 	actx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() {
@@ -135,6 +137,10 @@ func TestVerificationPerKindOnTheProductionPath(t *testing.T) {
 				for _, f := range effs {
 					if f.Kind == "artifact" && f.State == store.Evaluating {
 						time.Sleep(time.Second)
+						if waited, err = r.st.Effect(actx, f.ID); err != nil {
+							return err
+						}
+						parked = e.Status().Parked
 						a, err := broker.SignApproval(opKey, "operator", broker.ApprovalFor(f, store.VerdictAllow))
 						if err != nil {
 							return err
@@ -163,8 +169,8 @@ func TestVerificationPerKindOnTheProductionPath(t *testing.T) {
 			t.Fatalf("%s did not commit through the production governor", k)
 		}
 	}
-	if !strings.Contains(out, "AWAITS-APPROVAL artifact") {
-		t.Error("the artifact's commit was not refused before its approval")
+	if waited.State != store.Evaluating || !parked {
+		t.Errorf("a second before its approval the artifact was %s (parked: %v), want evaluating, its episode parked", waited.State, parked)
 	}
 	mu.Lock()
 	if posts != 1 {
