@@ -198,12 +198,10 @@ func (p *Postgres) ResolveAction(ctx context.Context, r ActionResolution) (Actio
 			return stale("the action was superseded: its effect was revised or fenced")
 		}
 		if a.State != ActionPending {
-			var key *string
-			if err := m.tx.QueryRow(m.ctx, `SELECT dedup_key FROM actions WHERE id = $1`, a.ID).Scan(&key); err != nil {
-				return err
-			}
-			if key != nil && *key == ResolutionKey(a.ID, r.Decision.Verdict) {
-				outA, outE = a, e // the same answer: already recorded
+			// The same answer (its dedup key, ResolutionKey of this verdict,
+			// is the one recorded) is already recorded; any other is refused.
+			if a.State == ActionApproved && r.Decision.Verdict == VerdictAllow || a.State == ActionDenied && r.Decision.Verdict == VerdictDeny {
+				outA, outE = a, e
 				return nil
 			}
 			return protocol.Errorf(protocol.CodeIllegalTransition, "the action is %s", a.State)

@@ -35,9 +35,6 @@ type Action struct {
 	Command      string      `json:"command,omitempty"`
 }
 
-// AwaitsApproval: a class 4 effect evaluated up to the human horizon.
-func AwaitsApproval(f EffectView) bool { return f.Class == 4 && f.State == "evaluating" }
-
 // ApproveCommand is the command that signs and records the approval of
 // the Action with id.
 func ApproveCommand(id string) string {
