@@ -85,3 +85,32 @@ func FuzzDecodeSpec(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadActionBodies: the snooze and dismiss bodies (POST
+// /v1/actions/{id}/snooze, …/dismiss) are refused with a catalogue error
+// or decode to a request that re-encodes to what the decoder accepts
+// again; what they may say (duration, feedback) the store checks next.
+func FuzzReadActionBodies(f *testing.F) {
+	for _, s := range []string{`{"seconds":3600}`, `{"feedback":"wrong_call"}`, `{"seconds":-1}`, `{"seconds":1e99}`,
+		`{"feedback":"x","feedback":"y"}`, `{"seconds":1,"extra":2}`, `[]`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		check := func(req, back any) {
+			err := readBody(httptest.NewRequest("POST", "/", bytes.NewReader(b)), req)
+			if err != nil {
+				var pe *protocol.Error
+				if !errors.As(err, &pe) || !protocol.Known(pe.Code) {
+					t.Fatalf("refusal outside the catalogue: %v", err)
+				}
+				return
+			}
+			again, _ := json.Marshal(req)
+			if err := readBody(httptest.NewRequest("POST", "/", bytes.NewReader(again)), back); err != nil {
+				t.Fatalf("accepted %q but not its re-encoding %q: %v", b, again, err)
+			}
+		}
+		check(&SnoozeRequest{}, &SnoozeRequest{})
+		check(&DismissRequest{}, &DismissRequest{})
+	})
+}
