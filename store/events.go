@@ -27,6 +27,11 @@ func readEvents(ctx context.Context, tx querier, episodeID uuid.UUID) ([]ledger.
 	if err != nil {
 		return nil, err
 	}
+	return collectEntries(rows)
+}
+
+// collectEntries scans ledger rows (an episode's or a task's).
+func collectEntries(rows pgx.Rows) ([]ledger.Entry, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Entry, error) {
 		var e ledger.Entry
 		var body string

@@ -68,6 +68,11 @@ type Store interface {
 
 	Events(ctx context.Context, episodeID uuid.UUID) ([]ledger.Entry, error)
 	VerifyLedger(ctx context.Context, episodeID uuid.UUID) (ledger.Report, error)
+
+	// TaskForEpisode is the queued task an episode runs for, if any.
+	TaskForEpisode(ctx context.Context, episodeID uuid.UUID) (Task, bool, error)
+	// Instance names the kernel instance this handle acts for.
+	Instance() string
 }
 
 // EpisodeState is the lifecycle state of an episode.

@@ -35,6 +35,16 @@ func (c EpisodeController) Start(ctx context.Context, b []byte) (uuid.UUID, erro
 	return ep.ID(), nil
 }
 
+// Check validates spec as Start would (strictly, its policy verified, the
+// kernel's bounds), starting nothing.
+func (c EpisodeController) Check(_ context.Context, b []byte) error {
+	spec, err := decodeSpec(b, c.MaxRepairs)
+	if err != nil {
+		return err
+	}
+	return c.Episodes.Admit(spec)
+}
+
 // decodeSpec admits an operator's episode spec: strictly (duplicate or
 // unknown keys refused), with the kernel's max_repairs when it names none
 // and never more.

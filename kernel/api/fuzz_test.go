@@ -114,3 +114,32 @@ func FuzzReadActionBodies(f *testing.F) {
 		check(&DismissRequest{}, &DismissRequest{})
 	})
 }
+
+// FuzzReadTaskRequest: a task submission (POST /v1/tasks) is refused with
+// a catalogue error or decoded into a request whose re-encoding the same
+// decoder accepts as the same request. Its spec is then admitted as a
+// start admits it (FuzzDecodeSpec).
+func FuzzReadTaskRequest(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req TaskRequest
+		err := readBody(httptest.NewRequest("POST", "/", bytes.NewReader(b)), &req)
+		if err != nil {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || !protocol.Known(pe.Code) {
+				t.Fatalf("refusal outside the catalogue: %v", err)
+			}
+			return
+		}
+		again, _ := json.Marshal(req)
+		var back TaskRequest
+		if err := readBody(httptest.NewRequest("POST", "/", bytes.NewReader(again)), &back); err != nil {
+			t.Fatalf("accepted %q but not its re-encoding %q: %v", b, again, err)
+		}
+		var c1, c2 bytes.Buffer
+		_ = json.Compact(&c1, req.Spec)
+		_ = json.Compact(&c2, back.Spec)
+		if back.Project != req.Project || back.Priority != req.Priority || back.MinClass != req.MinClass || c1.String() != c2.String() {
+			t.Fatalf("accepted %q as %+v, its re-encoding as %+v", b, req, back)
+		}
+	})
+}

@@ -44,12 +44,20 @@ type Store interface {
 	Action(ctx context.Context, id uuid.UUID) (store.Action, error)
 	SnoozeAction(ctx context.Context, id uuid.UUID, d time.Duration) (store.Action, error)
 	DismissAction(ctx context.Context, id uuid.UUID, feedback string) (store.Action, error)
+	SubmitTask(ctx context.Context, req store.NewTask) (store.Task, error)
+	Task(ctx context.Context, id uuid.UUID) (store.Task, error)
+	Tasks(ctx context.Context, f store.TaskFilter) ([]store.Task, error)
+	CancelTask(ctx context.Context, id uuid.UUID, who string) (store.Task, error)
+	TaskEvents(ctx context.Context, id uuid.UUID) ([]ledger.Entry, error)
+	VerifyTaskLedger(ctx context.Context, id uuid.UUID) (ledger.Report, error)
 }
 
 // Controller is the episode controller as the API needs it.
 type Controller interface {
 	// Start validates spec (strictly) and starts an episode.
 	Start(ctx context.Context, spec []byte) (uuid.UUID, error)
+	// Check validates spec as Start would, starting nothing.
+	Check(ctx context.Context, spec []byte) error
 	// Live is the controller's view of an episode it drives.
 	Live(id uuid.UUID) (LiveView, bool)
 	// Abort ends an episode this controller drives (domain destroyed
@@ -102,6 +110,8 @@ type Config struct {
 	Targets Targets
 	// Keys may be nil: registering a policy key then answers 501.
 	Keys Keys
+	// Queue, when set, is woken by a submission or a cancellation.
+	Queue interface{ Poke() }
 	// Kernel, when set, reports the kernel's autonomy (GET /v1/kernel).
 	Kernel func() KernelView
 	// Preflight, when set, reports what the host enforces.
@@ -159,6 +169,11 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/actions/{id}", s.action)
 	s.route("POST /v1/actions/{id}/snooze", s.snoozeAction)
 	s.route("POST /v1/actions/{id}/dismiss", s.dismissAction)
+	s.route("POST /v1/tasks", s.submitTask)
+	s.route("GET /v1/tasks", s.listTasks)
+	s.route("GET /v1/tasks/{id}", s.task)
+	s.route("POST /v1/tasks/{id}/cancel", s.cancelTask)
+	s.route("GET /v1/tasks/{id}/events", s.taskEvents)
 	s.route("GET /v1/targets", s.listTargets)
 	s.route("POST /v1/targets", s.addTarget)
 	s.route("GET /v1/policy-keys", s.listKeys)

@@ -57,6 +57,7 @@ type Config struct {
 	Inference             Inference         `json:"inference"` // relay.go
 	Egress                Egress            `json:"egress"`    // egress.go
 	Episode               Episode           `json:"episode"`
+	Queue                 Queue             `json:"queue"` // queue.go
 
 	// Policy enforcement (issue 12): the kinds automatic verification
 	// passes with a "none" rule (kernel/verify.Rule). See globs.go.

@@ -173,6 +173,7 @@ func (cfg *Config) validate() []Problem {
 
 	checkRegulator(c, &cfg.Regulator)
 	checkBroker(c, &cfg.Broker)
+	checkQueue(c, &cfg.Queue)
 	checkInference(c, &cfg.Inference)
 	checkEgress(c, &cfg.Egress)
 	c.defaulted("episode.max_wall_time_ms", &cfg.Episode.MaxWallTimeMS, DefaultEpisodeMaxWallTimeMS, 1000, 30*86400000)

@@ -184,6 +184,15 @@ func (k *Controller) mint(spec Spec) (*policy.Policy, authority.Capability, erro
 	return pol, authority.Mint(pol.Capability, envelope, ceiling), nil
 }
 
+// Admit checks spec as Start does before it touches anything: its policy
+// verifies, its services and wall time are within the kernel's bounds.
+func (k *Controller) Admit(spec Spec) error {
+	if _, _, err := k.mint(spec); err != nil {
+		return fmt.Errorf("episode: spec: %w", err)
+	}
+	return nil
+}
+
 // Start creates an episode at epoch 1 with a lease within its envelope,
 // prepares its workspace at the base OID, binds its broker socket and runs
 // its worker in a new domain, restored from the pristine base checkpoint

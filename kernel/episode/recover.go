@@ -68,6 +68,15 @@ func (k *Controller) Recover(ctx context.Context) (Recovery, error) {
 		if _, ok := k.Episode(ep.ID); ok {
 			continue
 		}
+		// Another host's queued task is the queue's to take over (its
+		// episode restarts whole there); resuming it here would find no
+		// workspace and contain it.
+		if ep.Owner.InstanceID != k.cfg.Store.Instance() {
+			if _, queued, err := k.cfg.Store.TaskForEpisode(ctx, ep.ID); err != nil || queued {
+				rec.Skipped[ep.ID] = "another host's queued task: the queue takes it over"
+				continue
+			}
+		}
 		if _, err := k.cfg.Store.AcquireOwnership(ctx, ep.ID); err != nil {
 			rec.Skipped[ep.ID] = err.Error()
 			continue

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/console"
 	"github.com/autonomic-kernel/autonomic/kernel/metrics"
+	"github.com/autonomic-kernel/autonomic/kernel/queue"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
 	"github.com/autonomic-kernel/autonomic/store"
 	"github.com/autonomic-kernel/autonomic/store/pgcluster"
@@ -90,11 +92,24 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 		ac.Keys = k.keys
 	}
 	if k.episodes != nil {
-		ac.Controller = api.EpisodeController{Episodes: k.episodes, MaxRepairs: cfg.MaxRepairsValue()}
+		ctl := api.EpisodeController{Episodes: k.episodes, MaxRepairs: cfg.MaxRepairsValue()}
+		ac.Controller = ctl
 		ac.Kernel = func() api.KernelView {
 			r := k.regulator.State()
 			return api.KernelView{Autonomy: r.Level.String(), MaxClass: int(r.Level.MaxClass()), Faults: r.Faults.String(), AutonomySince: r.Since}
 		}
+		q := cfg.Queue
+		runner, err := queue.New(queue.Config{Store: st, Episodes: queueEpisodes{ctl, k}, Slots: q.Slots, ProjectCaps: q.ProjectCaps,
+			DefaultCap: q.DefaultProjectCap, ClaimTTL: time.Duration(q.ClaimTTLMS) * time.Millisecond,
+			Interval: time.Duration(q.IntervalMS) * time.Millisecond, MaxAttempts: q.MaxAttempts, MaxTakeovers: q.MaxTakeoversValue(),
+			Logger: log})
+		if err != nil {
+			return err
+		}
+		ac.Queue = runner
+		// The queue starts with the API: recovery has run, so the tasks
+		// this kernel's episodes ran are its own again before it claims.
+		defer runQueue(ctx, runner)()
 	}
 	srv, err := api.New(ac)
 	if err != nil {
@@ -132,6 +147,27 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 		hooks.Ready()
 	}
 	return srv.Serve(ctx, ln)
+}
+
+// queueEpisodes is the episode controller as the queue runs it.
+type queueEpisodes struct {
+	api.EpisodeController
+	k *composition
+}
+
+func (q queueEpisodes) TakeOver(ctx context.Context, id uuid.UUID, reason string) (store.EpisodeState, string, error) {
+	return q.k.episodes.TakeOver(ctx, id, reason)
+}
+
+func (q queueEpisodes) MaxClass() int { return int(q.k.regulator.State().Level.MaxClass()) }
+
+// runQueue works the queue until ctx ends; the returned func waits for
+// the runner to stop (before the store closes).
+func runQueue(ctx context.Context, r *queue.Runner) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	return func() { cancel(); <-done }
 }
 
 // serveConsole serves the web console on listen (after the API socket
@@ -192,8 +228,12 @@ func lockStateDir(dir string) (func(), error) {
 func openStore(ctx context.Context, cfg *config.Config, log hclog.Logger) (*store.Postgres, func(), error) {
 	instance := cfg.Store.InstanceID
 	if instance == "" {
+		// One kernel per state_dir (its lock): the host and state_dir name
+		// the instance across restarts, so a restarted kernel takes its own
+		// episodes back at once and another host's stay another's.
 		host, _ := os.Hostname()
-		instance = fmt.Sprintf("%s/%d", host, os.Getpid())
+		dir, _ := filepath.Abs(cfg.StateDir)
+		instance = host + ":" + dir
 	}
 	sc := store.Config{URL: cfg.Store.URL, AdminURL: cfg.Store.AdminURL, InstanceID: instance,
 		OwnerTTL: time.Duration(cfg.OwnerTTLMS) * time.Millisecond, Logger: log}

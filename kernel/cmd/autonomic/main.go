@@ -30,8 +30,13 @@ const usage = `usage: autonomic <command> [flags]
 
 commands:
   run --repo PATH --agent NAME [--ref REF] [--from REV] [--model M] [--lift RULE]... [--key PEM] "TASK"
-                                        the main job: the agent fixes TASK in a domain through the running kernel;
+                                        the main job: the agent fixes TASK in a domain through the kernels' queue;
                                         prints the timeline and the commit that landed, or why nothing did
+                                        (interrupting it leaves the task queued or running: task wait ID)
+  task submit --spec FILE [--project P] [--priority N] [--min-class N] | list [--state S] [--project P]
+       | show ID | cancel ID | events ID | wait ID [--timeout D]
+                                        the durable queue every kernel of the database shares: a kernel with a free
+                                        slot runs the task; another takes it over if that kernel is lost
   repo add PATH [--test CMD] [--id ID] | repo list
                                         register a repository with the running kernel (persisted, no restart): its
                                         agents land on new branches under refs/heads/agent/, verified by its tests
@@ -116,6 +121,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return keyCmd(args[1:], stdout, stderr)
 	case "action":
 		return actionCmd(args[1:], stdout, stderr)
+	case "task":
+		return taskCmd(args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2

@@ -22,6 +22,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/protocol/gitref"
+	"github.com/autonomic-kernel/autonomic/store"
 )
 
 // DefaultConfig is where install.sh's operator finds the kernel's
@@ -54,7 +55,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		return nil
 	})
-	wait := o.fs.Duration("wait", 30*time.Minute, "give up following the episode after this long (the episode's own wall time bounds the agent)")
+	wait := o.fs.Duration("wait", 30*time.Minute, "give up following the task after this long (it goes on; the episode's own wall time bounds the agent)")
+	priority := o.fs.Int("priority", 0, "the task's priority in the queue (-1000..1000; higher runs first)")
 	pos, err := o.parse(args)
 	if err != nil || len(pos) != 1 || *repo == "" || *agentName == "" || strings.TrimSpace(pos[0]) == "" {
 		fmt.Fprintln(stderr, `usage: autonomic run --repo PATH --agent NAME [--ref REF] [--model M] [--lift RULE]... [--key PEM] [--config FILE] "TASK"`)
@@ -160,25 +162,92 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	ctx, cancelWait := context.WithTimeout(ctx, *wait)
 	defer cancelWait()
-	// A lease minted below the class the commit needs could never land it:
-	// a kernel that just started climbs from observe first.
-	if err := awaitAutonomy(ctx, c, needClass(target), stdout); err != nil {
-		return opFail(stderr, err)
-	}
-	ep, err := c.Start(ctx, spec)
+	// The run is a task in the kernels' queue: it survives this command.
+	// A kernel claims it only while its autonomy allows the class the
+	// commit needs (a lease minted below it could never land it).
+	t, err := c.SubmitTask(ctx, api.TaskRequest{Project: projectOf(targetID), Priority: *priority, MinClass: needClass(target), Spec: spec})
 	if err != nil {
 		return opFail(stderr, err)
 	}
+	fmt.Fprintf(stdout, "task %s queued (project %s); interrupting this command leaves it to the kernels: autonomic task wait %s\n",
+		t.ID, t.Project, t.ID)
 	onto := "at"
 	if create {
 		onto = "new, from"
 	}
-	fmt.Fprintf(stdout, "episode %s: %s (rootfs %s, wall time %s) through provider %s on %s (%s %s %s)\n",
-		ep.ID, *agentName, prof.Rootfs, prof.WallTime(), provider, targetID, *ref, onto, short(base))
-	if len(lifts) > 0 {
-		fmt.Fprintf(stdout, "the signed policy lifts: %s\n", strings.Join(lifts, ", "))
+	started := func(ep string) {
+		fmt.Fprintf(stdout, "episode %s: %s (rootfs %s, wall time %s) through provider %s on %s (%s %s %s)\n",
+			ep, *agentName, prof.Rootfs, prof.WallTime(), provider, targetID, *ref, onto, short(base))
+		if len(lifts) > 0 {
+			fmt.Fprintf(stdout, "the signed policy lifts: %s\n", strings.Join(lifts, ", "))
+		}
 	}
-	return follow(ctx, c, ep.ID, *o.json, stdout, stderr)
+	return followTask(ctx, c, t.ID.String(), *o.json, started, stdout, stderr)
+}
+
+// projectOf is the queue project a target's runs belong to: its id,
+// lowercased, with what a project name cannot hold replaced.
+func projectOf(targetID string) string {
+	b := []byte(strings.ToLower(targetID))
+	for i, ch := range b {
+		if !(ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '.' || ch == '_' || ch == '-') {
+			b[i] = '-'
+		}
+	}
+	p := string(b)
+	if len(p) > 64 {
+		p = p[:64]
+	}
+	if !config.ProjectPattern.MatchString(p) {
+		return "default"
+	}
+	return p
+}
+
+// followTask follows a task: each episode it runs, as follow prints it,
+// until the task is final. A task whose kernel was lost runs again as a
+// new episode, which is followed in turn. It is a reader: interrupting it
+// leaves the task to the kernels.
+func followTask(ctx context.Context, c *api.Client, id string, asJSON bool, started func(ep string), stdout, stderr io.Writer) int {
+	code, cur, said := 1, "", false
+	for {
+		t, err := c.Task(ctx, id)
+		switch {
+		case ctx.Err() != nil:
+			fmt.Fprintf(stderr, "autonomic: stopped following task %s (%v); it goes on: autonomic task wait %s\n", id, context.Cause(ctx), id)
+			return 1
+		case err != nil:
+			return opFail(stderr, err)
+		case t.EpisodeID != nil && t.EpisodeID.String() != cur:
+			if cur != "" {
+				fmt.Fprintf(stdout, "task %s: its kernel was lost; another took it over (takeover %d) and runs it again whole\n", id, t.Takeovers)
+			}
+			cur = t.EpisodeID.String()
+			started(cur)
+			if code = follow(ctx, c, cur, asJSON, stdout, stderr); ctx.Err() != nil {
+				fmt.Fprintf(stderr, "autonomic: the task goes on: autonomic task wait %s\n", id)
+				return code
+			}
+			continue
+		case t.State.Done():
+			if cur == "" || t.State != store.TaskEnded {
+				printTask(stdout, t)
+				return taskExit(t)
+			}
+			return code
+		case t.State == store.TaskQueued && !said && time.Since(t.CreatedAt) > 2*time.Second:
+			said = true
+			why := ""
+			if v, err := c.Kernel(ctx); err == nil && v.Autonomy != "" && v.MaxClass < t.MinClass {
+				why = fmt.Sprintf(" (this kernel's autonomy is %s, class %d; faults %q)", v.Autonomy, v.MaxClass, v.Faults)
+			}
+			fmt.Fprintf(stdout, "waiting for a kernel with a free slot and autonomy for class %d%s\n", t.MinClass, why)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
 }
 
 // follow prints the episode's ledger as it grows until the episode has
@@ -325,30 +394,4 @@ func needClass(t config.GitCommitTarget) int {
 		return t.Class
 	}
 	return 3
-}
-
-// awaitAutonomy waits until the kernel's regulator allows class: the
-// lease is minted at start under the level of that moment. A kernel
-// without a controller answers an empty level; its refusal comes from the
-// start itself.
-func awaitAutonomy(ctx context.Context, c *api.Client, class int, stdout io.Writer) error {
-	said := false
-	for {
-		v, err := c.Kernel(ctx)
-		if err != nil {
-			return err
-		}
-		if v.Autonomy == "" || v.MaxClass >= class {
-			return nil
-		}
-		if !said {
-			fmt.Fprintf(stdout, "waiting for the kernel's autonomy (now %s, class %d; faults %q) to allow class %d\n", v.Autonomy, v.MaxClass, v.Faults, class)
-			said = true
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the kernel's autonomy stayed at %s (class %d): %w", v.Autonomy, v.MaxClass, context.Cause(ctx))
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }

@@ -1,0 +1,64 @@
+package config
+
+import (
+	"regexp"
+	"sort"
+)
+
+// Queue tunes this kernel's part of the task queue every kernel of the
+// database shares (kernel/queue): how many tasks it runs at once, the
+// per-project caps (across every kernel: keep them equal on each), and
+// the claim lease. A task's liveness once it runs is its episode's
+// ownership lease (owner_ttl_ms).
+type Queue struct {
+	Slots             int            `json:"slots"`
+	ProjectCaps       map[string]int `json:"project_caps"`
+	DefaultProjectCap int            `json:"default_project_cap"` // 0: no cap
+	ClaimTTLMS        int            `json:"claim_ttl_ms"`
+	IntervalMS        int            `json:"interval_ms"`
+	MaxAttempts       int            `json:"max_attempts"`
+	MaxTakeovers      *int           `json:"max_takeovers"`
+}
+
+// Queue defaults.
+const (
+	DefaultQueueSlots        = 4
+	DefaultQueueClaimTTLMS   = 60000
+	DefaultQueueIntervalMS   = 1000
+	DefaultQueueMaxAttempts  = 3
+	DefaultQueueMaxTakeovers = 3
+)
+
+// ProjectPattern is what a task's project may be named (the store's check).
+var ProjectPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+func checkQueue(c *checker, q *Queue) {
+	c.defaulted("queue.slots", &q.Slots, DefaultQueueSlots, 1, 1024)
+	c.defaulted("queue.claim_ttl_ms", &q.ClaimTTLMS, DefaultQueueClaimTTLMS, 5000, 600000)
+	c.defaulted("queue.interval_ms", &q.IntervalMS, DefaultQueueIntervalMS, 50, 60000)
+	c.defaulted("queue.max_attempts", &q.MaxAttempts, DefaultQueueMaxAttempts, 1, 100)
+	c.optional("queue.max_takeovers", q.MaxTakeovers, 0, 100)
+	if q.DefaultProjectCap < 0 || q.DefaultProjectCap > 1<<20 {
+		c.add("queue.default_project_cap", "must be 0..%d", 1<<20)
+	}
+	names := make([]string, 0, len(q.ProjectCaps))
+	for p := range q.ProjectCaps {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	for _, p := range names {
+		if !ProjectPattern.MatchString(p) {
+			c.add("queue.project_caps", "project %q must match %s", p, ProjectPattern)
+		} else if n := q.ProjectCaps[p]; n < 1 || n > 1<<20 {
+			c.add("queue.project_caps."+p, "must be 1..%d", 1<<20)
+		}
+	}
+}
+
+// MaxTakeoversValue is max_takeovers, defaulted.
+func (q Queue) MaxTakeoversValue() int {
+	if q.MaxTakeovers == nil {
+		return DefaultQueueMaxTakeovers
+	}
+	return *q.MaxTakeovers
+}

@@ -1,0 +1,231 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
+)
+
+// Store is the queue as the runner needs it (*store.Postgres).
+type Store interface {
+	ClaimTask(ctx context.Context, req store.Claim) (store.Task, bool, error)
+	StartTask(ctx context.Context, id uuid.UUID, token int64, episode uuid.UUID) (store.Task, error)
+	ReleaseTask(ctx context.Context, id uuid.UUID, token int64, requeue bool, reason string) (store.Task, error)
+	EndTask(ctx context.Context, id, episode uuid.UUID, state store.EpisodeState, reason string) (store.Task, error)
+	HeartbeatTasks(ctx context.Context, ttl time.Duration) ([]store.Task, error)
+	SweepTasks(ctx context.Context, grace time.Duration) (store.TaskSweep, error)
+}
+
+// Episodes is the kernel's episode controller as the runner needs it.
+type Episodes interface {
+	// Start validates spec strictly and starts it as an episode here.
+	Start(ctx context.Context, spec []byte) (uuid.UUID, error)
+	// Abort ends an episode this kernel drives; driven is false when it
+	// does not drive it.
+	Abort(ctx context.Context, id uuid.UUID, reason string) (driven bool, err error)
+	// TakeOver fences and ends an episode whose kernel is gone and says
+	// how it ended.
+	TakeOver(ctx context.Context, id uuid.UUID, reason string) (store.EpisodeState, string, error)
+	// MaxClass is the class the kernel's autonomy allows now.
+	MaxClass() int
+}
+
+// Config configures a Runner.
+type Config struct {
+	Store    Store
+	Episodes Episodes
+	// Slots is how many tasks this kernel runs at once.
+	Slots int
+	// ProjectCaps and DefaultCap bound each project's tasks claimed or
+	// running at once across the database's kernels (0: no bound).
+	ProjectCaps map[string]int
+	DefaultCap  int
+	// ClaimTTL is a claim's lease before its episode runs.
+	ClaimTTL time.Duration
+	// Interval is how often the runner heartbeats, sweeps and claims.
+	Interval time.Duration
+	// Grace is how long after its episode's ownership lease expired a
+	// task is swept for takeover.
+	Grace time.Duration
+	// MaxAttempts bounds the starts a task gets when its kernel cannot
+	// start it for a passing reason; MaxTakeovers bounds its takeovers.
+	MaxAttempts, MaxTakeovers int
+	Logger                    hclog.Logger
+}
+
+// Runner claims, starts, watches and sweeps tasks for one kernel.
+type Runner struct {
+	cfg  Config
+	log  hclog.Logger
+	poke chan struct{}
+
+	mu       sync.Mutex
+	aborting map[uuid.UUID]bool // episodes a cancel is aborting
+}
+
+// New makes a runner.
+func New(cfg Config) (*Runner, error) {
+	if cfg.Store == nil || cfg.Episodes == nil {
+		return nil, errors.New("queue: Store and Episodes are required")
+	}
+	if cfg.Slots <= 0 || cfg.ClaimTTL <= 0 || cfg.Interval <= 0 || cfg.MaxAttempts <= 0 || cfg.MaxTakeovers < 0 {
+		return nil, errors.New("queue: slots, claim ttl, interval and max attempts must be positive")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	return &Runner{cfg: cfg, log: cfg.Logger.Named("queue"), poke: make(chan struct{}, 1), aborting: map[uuid.UUID]bool{}}, nil
+}
+
+// Poke wakes the runner now (a task was submitted).
+func (r *Runner) Poke() {
+	select {
+	case r.poke <- struct{}{}:
+	default:
+	}
+}
+
+// Run works the queue until ctx ends.
+func (r *Runner) Run(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := r.Tick(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("queue tick", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.poke:
+		}
+	}
+}
+
+// Tick is one round: heartbeat what this kernel holds (aborting what was
+// cancelled), sweep, then claim while a slot is free.
+func (r *Runner) Tick(ctx context.Context) error {
+	held, err := r.cfg.Store.HeartbeatTasks(ctx, r.cfg.ClaimTTL)
+	if err != nil {
+		return err
+	}
+	for _, t := range held {
+		if t.CancelRequested && t.State == store.TaskRunning && t.EpisodeID != nil {
+			r.cancel(ctx, *t.EpisodeID)
+		}
+	}
+	sw, err := r.cfg.Store.SweepTasks(ctx, r.cfg.Grace)
+	if len(sw.Requeued) > 0 {
+		r.log.Info("tasks back in the queue: their kernel is gone", "tasks", sw.Requeued)
+	}
+	if err != nil {
+		return err
+	}
+	busy := 0
+	for _, t := range held {
+		if !t.State.Done() {
+			busy++
+		}
+	}
+	// Tasks this tick ended are no longer running here.
+	ended := map[uuid.UUID]bool{}
+	for _, id := range sw.Ended {
+		ended[id] = true
+	}
+	for _, t := range held {
+		if ended[t.ID] {
+			busy--
+		}
+	}
+	for ; busy < r.cfg.Slots; busy++ {
+		t, ok, err := r.cfg.Store.ClaimTask(ctx, store.Claim{MaxClass: r.cfg.Episodes.MaxClass(), ProjectCaps: r.cfg.ProjectCaps,
+			DefaultCap: r.cfg.DefaultCap, TTL: r.cfg.ClaimTTL})
+		if err != nil || !ok {
+			return err
+		}
+		if err := r.run(ctx, t); err != nil {
+			r.log.Warn("task not started", "task", t.ID, "error", err)
+		}
+	}
+	return nil
+}
+
+// cancel aborts an episode this kernel drives, once.
+func (r *Runner) cancel(ctx context.Context, ep uuid.UUID) {
+	r.mu.Lock()
+	if r.aborting[ep] {
+		r.mu.Unlock()
+		return
+	}
+	r.aborting[ep] = true
+	r.mu.Unlock()
+	go func() {
+		defer func() { r.mu.Lock(); delete(r.aborting, ep); r.mu.Unlock() }()
+		if _, err := r.cfg.Episodes.Abort(context.WithoutCancel(ctx), ep, "the task was cancelled"); err != nil {
+			r.log.Warn("cancel: abort", "episode", ep, "error", err)
+		}
+	}()
+}
+
+// run starts a claimed task: a takeover first ends the episode its lost
+// kernel ran; then the task runs whole as a new episode.
+func (r *Runner) run(ctx context.Context, t store.Task) error {
+	token := t.Claim.Token
+	st := r.cfg.Store
+	if t.EpisodeID != nil {
+		state, reason, err := r.cfg.Episodes.TakeOver(ctx, *t.EpisodeID, "its task was taken over by "+t.Claim.Instance)
+		if err != nil {
+			// Its owner renews after all, or the store failed: the task
+			// goes back, and the sweep decides again.
+			_, rerr := st.ReleaseTask(ctx, t.ID, token, true, "takeover: "+err.Error())
+			return errors.Join(fmt.Errorf("takeover of episode %s: %w", *t.EpisodeID, err), rerr)
+		}
+		landed := state == store.EpisodeCompleted
+		r.log.Info("task taken over", "task", t.ID, "episode", *t.EpisodeID, "ended", string(state), "takeovers", t.Takeovers)
+		switch {
+		case landed || t.CancelRequested:
+			_, err := st.EndTask(ctx, t.ID, *t.EpisodeID, state, reason)
+			return err
+		case t.Takeovers > r.cfg.MaxTakeovers:
+			_, err := st.ReleaseTask(ctx, t.ID, token, false, fmt.Sprintf("its kernel was lost %d times (max_takeovers %d)", t.Takeovers, r.cfg.MaxTakeovers))
+			return err
+		}
+	}
+	id, err := r.cfg.Episodes.Start(ctx, t.Spec)
+	if err != nil {
+		requeue := passing(err) && t.Attempts < r.cfg.MaxAttempts
+		_, rerr := st.ReleaseTask(ctx, t.ID, token, requeue, "start: "+err.Error())
+		return errors.Join(err, rerr)
+	}
+	if _, err := st.StartTask(ctx, t.ID, token, id); err != nil {
+		// The claim moved on while the episode started (this kernel was
+		// too slow to renew it): the episode is not the task's, so it
+		// must not run.
+		_, aerr := r.cfg.Episodes.Abort(context.WithoutCancel(ctx), id, "its task's claim was lost before it started")
+		return errors.Join(err, aerr)
+	}
+	r.log.Info("task started", "task", t.ID, "episode", id, "project", t.Project, "attempt", t.Attempts)
+	return nil
+}
+
+// passing: a start refused for a reason that may pass (the store, the
+// kernel's load) is tried again; a refused spec never is.
+func passing(err error) bool {
+	var pe *protocol.Error
+	if !errors.As(err, &pe) {
+		return true
+	}
+	switch pe.Code {
+	case protocol.CodeAuthorityUnavailable, protocol.CodeEffectBrokerSaturated, protocol.CodeInternal:
+		return true
+	}
+	return false
+}
