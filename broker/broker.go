@@ -835,6 +835,14 @@ func (b *Broker) Reconcile(ctx context.Context, episodeID uuid.UUID) ([]Settleme
 			owned[e.EpisodeID] = err
 		}
 		if err != nil {
+			// Another live kernel (on another host) drives the episode:
+			// its effects are that kernel's to settle — or, once its
+			// lease expires, the taker's or its own restart's. Nothing
+			// here may touch them, and they do not keep this kernel
+			// from starting.
+			if episodeID == uuid.Nil && errors.Is(err, protocol.E(protocol.CodeStaleAuthority)) {
+				continue
+			}
 			errs = append(errs, err)
 			continue
 		}
