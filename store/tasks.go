@@ -62,6 +62,15 @@ type Task struct {
 	Attempts        int         `json:"attempts"`
 	Takeovers       int         `json:"takeovers"`
 	CancelRequested bool        `json:"cancel_requested,omitempty"`
+	// Reserve is what the task holds against its project's budget while
+	// it is claimed or running; Spent what its episodes used, settled as
+	// each claim ends.
+	Reserve Reserve `json:"reserve"`
+	Spent   Reserve `json:"spent"`
+	// Blocked says why the queue holds the task back (its project's
+	// budget cannot take its reserve), or is empty.
+	Blocked string `json:"blocked,omitempty"`
+	held    bool
 	// Outcome is the final episode state (ended), or empty.
 	Outcome    string      `json:"outcome,omitempty"`
 	Reason     string      `json:"reason,omitempty"`
@@ -89,6 +98,9 @@ type NewTask struct {
 	MinClass  int
 	Submitter string
 	Spec      json.RawMessage
+	// Reserve is what the task's episode may use at most (its policy's
+	// inference budget, its wall time): held at admission.
+	Reserve Reserve
 }
 
 // Claim asks for the first ready task this kernel may run.
@@ -119,7 +131,8 @@ var projectName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 
 const taskCols = `id, project, priority, min_class, submitter, spec, spec_digest, state, claim_instance, claim_process,
 	claim_token, claim_expires_at, episode_id, episodes, attempts, takeovers, cancel_requested, outcome, reason,
-	ledger_seq, ledger_head, created_at, updated_at, ended_at`
+	ledger_seq, ledger_head, created_at, updated_at, ended_at, reserve_spend, reserve_tokens, reserve_wall_ms, held,
+	spent_spend, spent_tokens, spent_wall_ms, blocked`
 
 func scanTask(r pgx.Row) (Task, error) {
 	var t Task
@@ -127,12 +140,13 @@ func scanTask(r pgx.Row) (Task, error) {
 	var proc *uuid.UUID
 	var token int64
 	var exp *time.Time
-	var outcome, reason *string
+	var outcome, reason, blocked *string
 	var head []byte
 	var spec string
 	err := r.Scan(&t.ID, &t.Project, &t.Priority, &t.MinClass, &t.Submitter, &spec, &t.SpecDigest, &t.State, &inst, &proc,
 		&token, &exp, &t.EpisodeID, &t.Episodes, &t.Attempts, &t.Takeovers, &t.CancelRequested, &outcome, &reason,
-		&t.LedgerHead.Seq, &head, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt)
+		&t.LedgerHead.Seq, &head, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.Reserve.SpendMicroUSD, &t.Reserve.Tokens, &t.Reserve.WallMS,
+		&t.held, &t.Spent.SpendMicroUSD, &t.Spent.Tokens, &t.Spent.WallMS, &blocked)
 	if err != nil {
 		return t, err
 	}
@@ -153,6 +167,9 @@ func scanTask(r pgx.Row) (Task, error) {
 	}
 	if reason != nil {
 		t.Reason = *reason
+	}
+	if blocked != nil {
+		t.Blocked = *blocked
 	}
 	if t.Episodes == nil {
 		t.Episodes = []uuid.UUID{}
@@ -205,9 +222,11 @@ func (m *ttask) save() error {
 	}
 	b.Queue(`UPDATE tasks SET state = $2, claim_instance = $3, claim_process = $4, claim_token = $5, claim_expires_at = $6,
 		episode_id = $7, episodes = $8, attempts = $9, takeovers = $10, cancel_requested = $11, outcome = $12, reason = $13,
-		ledger_seq = $14, ledger_head = $15, updated_at = $16, ended_at = $17 WHERE id = $1`,
+		ledger_seq = $14, ledger_head = $15, updated_at = $16, ended_at = $17, held = $18, spent_spend = $19, spent_tokens = $20,
+		spent_wall_ms = $21, blocked = $22 WHERE id = $1`,
 		m.t.ID, m.t.State, inst, proc, m.token, exp, m.t.EpisodeID, m.t.Episodes, m.t.Attempts, m.t.Takeovers,
-		m.t.CancelRequested, nullable(m.t.Outcome), nullable(m.t.Reason), m.t.LedgerHead.Seq, m.t.LedgerHead.Hash[:], m.now, m.t.EndedAt)
+		m.t.CancelRequested, nullable(m.t.Outcome), nullable(m.t.Reason), m.t.LedgerHead.Seq, m.t.LedgerHead.Hash[:], m.now, m.t.EndedAt,
+		m.t.held, m.t.Spent.SpendMicroUSD, m.t.Spent.Tokens, m.t.Spent.WallMS, nullable(m.t.Blocked))
 	br := m.tx.SendBatch(m.ctx, &b)
 	for i := 0; i < b.Len(); i++ {
 		if _, err := br.Exec(); err != nil {
@@ -227,6 +246,9 @@ func nullable(s string) *string {
 
 // end makes the task final.
 func (m *ttask) end(state TaskState, outcome, reason string) error {
+	if err := m.settle(); err != nil {
+		return err
+	}
 	m.t.State, m.t.Outcome, m.t.Reason, m.t.Claim = state, outcome, clip(reason), nil
 	m.t.EndedAt = &m.now
 	return m.emit("task_"+string(state), map[string]any{"outcome": outcome, "reason": m.t.Reason, "episode": m.t.EpisodeID})
@@ -278,12 +300,15 @@ func (p *Postgres) SubmitTask(ctx context.Context, req NewTask) (Task, error) {
 	case req.Submitter == "" || len(req.Submitter) > maxTaskSubmitter:
 		return Task{}, invalid("submitter must be 1..%d bytes", maxTaskSubmitter)
 	}
+	if err := req.Reserve.check("reserve"); err != nil {
+		return Task{}, err
+	}
 	spec, err := checkJSONObject("spec", req.Spec, maxTaskSpec)
 	if err != nil {
 		return Task{}, err
 	}
 	t := Task{ID: newID(), Project: req.Project, Priority: req.Priority, MinClass: req.MinClass, Submitter: req.Submitter,
-		Spec: spec, SpecDigest: digestOf(spec), State: TaskQueued, Episodes: []uuid.UUID{}}
+		Spec: spec, SpecDigest: digestOf(spec), State: TaskQueued, Episodes: []uuid.UUID{}, Reserve: req.Reserve}
 	err = p.run(ctx, "submit_task", pgx.TxOptions{}, func(tx pgx.Tx) error {
 		var queued int
 		if err := tx.QueryRow(ctx, `SELECT now(), (SELECT count(*) FROM tasks WHERE state = 'queued')`).Scan(&t.CreatedAt, &queued); err != nil {
@@ -295,14 +320,16 @@ func (p *Postgres) SubmitTask(ctx context.Context, req NewTask) (Task, error) {
 		t.CreatedAt = t.CreatedAt.UTC()
 		t.UpdatedAt = t.CreatedAt
 		if _, err := tx.Exec(ctx, `INSERT INTO tasks (id, project, priority, min_class, submitter, spec, spec_digest, state,
-			claim_token, episodes, attempts, takeovers, cancel_requested, ledger_seq, ledger_head, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', 0, '{}', 0, 0, false, 0, $8, $9, $9)`,
-			t.ID, t.Project, t.Priority, t.MinClass, t.Submitter, string(spec), t.SpecDigest, make([]byte, 32), t.CreatedAt); err != nil {
+			claim_token, episodes, attempts, takeovers, cancel_requested, ledger_seq, ledger_head, created_at, updated_at,
+			reserve_spend, reserve_tokens, reserve_wall_ms, held, spent_spend, spent_tokens, spent_wall_ms)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', 0, '{}', 0, 0, false, 0, $8, $9, $9, $10, $11, $12, false, 0, 0, 0)`,
+			t.ID, t.Project, t.Priority, t.MinClass, t.Submitter, string(spec), t.SpecDigest, make([]byte, 32), t.CreatedAt,
+			t.Reserve.SpendMicroUSD, t.Reserve.Tokens, t.Reserve.WallMS); err != nil {
 			return err
 		}
 		m := &ttask{ctx: ctx, tx: tx, t: t, now: t.CreatedAt}
 		if err := m.emit("task_submitted", map[string]any{"project": t.Project, "priority": t.Priority, "min_class": t.MinClass,
-			"submitter": t.Submitter, "spec_digest": t.SpecDigest}); err != nil {
+			"submitter": t.Submitter, "spec_digest": t.SpecDigest, "reserve": t.Reserve}); err != nil {
 			return err
 		}
 		if err := m.save(); err != nil {
@@ -343,9 +370,10 @@ func (p *Postgres) ClaimTask(ctx context.Context, req Claim) (Task, bool, error)
 			AND (COALESCE(($2::jsonb ->> project)::int, $3) = 0
 			     OR (SELECT count(*) FROM tasks a WHERE a.project = t.project AND a.state IN ('claimed', 'running'))
 			        < COALESCE(($2::jsonb ->> project)::int, $3))
-			ORDER BY priority DESC, created_at, id LIMIT 1 FOR UPDATE`, req.MaxClass, string(caps), req.DefaultCap))
+			AND NOT `+overBudget+`
+			ORDER BY priority DESC, created_at, id LIMIT 1 FOR UPDATE`, req.MaxClass, string(caps), req.DefaultCap, EmergencyPriority))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
+			return p.markBlocked(ctx, tx, req.MaxClass)
 		}
 		if err != nil {
 			return err
@@ -355,8 +383,11 @@ func (p *Postgres) ClaimTask(ctx context.Context, req Claim) (Task, bool, error)
 			return err
 		}
 		m.now = m.now.UTC()
-		m.t.State = TaskClaimed
+		m.t.State, m.t.Blocked = TaskClaimed, ""
 		m.t.Claim = &TaskClaim{Instance: p.instance, Process: p.process, Token: m.token, ExpiresAt: m.now.Add(req.TTL)}
+		if err := m.hold(); err != nil {
+			return err
+		}
 		takeover := t.EpisodeID != nil
 		if takeover {
 			m.t.Takeovers++
@@ -411,6 +442,9 @@ func (p *Postgres) ReleaseTask(ctx context.Context, id uuid.UUID, token int64, r
 			return protocol.Errorf(protocol.CodeIllegalTransition, "task is %s, not claimed", m.t.State)
 		}
 		if requeue && !m.t.CancelRequested {
+			if err := m.settle(); err != nil {
+				return err
+			}
 			m.t.State, m.t.Claim = TaskQueued, nil
 			return m.emit("task_requeued", map[string]any{"reason": clip(reason), "token": token})
 		}
@@ -554,6 +588,11 @@ func (p *Postgres) SweepTasks(ctx context.Context, grace time.Duration) (TaskSwe
 				return nil // renewed or moved on since the read
 			}
 			prev := m.t.Claim
+			// What the lost episode used stays spent; the takeover
+			// reserves again.
+			if err := m.settle(); err != nil {
+				return err
+			}
 			m.t.State, m.t.Claim = TaskQueued, nil
 			moved = true
 			return m.emit("task_requeued", map[string]any{"reason": "its kernel is gone", "previous": prev, "episode": m.t.EpisodeID})

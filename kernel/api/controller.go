@@ -9,6 +9,7 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/kernel/episode"
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/store"
 )
 
 // EpisodeController adapts the episode controller to Controller.
@@ -36,11 +37,12 @@ func (c EpisodeController) Start(ctx context.Context, b []byte) (uuid.UUID, erro
 }
 
 // Check validates spec as Start would (strictly, its policy verified, the
-// kernel's bounds), starting nothing.
-func (c EpisodeController) Check(_ context.Context, b []byte) error {
+// kernel's bounds), starting nothing, and returns what a task running it
+// reserves.
+func (c EpisodeController) Check(_ context.Context, b []byte) (store.Reserve, error) {
 	spec, err := decodeSpec(b, c.MaxRepairs)
 	if err != nil {
-		return err
+		return store.Reserve{}, err
 	}
 	return c.Episodes.Admit(spec)
 }

@@ -50,14 +50,16 @@ type Store interface {
 	CancelTask(ctx context.Context, id uuid.UUID, who string) (store.Task, error)
 	TaskEvents(ctx context.Context, id uuid.UUID) ([]ledger.Entry, error)
 	VerifyTaskLedger(ctx context.Context, id uuid.UUID) (ledger.Report, error)
+	ProjectBudgets(ctx context.Context) ([]store.ProjectBudget, error)
 }
 
 // Controller is the episode controller as the API needs it.
 type Controller interface {
 	// Start validates spec (strictly) and starts an episode.
 	Start(ctx context.Context, spec []byte) (uuid.UUID, error)
-	// Check validates spec as Start would, starting nothing.
-	Check(ctx context.Context, spec []byte) error
+	// Check validates spec as Start would, starting nothing, and returns
+	// what a task running it reserves at admission.
+	Check(ctx context.Context, spec []byte) (store.Reserve, error)
 	// Live is the controller's view of an episode it drives.
 	Live(id uuid.UUID) (LiveView, bool)
 	// Abort ends an episode this controller drives (domain destroyed
@@ -174,6 +176,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/tasks/{id}", s.task)
 	s.route("POST /v1/tasks/{id}/cancel", s.cancelTask)
 	s.route("GET /v1/tasks/{id}/events", s.taskEvents)
+	s.route("GET /v1/budgets", s.budgets)
 	s.route("GET /v1/targets", s.listTargets)
 	s.route("POST /v1/targets", s.addTarget)
 	s.route("GET /v1/policy-keys", s.listKeys)

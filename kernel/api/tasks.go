@@ -54,7 +54,8 @@ func (s *Server) submitTask(ctx context.Context, r *http.Request) (any, error) {
 	if len(req.Spec) == 0 || string(req.Spec) == "null" {
 		return nil, protocol.Errorf(protocol.CodeMissingField, "spec")
 	}
-	if err := s.cfg.Controller.Check(ctx, req.Spec); err != nil {
+	reserve, err := s.cfg.Controller.Check(ctx, req.Spec)
+	if err != nil {
 		return nil, err
 	}
 	who := "operator"
@@ -62,7 +63,7 @@ func (s *Server) submitTask(ctx context.Context, r *http.Request) (any, error) {
 		who = fmt.Sprintf("uid:%d", p.UID)
 	}
 	t, err := s.cfg.Store.SubmitTask(ctx, store.NewTask{Project: req.Project, Priority: req.Priority, MinClass: req.MinClass,
-		Submitter: who, Spec: req.Spec})
+		Submitter: who, Spec: req.Spec, Reserve: reserve})
 	if err != nil {
 		return nil, err
 	}
@@ -223,4 +224,20 @@ func (c *Client) WaitTask(ctx context.Context, id string, every time.Duration) (
 		case <-time.After(every):
 		}
 	}
+}
+
+// budgets: GET /v1/budgets — every project's caps, holds and spend.
+func (s *Server) budgets(ctx context.Context, _ *http.Request) (any, error) {
+	bs, err := s.cfg.Store.ProjectBudgets(ctx)
+	if bs == nil {
+		bs = []store.ProjectBudget{}
+	}
+	return bs, err
+}
+
+// Budgets lists every project's budget.
+func (c *Client) Budgets(ctx context.Context) ([]store.ProjectBudget, error) {
+	var out []store.ProjectBudget
+	err := c.do(ctx, http.MethodGet, "/v1/budgets", nil, nil, &out)
+	return out, err
 }

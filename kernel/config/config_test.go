@@ -126,6 +126,12 @@ func TestRefusals(t *testing.T) {
 		{"wall time above max", `{` + base + `,"episode":{"wall_time_ms":7200000,"max_wall_time_ms":3600000}}`, "episode.wall_time_ms", "1000..3600000", protocol.CodeInvalidField},
 		{"max wall time", `{` + base + `,"episode":{"max_wall_time_ms":-5}}`, "episode.max_wall_time_ms", "1000..", protocol.CodeInvalidField},
 		{"checkpoints dir", `{` + base + `,"episode":{"checkpoints_dir":"var/ck"}}`, "episode.checkpoints_dir", "absolute", protocol.CodeInvalidField},
+		{"queue slots", `{` + base + `,"queue":{"slots":-1}}`, "queue.slots", "1..1024", protocol.CodeInvalidField},
+		{"project cap name", `{` + base + `,"queue":{"project_caps":{"Bad Name":2}}}`, "queue.project_caps", "must match", protocol.CodeInvalidField},
+		{"project cap", `{` + base + `,"queue":{"project_caps":{"calc":0}}}`, "queue.project_caps.calc", "1..", protocol.CodeInvalidField},
+		{"budget emergency", `{` + base + `,"queue":{"project_budgets":{"calc":{"max_spend_micro_usd":10,"emergency_spend_micro_usd":20}}}}`, "queue.project_budgets.calc.emergency_spend_micro_usd", "must not exceed", protocol.CodeInvalidField},
+		{"budget negative", `{` + base + `,"queue":{"project_budgets":{"calc":{"max_tokens":-1}}}}`, "queue.project_budgets.calc.max_tokens", "0..", protocol.CodeInvalidField},
+		{"budget unknown key", `{` + base + `,"queue":{"project_budgets":{"calc":{"max_dollars":1}}}}`, "queue.project_budgets.calc.max_dollars", "unknown key", protocol.CodeUnknownField},
 		{"operator group", `{` + base + `,"api":{"operator_group":"no-such-group-autonomic"}}`, "api.operator_group", "does not exist", protocol.CodeInvalidField},
 	}
 	for _, tc := range cases {

@@ -18,6 +18,21 @@ type Queue struct {
 	IntervalMS        int            `json:"interval_ms"`
 	MaxAttempts       int            `json:"max_attempts"`
 	MaxTakeovers      *int           `json:"max_takeovers"`
+	// ProjectBudgets are hard caps per project across every kernel, each
+	// with a named emergency reserve (store.ProjectBudget): set in the
+	// database at start, so give every kernel the same.
+	ProjectBudgets map[string]ProjectBudget `json:"project_budgets"`
+}
+
+// ProjectBudget is one project's caps (absent: none on that resource) and
+// the part of each only emergency-priority tasks may use.
+type ProjectBudget struct {
+	MaxSpendMicroUSD       *int64 `json:"max_spend_micro_usd"`
+	MaxTokens              *int64 `json:"max_tokens"`
+	MaxWallMS              *int64 `json:"max_wall_ms"`
+	EmergencySpendMicroUSD int64  `json:"emergency_spend_micro_usd"`
+	EmergencyTokens        int64  `json:"emergency_tokens"`
+	EmergencyWallMS        int64  `json:"emergency_wall_ms"`
 }
 
 // Queue defaults.
@@ -51,6 +66,34 @@ func checkQueue(c *checker, q *Queue) {
 			c.add("queue.project_caps", "project %q must match %s", p, ProjectPattern)
 		} else if n := q.ProjectCaps[p]; n < 1 || n > 1<<20 {
 			c.add("queue.project_caps."+p, "must be 1..%d", 1<<20)
+		}
+	}
+	names = names[:0]
+	for p := range q.ProjectBudgets {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	const most = 1 << 50
+	for _, p := range names {
+		if !ProjectPattern.MatchString(p) {
+			c.add("queue.project_budgets", "project %q must match %s", p, ProjectPattern)
+			continue
+		}
+		b, key := q.ProjectBudgets[p], "queue.project_budgets."+p
+		for _, r := range []struct {
+			name      string
+			max       *int64
+			emergency int64
+		}{{"spend_micro_usd", b.MaxSpendMicroUSD, b.EmergencySpendMicroUSD}, {"tokens", b.MaxTokens, b.EmergencyTokens},
+			{"wall_ms", b.MaxWallMS, b.EmergencyWallMS}} {
+			switch {
+			case r.max != nil && (*r.max < 0 || *r.max > most):
+				c.add(key+".max_"+r.name, "must be 0..%d", int64(most))
+			case r.emergency < 0 || r.emergency > most:
+				c.add(key+".emergency_"+r.name, "must be 0..%d", int64(most))
+			case r.max != nil && r.emergency > *r.max:
+				c.add(key+".emergency_"+r.name, "must not exceed max_%s", r.name)
+			}
 		}
 	}
 }

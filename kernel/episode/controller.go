@@ -184,13 +184,25 @@ func (k *Controller) mint(spec Spec) (*policy.Policy, authority.Capability, erro
 	return pol, authority.Mint(pol.Capability, envelope, ceiling), nil
 }
 
-// Admit checks spec as Start does before it touches anything: its policy
-// verifies, its services and wall time are within the kernel's bounds.
-func (k *Controller) Admit(spec Spec) error {
-	if _, _, err := k.mint(spec); err != nil {
-		return fmt.Errorf("episode: spec: %w", err)
+// Admit checks spec as Start does before it touches anything — its
+// policy verifies, its services and wall time are within the kernel's
+// bounds — and returns what its episode may use at most, which a queued
+// task reserves: its policy's inference budget (the relay's hard cap: no
+// inference section, no model call) and its wall time (unbounded is
+// reserved as a day, never as zero).
+func (k *Controller) Admit(spec Spec) (store.Reserve, error) {
+	pol, _, err := k.mint(spec)
+	if err != nil {
+		return store.Reserve{}, fmt.Errorf("episode: spec: %w", err)
 	}
-	return nil
+	r := store.Reserve{WallMS: k.wallTime(spec).Milliseconds()}
+	if r.WallMS <= 0 {
+		r.WallMS = (24 * time.Hour).Milliseconds()
+	}
+	if inf := pol.Document.Inference; inf != nil {
+		r.SpendMicroUSD, r.Tokens = inf.MaxSpendMicroUSD, inf.MaxTokens
+	}
+	return r, nil
 }
 
 // Start creates an episode at epoch 1 with a lease within its envelope,

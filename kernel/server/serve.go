@@ -99,6 +99,12 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 			return api.KernelView{Autonomy: r.Level.String(), MaxClass: int(r.Level.MaxClass()), Faults: r.Faults.String(), AutonomySince: r.Since}
 		}
 		q := cfg.Queue
+		for project, b := range q.ProjectBudgets {
+			if _, err := st.SetProjectBudget(ctx, project, store.Caps{MaxSpend: b.MaxSpendMicroUSD, MaxTokens: b.MaxTokens, MaxWallMS: b.MaxWallMS,
+				Emergency: store.Reserve{SpendMicroUSD: b.EmergencySpendMicroUSD, Tokens: b.EmergencyTokens, WallMS: b.EmergencyWallMS}}); err != nil {
+				return fmt.Errorf("queue.project_budgets.%s: %w", project, err)
+			}
+		}
 		runner, err := queue.New(queue.Config{Store: st, Episodes: queueEpisodes{ctl, k}, Slots: q.Slots, ProjectCaps: q.ProjectCaps,
 			DefaultCap: q.DefaultProjectCap, ClaimTTL: time.Duration(q.ClaimTTLMS) * time.Millisecond,
 			Interval: time.Duration(q.IntervalMS) * time.Millisecond, MaxAttempts: q.MaxAttempts, MaxTakeovers: q.MaxTakeoversValue(),

@@ -34,7 +34,7 @@ commands:
                                         prints the timeline and the commit that landed, or why nothing did
                                         (interrupting it leaves the task queued or running: task wait ID)
   task submit --spec FILE [--project P] [--priority N] [--min-class N] | list [--state S] [--project P]
-       | show ID | cancel ID | events ID | wait ID [--timeout D]
+       | show ID | cancel ID | events ID | wait ID [--timeout D] | budgets
                                         the durable queue every kernel of the database shares: a kernel with a free
                                         slot runs the task; another takes it over if that kernel is lost
   repo add PATH [--test CMD] [--id ID] | repo list

@@ -172,7 +172,10 @@ func (r *queueRig) start(t *testing.T, ctx context.Context, name string) *host {
 		"regulator":    map[string]any{"start_level": "act"},
 		"episode":      map[string]any{"checkpoints_dir": filepath.Join(bed.State, "checkpoints")},
 		"api":          map[string]any{"socket": sock},
-		"queue":        map[string]any{"slots": 4, "interval_ms": 200},
+		// p0's tasks reserve an hour of wall time each (the kernel's
+		// default): its cap lets five hold at once across every host.
+		"queue": map[string]any{"slots": 4, "interval_ms": 200,
+			"project_budgets": map[string]any{"p0": map[string]any{"max_wall_ms": 5 * 3600000}}},
 	})
 	h.cfgPath = filepath.Join(r.tmp, name, "autonomic.json")
 	if err := os.WriteFile(h.cfgPath, doc, 0o600); err != nil {
@@ -404,6 +407,20 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 		if len(tk.Episodes) > 1 && (state != string(store.EpisodeAborted) || !strings.Contains(reason, "host lost")) {
 			t.Errorf("task %s: its lost episode ended %s: %s", id, state, reason)
 		}
+	}
+	// Every reserve was given back; what was spent is what the tasks say.
+	bs, err := d.c.Budgets(ctx)
+	if err != nil || len(bs) != 1 {
+		t.Fatalf("budgets %+v, %v", bs, err)
+	}
+	var p0Spent int64
+	for _, tk := range final {
+		if tk.Project == "p0" {
+			p0Spent += tk.Spent.WallMS
+		}
+	}
+	if b := bs[0]; b.Reserved != (store.Reserve{}) || b.Spent.WallMS != p0Spent || p0Spent == 0 {
+		t.Errorf("p0's budget at the end: %+v; its tasks spent %d ms", b, p0Spent)
 	}
 	sort.Slice(takeovers, func(i, j int) bool { return takeovers[i] < takeovers[j] })
 	if len(takeovers) == 0 {

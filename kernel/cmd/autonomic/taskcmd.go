@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -21,6 +22,7 @@ const taskUsage = `usage: autonomic task submit --spec FILE [--project P] [--pri
        autonomic task list [--state S] [--project P] [--limit N]
        autonomic task show|cancel|events ID
        autonomic task wait ID [--timeout D]
+       autonomic task budgets
 `
 
 // taskCmd is the operator's side of the durable queue every kernel of the
@@ -44,8 +46,8 @@ func taskCmd(args []string, stdout, stderr io.Writer) int {
 	pos, err := o.parse(args[1:])
 	wantID := map[string]bool{"show": true, "cancel": true, "events": true, "wait": true}
 	switch {
-	case err != nil, verb == "submit" && (len(pos) != 0 || *specFile == ""), verb == "list" && len(pos) != 0,
-		verb != "submit" && verb != "list" && (!wantID[verb] || len(pos) != 1):
+	case err != nil, verb == "submit" && (len(pos) != 0 || *specFile == ""), (verb == "list" || verb == "budgets") && len(pos) != 0,
+		verb != "submit" && verb != "list" && verb != "budgets" && (!wantID[verb] || len(pos) != 1):
 		fmt.Fprint(stderr, taskUsage)
 		return 2
 	}
@@ -92,6 +94,34 @@ func taskCmd(args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", t.ID, t.State, t.Project, t.Priority, ep, t.Attempts, t.Takeovers,
 				t.CreatedAt.Local().Format(time.DateTime))
+		}
+		tw.Flush()
+		return 0
+	case "budgets":
+		bs, err := c.Budgets(ctx)
+		if err != nil {
+			return opFail(stderr, err)
+		}
+		if *o.json {
+			printJSON(stdout, bs)
+			return 0
+		}
+		cap := func(v *int64) string {
+			if v == nil {
+				return "-"
+			}
+			return strconv.FormatInt(*v, 10)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PROJECT\tRESOURCE\tCAP\tEMERGENCY\tRESERVED\tSPENT\tEXHAUSTED")
+		for _, b := range bs {
+			ex := "-"
+			if b.ExhaustedAt != nil {
+				ex = b.ExhaustedAt.Local().Format(time.DateTime)
+			}
+			fmt.Fprintf(tw, "%s\tspend µUSD\t%s\t%d\t%d\t%d\t%s\n", b.Project, cap(b.MaxSpend), b.Emergency.SpendMicroUSD, b.Reserved.SpendMicroUSD, b.Spent.SpendMicroUSD, ex)
+			fmt.Fprintf(tw, "\ttokens\t%s\t%d\t%d\t%d\t\n", cap(b.MaxTokens), b.Emergency.Tokens, b.Reserved.Tokens, b.Spent.Tokens)
+			fmt.Fprintf(tw, "\twall ms\t%s\t%d\t%d\t%d\t\n", cap(b.MaxWallMS), b.Emergency.WallMS, b.Reserved.WallMS, b.Spent.WallMS)
 		}
 		tw.Flush()
 		return 0
@@ -157,6 +187,11 @@ func printTask(w io.Writer, t api.TaskView) {
 			eps[i] = e.String()
 		}
 		fmt.Fprintf(w, "episodes: %s\n", strings.Join(eps, ", "))
+	}
+	fmt.Fprintf(w, "reserves %d µUSD, %d tokens, %s wall time; spent %d µUSD, %d tokens, %s\n", t.Reserve.SpendMicroUSD, t.Reserve.Tokens,
+		time.Duration(t.Reserve.WallMS)*time.Millisecond, t.Spent.SpendMicroUSD, t.Spent.Tokens, time.Duration(t.Spent.WallMS)*time.Millisecond)
+	if t.Blocked != "" {
+		fmt.Fprintf(w, "held back: %s\n", t.Blocked)
 	}
 	if t.CancelRequested && !t.State.Done() {
 		fmt.Fprintln(w, "cancel requested: its kernel aborts the episode")

@@ -24,6 +24,18 @@ CREATE TABLE tasks (
   attempts         integer NOT NULL CHECK (attempts >= 0),
   takeovers        integer NOT NULL CHECK (takeovers >= 0),
   cancel_requested boolean NOT NULL,
+  -- What the task reserves at admission (its episode's hard caps: the
+  -- policy's inference budget and the wall time), held against its
+  -- project's budget while it is claimed or running; spent_* is what its
+  -- episodes used, settled when a claim ends.
+  reserve_spend    bigint NOT NULL CHECK (reserve_spend >= 0),
+  reserve_tokens   bigint NOT NULL CHECK (reserve_tokens >= 0),
+  reserve_wall_ms  bigint NOT NULL CHECK (reserve_wall_ms >= 0),
+  held             boolean NOT NULL,
+  spent_spend      bigint NOT NULL CHECK (spent_spend >= 0),
+  spent_tokens     bigint NOT NULL CHECK (spent_tokens >= 0),
+  spent_wall_ms    bigint NOT NULL CHECK (spent_wall_ms >= 0),
+  blocked          text,
   outcome          text,
   reason           text,
   ledger_seq       bigint NOT NULL CHECK (ledger_seq >= 0),
@@ -38,6 +50,29 @@ CREATE INDEX tasks_ready ON tasks (priority DESC, created_at, id) WHERE state = 
 CREATE INDEX tasks_active ON tasks (project) WHERE state IN ('claimed', 'running');
 CREATE INDEX tasks_episode ON tasks (episode_id) WHERE episode_id IS NOT NULL;
 CREATE INDEX tasks_created ON tasks (created_at DESC, id);
+
+-- A project's hard caps (NULL: none) with a named emergency reserve only
+-- tasks of emergency priority may draw on; reserved_* is held by its
+-- claimed and running tasks, spent_* settled by its ended claims. A claim
+-- admits a task only when spent + reserved + its reserve stays within the
+-- cap (less the emergency reserve), in the claim's transaction.
+CREATE TABLE project_budgets (
+  project         text PRIMARY KEY CHECK (project ~ '^[a-z0-9][a-z0-9._-]{0,63}$'),
+  max_spend       bigint CHECK (max_spend >= 0),
+  max_tokens      bigint CHECK (max_tokens >= 0),
+  max_wall_ms     bigint CHECK (max_wall_ms >= 0),
+  emergency_spend   bigint NOT NULL CHECK (emergency_spend >= 0),
+  emergency_tokens  bigint NOT NULL CHECK (emergency_tokens >= 0),
+  emergency_wall_ms bigint NOT NULL CHECK (emergency_wall_ms >= 0),
+  reserved_spend  bigint NOT NULL CHECK (reserved_spend >= 0),
+  reserved_tokens bigint NOT NULL CHECK (reserved_tokens >= 0),
+  reserved_wall_ms bigint NOT NULL CHECK (reserved_wall_ms >= 0),
+  spent_spend     bigint NOT NULL CHECK (spent_spend >= 0),
+  spent_tokens    bigint NOT NULL CHECK (spent_tokens >= 0),
+  spent_wall_ms   bigint NOT NULL CHECK (spent_wall_ms >= 0),
+  exhausted_at    timestamptz,
+  updated_at      timestamptz NOT NULL
+);
 
 -- Each task's ledger, hashed like the episodes' (store/ledger), append-only
 -- by trigger and by grant.
@@ -57,6 +92,6 @@ CREATE TRIGGER task_events_no_update_delete BEFORE UPDATE OR DELETE ON task_even
 CREATE TRIGGER task_events_no_truncate BEFORE TRUNCATE ON task_events
   FOR EACH STATEMENT EXECUTE FUNCTION events_append_only();
 
-REVOKE ALL ON tasks, task_events FROM PUBLIC;
-GRANT SELECT, INSERT, UPDATE ON tasks TO autonomic_kernel;
+REVOKE ALL ON tasks, task_events, project_budgets FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE ON tasks, project_budgets TO autonomic_kernel;
 GRANT SELECT, INSERT ON task_events TO autonomic_kernel;

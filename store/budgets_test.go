@@ -1,0 +1,175 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/autonomic-kernel/autonomic/protocol"
+)
+
+func submitReserving(t *testing.T, s *Postgres, priority int, spend int64) Task {
+	t.Helper()
+	tk, err := s.SubmitTask(ctxT(t), NewTask{Project: "calc", Priority: priority, MinClass: 3, Submitter: "uid:1000",
+		Spec: []byte(`{"intent":"x"}`), Reserve: Reserve{SpendMicroUSD: spend, Tokens: 1000, WallMS: 60000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+func budgetOf(t *testing.T, s *Postgres) ProjectBudget {
+	t.Helper()
+	bs, err := s.ProjectBudgets(ctxT(t))
+	if err != nil || len(bs) != 1 {
+		t.Fatalf("budgets %+v, %v", bs, err)
+	}
+	return bs[0]
+}
+
+func count(t *testing.T, s *Postgres, id uuid.UUID, kind string) int {
+	t.Helper()
+	es, err := s.TaskEvents(ctxT(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range es {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// TestReservationExhaustion: a task reserves its episode's caps when a
+// kernel claims it; a project's hard cap admits a claim only while spent +
+// reserved + its reserve fits below the emergency reserve (an emergency-
+// priority task may use that too); a task held back says so once (one
+// event, the project marked exhausted); a claim's end gives the reserve
+// back and spends what its episode's relay charged; the budget's books
+// always equal the tasks'.
+func TestReservationExhaustion(t *testing.T) {
+	e := newEnv(t)
+	s := e.store
+	ctx := ctxT(t)
+	spendCap := int64(100)
+	if _, err := s.SetProjectBudget(ctx, "calc", Caps{MaxSpend: &spendCap, Emergency: Reserve{SpendMicroUSD: 20}}); err != nil {
+		t.Fatal(err)
+	}
+	urgent := submitReserving(t, s, EmergencyPriority, 30)
+	a := submitReserving(t, s, 0, 30)
+	b := submitReserving(t, s, 0, 30)
+	c := submitReserving(t, s, 0, 30)
+	cl := Claim{MaxClass: 3, TTL: time.Minute}
+
+	got, ok := claim(t, s, cl)
+	if !ok || got.ID != urgent.ID {
+		t.Fatalf("first claim %v", got.ID)
+	}
+	if got, ok = claim(t, s, cl); !ok || got.ID != a.ID {
+		t.Fatalf("second claim %v", got.ID)
+	}
+	// 60 held; another 30 would pass 80 (100 less the emergency 20).
+	for i := 0; i < 3; i++ {
+		if got, ok = claim(t, s, cl); ok {
+			t.Fatalf("claim %d went over the budget: %v", i, got.ID)
+		}
+	}
+	bg := budgetOf(t, s)
+	if bg.Reserved.SpendMicroUSD != 60 || bg.Spent.SpendMicroUSD != 0 || bg.ExhaustedAt == nil {
+		t.Fatalf("budget after the refusals: %+v", bg)
+	}
+	for _, tk := range []Task{b, c} {
+		if n := count(t, s, tk.ID, "task_budget_exhausted"); n != 1 {
+			t.Fatalf("task %s: %d budget_exhausted events, want one", tk.ID, n)
+		}
+		if got, _ := s.Task(ctx, tk.ID); got.Blocked == "" || got.State != TaskQueued {
+			t.Fatalf("held-back task %+v", got)
+		}
+	}
+
+	// a's episode is charged 10 by its relay and ends: 30 given back, 10
+	// spent; b fits now (10 + 30 + 30 <= 80), c does not.
+	ep, err := s.CreateEpisode(ctx, NewEpisode{Spec: []byte(`{"intent":"a"}`), PolicyVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartTask(ctx, a.ID, 1, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetRelayBudget(ctx, ep.ID, 1000, 30); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.ChargeRelay(ctx, ep.ID, RelayAmount{Spend: 10, Tokens: 100}, RelayAmount{Spend: 10, Tokens: 100}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EndEpisode(ctx, EndEpisode{EpisodeID: ep.ID, Epoch: 1, State: EpisodeCompleted, Reason: "done"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SweepTasks(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Task(ctx, a.ID); got.Spent.SpendMicroUSD != 10 || got.Spent.Tokens != 100 || got.held {
+		t.Fatalf("ended task's spend %+v", got)
+	}
+	if bg = budgetOf(t, s); bg.Reserved.SpendMicroUSD != 30 || bg.Spent.SpendMicroUSD != 10 || bg.Spent.Tokens != 100 {
+		t.Fatalf("budget after the end: %+v", bg)
+	}
+	if got, ok = claim(t, s, cl); !ok || got.ID != b.ID || got.Blocked != "" {
+		t.Fatalf("claim after the end: %+v %v", got, ok)
+	}
+	if _, ok = claim(t, s, cl); ok {
+		t.Fatal("c was claimed over the budget")
+	}
+	// An emergency task may draw on the reserve: 10 + 60 + 30 = 100.
+	urgent2 := submitReserving(t, s, EmergencyPriority+1, 30)
+	if got, ok = claim(t, s, cl); !ok || got.ID != urgent2.ID {
+		t.Fatalf("emergency claim: %v %v", got.ID, ok)
+	}
+	// Raising the cap lets c through; the books equal the tasks'.
+	raised := int64(200)
+	if _, err := s.SetProjectBudget(ctx, "calc", Caps{MaxSpend: &raised, Emergency: Reserve{SpendMicroUSD: 20}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok = claim(t, s, cl); !ok || got.ID != c.ID {
+		t.Fatalf("claim after raising the cap: %v %v", got.ID, ok)
+	}
+	tasks, _ := s.Tasks(ctx, TaskFilter{Project: "calc"})
+	var held, spent int64
+	for _, tk := range tasks {
+		if tk.held {
+			held += tk.Reserve.SpendMicroUSD
+		}
+		spent += tk.Spent.SpendMicroUSD
+		verifyTask(t, s, tk.ID)
+	}
+	if bg = budgetOf(t, s); bg.Reserved.SpendMicroUSD != held || bg.Spent.SpendMicroUSD != spent || held != 120 {
+		t.Fatalf("budget %+v, tasks hold %d and spent %d", bg, held, spent)
+	}
+	// A budget set while a project's tasks run starts holding their
+	// reserves, so their settling never drives it below zero.
+	late, err := s.SubmitTask(ctx, NewTask{Project: "late", Submitter: "u", Spec: []byte(`{}`), Reserve: Reserve{SpendMicroUSD: 7}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, ok := claim(t, s, Claim{MaxClass: 3, TTL: time.Minute, ProjectCaps: map[string]int{"calc": 1}})
+	if !ok || lc.ID != late.ID {
+		t.Fatalf("late claim %v %v", lc.ID, ok)
+	}
+	lb, err := s.SetProjectBudget(ctx, "late", Caps{})
+	if err != nil || lb.Reserved.SpendMicroUSD != 7 {
+		t.Fatalf("late budget %+v, %v", lb, err)
+	}
+	if _, err := s.ReleaseTask(ctx, late.ID, lc.Claim.Token, true, "x"); err != nil {
+		t.Fatal(err)
+	}
+	neg := int64(-1)
+	if _, err := s.SetProjectBudget(ctx, "calc", Caps{MaxSpend: &neg}); code(err) != protocol.CodeInvalidField {
+		t.Fatalf("negative cap: %v", err)
+	}
+	if _, err := s.SubmitTask(ctx, NewTask{Project: "calc", Submitter: "u", Spec: []byte(`{}`), Reserve: Reserve{WallMS: -5}}); code(err) != protocol.CodeInvalidField {
+		t.Fatalf("negative reserve: %v", err)
+	}
+}
