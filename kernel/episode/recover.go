@@ -59,6 +59,11 @@ func (k *Controller) Recover(ctx context.Context) (Recovery, error) {
 	if err := k.destroyVerifications(ctx, &rec); err != nil {
 		return rec, err
 	}
+	// An episode this host ran that ended elsewhere (its task taken over
+	// while this kernel was gone) left its domains and workspace here.
+	if err := k.destroyEnded(ctx, &rec); err != nil {
+		return rec, err
+	}
 	eps, err := k.cfg.Store.ActiveEpisodes(ctx)
 	if err != nil {
 		return rec, err
@@ -113,6 +118,47 @@ func (k *Controller) destroyVerifications(ctx context.Context, rec *Recovery) er
 		if err := workspace.Remove(k.cfg.WorkspacesRoot, ent.Name()); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// destroyEnded destroys the domains and removes the workspace of every
+// episode whose workspace is on this host but which is no longer active
+// in the store: a kernel that ended it here would have removed them, so
+// another kernel ended it (a takeover) while this one was gone.
+func (k *Controller) destroyEnded(ctx context.Context, rec *Recovery) error {
+	ents, err := os.ReadDir(k.cfg.WorkspacesRoot)
+	if err != nil {
+		return err
+	}
+	probe := &Episode{k: k}
+	for _, ent := range ents {
+		id, err := uuid.Parse(ent.Name())
+		if err != nil || id.String() != ent.Name() {
+			continue
+		}
+		ep, err := k.cfg.Store.Episode(ctx, id)
+		if err != nil || ep.State == store.EpisodeActive {
+			continue // unknown to this database, or resumed below
+		}
+		gens, err := k.cfg.Store.Generations(ctx, id)
+		if err != nil {
+			return err
+		}
+		ids := []string{k.baseLauncherID(id)}
+		for _, g := range gens {
+			ids = append(ids, k.launcherID(id, g.Generation))
+		}
+		for _, d := range ids {
+			if err := probe.destroy(ctx, d); err != nil {
+				return err
+			}
+			rec.Destroyed = append(rec.Destroyed, d)
+		}
+		if err := workspace.Remove(k.cfg.WorkspacesRoot, ent.Name()); err != nil {
+			return err
+		}
+		k.log.Info("destroyed what an episode ended elsewhere left on this host", "episode", id, "state", string(ep.State))
 	}
 	return nil
 }

@@ -181,9 +181,30 @@ func (r *queueRig) start(t *testing.T, ctx context.Context, name string) *host {
 	if err := os.WriteFile(h.cfgPath, doc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if h.log, err = os.Create(filepath.Join(r.tmp, name, "kernel.log")); err != nil {
+	h.c = api.NewClient(sock)
+	h.launch(t, ctx)
+	return h
+}
+
+// restart starts a new kernel process on h's host (its state_dir,
+// launcher and configuration), as systemd would after a reboot.
+func (h *host) restart(t *testing.T, ctx context.Context) *host {
+	t.Helper()
+	n := &host{name: h.name + "-restarted", cfgPath: h.cfgPath, state: h.state, bed: h.bed, c: h.c, done: make(chan struct{})}
+	t.Cleanup(n.stop)
+	n.launch(t, ctx)
+	return n
+}
+
+// launch runs the host's kernel process and waits until its API answers.
+func (h *host) launch(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var err error
+	if h.log, err = os.Create(filepath.Join(filepath.Dir(h.cfgPath), h.name+".log")); err != nil {
 		t.Fatal(err)
 	}
+	bed := h.bed
+	name := h.name
 	h.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	h.cmd.Env = append(os.Environ(), kernelProcessEnv+"="+h.cfgPath, fmt.Sprintf("%s=%d:%d", kernelOwnerEnv, bed.OwnerUID, bed.OwnerGID))
 	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
@@ -191,11 +212,10 @@ func (r *queueRig) start(t *testing.T, ctx context.Context, name string) *host {
 		t.Fatal(err)
 	}
 	go func() { _ = h.cmd.Wait(); close(h.done) }()
-	h.c = api.NewClient(sock)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if _, err := h.c.Kernel(ctx); err == nil {
-			return h
+			return
 		}
 		select {
 		case <-h.done:
@@ -408,6 +428,29 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 			t.Errorf("task %s: its lost episode ended %s: %s", id, state, reason)
 		}
 	}
+	// Host C comes back: what its lost episodes left there — their
+	// domains (cgroups) and workspaces — is destroyed at its start, since
+	// another kernel ended them.
+	var lost []string
+	for _, id := range heldByC {
+		lost = append(lost, final[id].Episodes[0].String())
+	}
+	c2 := c.restart(t, ctx)
+	for _, ep := range lost {
+		if _, err := os.Stat(filepath.Join(c.bed.Workspaces, ep)); !os.IsNotExist(err) {
+			t.Errorf("the restarted host kept the workspace of its lost episode %s (%v)", ep, err)
+		}
+		ents, _ := os.ReadDir(c.bed.CgroupParent)
+		for _, e := range ents {
+			if e.IsDir() && strings.HasPrefix(e.Name(), ep) {
+				t.Errorf("the restarted host kept the domain %s of its lost episode", e.Name())
+			}
+		}
+	}
+	if !strings.Contains(c2.logs(), "destroyed what an episode ended elsewhere left on this host") {
+		t.Errorf("the restarted host did not clean its lost episodes:\n%s", c2.logs())
+	}
+
 	// Every reserve was given back; what was spent is what the tasks say.
 	bs, err := d.c.Budgets(ctx)
 	if err != nil || len(bs) != 1 {
