@@ -179,6 +179,7 @@ func Table() []Gate {
 		{Name: "queue_takeover_exactly_once", Proves: "tasks survive their command and their host: every task ends exactly once and lands once when kernels share one database and one is killed", Tests: []Run{
 			{"./store", []string{"TestTaskClaimOrder", "TestTaskClaimsAreExclusive", "TestTaskTakeover", "TestTaskCancel", "TestTaskInputRefused", "TestReservationExhaustion"}},
 			{"./broker", []string{"TestReconcileLeavesAnotherHostsEffects"}},
+			{"./kernel/api", []string{"TestTaskRoutes"}},
 			{"./kernel/cmd/autonomic", []string{"TestThreeKernelsOneDatabase", "TestRunSurvivesInterrupt"}},
 		}, Scope: "three kernel processes (this test binary re-executed as serve) on one machine, each with its own testbed launcher (direct, as root), state_dir, uid slice and cgroup parent, on one external PostgreSQL; one SIGKILLed mid-run, a fourth started later; 60 tasks with a scripted worker whose harvest lands a branch each, not a real agent (the interrupt test runs the real Codex CLI against a fixture model); a taken-over task restarts whole from its base (checkpoint archives are not replicated across hosts)"},
 	}

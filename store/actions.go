@@ -34,6 +34,10 @@ type Action struct {
 	SnoozedUntil  *time.Time      `json:"snoozed_until,omitempty"`
 	Feedback      string          `json:"feedback,omitempty"`
 	DecisionID    *uuid.UUID      `json:"decision_id,omitempty"`
+	// TaskID names the task a budget Action is about (EffectID, EpisodeID,
+	// Revision and Epoch are then zero): Kind is TaskBudgetKind, TargetID
+	// its project, PayloadDigest its spec digest, Target its reserve.
+	TaskID *uuid.UUID `json:"task_id,omitempty"`
 	CreatedAt     time.Time       `json:"created_at"`
 	ResolvedAt    *time.Time      `json:"resolved_at,omitempty"`
 }
@@ -89,15 +93,30 @@ func ResolutionKey(action uuid.UUID, verdict string) string {
 }
 
 const actionCols = `id, episode_id, effect_id, revision, epoch, payload_digest, kind, target_id, target, reason, priority,
-	state, snoozed_until, feedback, decision_id, created_at, resolved_at`
+	state, snoozed_until, feedback, decision_id, created_at, resolved_at, task_id`
 
 func scanAction(r pgx.Row) (Action, error) {
 	var a Action
 	var feedback *string
-	err := r.Scan(&a.ID, &a.EpisodeID, &a.EffectID, &a.Revision, &a.Epoch, &a.PayloadDigest, &a.Kind, &a.TargetID, &a.Target,
-		&a.Reason, &a.Priority, &a.State, &a.SnoozedUntil, &feedback, &a.DecisionID, &a.CreatedAt, &a.ResolvedAt)
+	var episode, effect *uuid.UUID
+	var revision *int
+	var epoch *int64
+	err := r.Scan(&a.ID, &episode, &effect, &revision, &epoch, &a.PayloadDigest, &a.Kind, &a.TargetID, &a.Target,
+		&a.Reason, &a.Priority, &a.State, &a.SnoozedUntil, &feedback, &a.DecisionID, &a.CreatedAt, &a.ResolvedAt, &a.TaskID)
 	if feedback != nil {
 		a.Feedback = *feedback
+	}
+	if episode != nil {
+		a.EpisodeID = *episode
+	}
+	if effect != nil {
+		a.EffectID = *effect
+	}
+	if revision != nil {
+		a.Revision = *revision
+	}
+	if epoch != nil {
+		a.Epoch = *epoch
 	}
 	return a, err
 }
@@ -124,7 +143,7 @@ func (m *mtx) openAction(e Effect, reason string) (*Action, error) {
 		return nil, err
 	}
 	var pending int
-	if err := m.tx.QueryRow(m.ctx, `SELECT count(*) FROM actions WHERE state = 'pending' AND effect_id <> $1`, e.ID).Scan(&pending); err != nil {
+	if err := m.tx.QueryRow(m.ctx, `SELECT count(*) FROM actions WHERE state = 'pending' AND effect_id IS DISTINCT FROM $1`, e.ID).Scan(&pending); err != nil {
 		return nil, err
 	}
 	if pending >= MaxPendingActions {
@@ -133,7 +152,7 @@ func (m *mtx) openAction(e Effect, reason string) (*Action, error) {
 	m.write(`UPDATE actions SET state = 'superseded', resolved_at = $2 WHERE effect_id = $1 AND state = 'pending'`, e.ID, m.now)
 	a = Action{ID: newID(), EpisodeID: e.EpisodeID, EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, PayloadDigest: e.PayloadDigest,
 		Kind: e.Kind, TargetID: e.TargetID, Target: e.Target, Reason: reason, Priority: priorityClass4, State: ActionPending, CreatedAt: m.now}
-	m.write(`INSERT INTO actions (`+actionCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULL, NULL, NULL, $13, NULL)`,
+	m.write(`INSERT INTO actions (`+actionCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULL, NULL, NULL, $13, NULL, NULL)`,
 		a.ID, a.EpisodeID, a.EffectID, a.Revision, a.Epoch, a.PayloadDigest, a.Kind, a.TargetID, a.Target, a.Reason, a.Priority, string(a.State), m.now)
 	m.emit("action_opened", map[string]any{"action_id": a.ID, "effect_id": a.EffectID, "revision": a.Revision, "action_epoch": a.Epoch,
 		"payload_digest": a.PayloadDigest, "kind": a.Kind, "target_id": a.TargetID, "reason": a.Reason})
@@ -235,6 +254,19 @@ func (p *Postgres) SnoozeAction(ctx context.Context, id uuid.UUID, d time.Durati
 	if d <= 0 || d > 30*24*time.Hour {
 		return Action{}, invalid("snooze between 1 s and 30 days")
 	}
+	if a, err := p.Action(ctx, id); err == nil && a.TaskID != nil {
+		return p.mutateTaskAction(ctx, "snooze_action", a, func(m *ttask, a *Action) error {
+			if a.State != ActionPending {
+				return protocol.Errorf(protocol.CodeIllegalTransition, "the action is %s", a.State)
+			}
+			until := m.now.Add(d)
+			a.SnoozedUntil = &until
+			if _, err := m.tx.Exec(m.ctx, `UPDATE actions SET snoozed_until = $2 WHERE id = $1`, a.ID, until); err != nil {
+				return err
+			}
+			return m.emit("action_snoozed", map[string]any{"action_id": a.ID, "until": until})
+		})
+	}
 	var out Action
 	err := p.mutate(ctx, "snooze_action", target{via: "actions", id: id, what: "action"}, func(m *mtx) error {
 		a, err := scanAction(m.tx.QueryRow(m.ctx, `SELECT `+actionCols+` FROM actions WHERE id = $1 FOR UPDATE`, id))
@@ -264,6 +296,19 @@ func (p *Postgres) DismissAction(ctx context.Context, id uuid.UUID, feedback str
 	}
 	if !known {
 		return Action{}, invalid("dismissal feedback is one of %v", DismissalFeedback)
+	}
+	if a, err := p.Action(ctx, id); err == nil && a.TaskID != nil {
+		return p.mutateTaskAction(ctx, "dismiss_action", a, func(m *ttask, a *Action) error {
+			if a.State != ActionPending {
+				return protocol.Errorf(protocol.CodeIllegalTransition, "the action is %s", a.State)
+			}
+			a.State, a.Feedback, a.ResolvedAt = ActionDismissed, feedback, &m.now
+			if _, err := m.tx.Exec(m.ctx, `UPDATE actions SET state = 'dismissed', feedback = $2, resolved_at = $3 WHERE id = $1`,
+				a.ID, feedback, m.now); err != nil {
+				return err
+			}
+			return m.emit("action_dismissed", map[string]any{"action_id": a.ID, "feedback": feedback})
+		})
 	}
 	var out Action
 	err := p.mutate(ctx, "dismiss_action", target{via: "actions", id: id, what: "action"}, func(m *mtx) error {
@@ -322,8 +367,9 @@ func (p *Postgres) Actions(ctx context.Context, episode uuid.UUID, all bool) ([]
 		rows, err := tx.Query(ctx, `SELECT `+actionCols+` FROM actions
 			WHERE ($1::uuid IS NULL OR episode_id = $1)
 			  AND ($2 OR (state = 'pending' AND (snoozed_until IS NULL OR snoozed_until <= now())
-			        AND EXISTS (SELECT 1 FROM effects f WHERE f.id = actions.effect_id AND f.revision = actions.revision
-			                    AND f.epoch = actions.epoch AND f.state = 'evaluating')))
+			        AND (EXISTS (SELECT 1 FROM effects f WHERE f.id = actions.effect_id AND f.revision = actions.revision
+			                     AND f.epoch = actions.epoch AND f.state = 'evaluating')
+			             OR EXISTS (SELECT 1 FROM tasks t WHERE t.id = actions.task_id AND t.state = 'queued'))))
 			ORDER BY priority DESC, created_at, id LIMIT $3`, nullUUID(episode), all, MaxList)
 		if err != nil {
 			return err

@@ -82,11 +82,11 @@ func scanBudget(r pgx.Row) (ProjectBudget, error) {
 // take now ($4: EmergencyPriority).
 const overBudget = `EXISTS (SELECT 1 FROM project_budgets b WHERE b.project = t.project AND (
 	b.max_spend IS NOT NULL AND b.spent_spend + b.reserved_spend + t.reserve_spend >
-		b.max_spend - CASE WHEN t.priority >= $4 THEN 0 ELSE b.emergency_spend END
+		b.max_spend - CASE WHEN t.priority >= $4 OR t.emergency_granted THEN 0 ELSE b.emergency_spend END
 	OR b.max_tokens IS NOT NULL AND b.spent_tokens + b.reserved_tokens + t.reserve_tokens >
-		b.max_tokens - CASE WHEN t.priority >= $4 THEN 0 ELSE b.emergency_tokens END
+		b.max_tokens - CASE WHEN t.priority >= $4 OR t.emergency_granted THEN 0 ELSE b.emergency_tokens END
 	OR b.max_wall_ms IS NOT NULL AND b.spent_wall_ms + b.reserved_wall_ms + t.reserve_wall_ms >
-		b.max_wall_ms - CASE WHEN t.priority >= $4 THEN 0 ELSE b.emergency_wall_ms END))`
+		b.max_wall_ms - CASE WHEN t.priority >= $4 OR t.emergency_granted THEN 0 ELSE b.emergency_wall_ms END))`
 
 // SetProjectBudget sets a project's caps and emergency reserve, keeping
 // what it holds and spent. A new budget starts holding what the project's
@@ -227,6 +227,9 @@ func (p *Postgres) markBlocked(ctx context.Context, tx pgx.Tx, maxClass int) err
 		m.t.Blocked = fmt.Sprintf("budget: project %s cannot take its reserve (spent %+v, reserved %+v)", t.Project, b.Spent, b.Reserved)
 		if err := m.emit("task_budget_exhausted", map[string]any{"reserve": t.Reserve, "budget": b,
 			"emergency": t.Priority >= EmergencyPriority}); err != nil {
+			return err
+		}
+		if err := m.openTaskAction(m.t.Blocked); err != nil {
 			return err
 		}
 		if err := m.save(); err != nil {

@@ -90,6 +90,25 @@ func TestReservationExhaustion(t *testing.T) {
 		}
 	}
 
+	// Each held-back task waits on one budget Action naming it exactly.
+	acts, err := s.Actions(ctx, uuid.Nil, false)
+	if err != nil || len(acts) != 2 {
+		t.Fatalf("open actions %+v, %v; want one per held-back task", acts, err)
+	}
+	byTask := map[uuid.UUID]Action{}
+	for _, a := range acts {
+		if a.TaskID == nil || a.Kind != TaskBudgetKind || a.TargetID != "calc" || a.EffectID != uuid.Nil {
+			t.Fatalf("budget action %+v", a)
+		}
+		byTask[*a.TaskID] = a
+	}
+	if byTask[b.ID].PayloadDigest != b.SpecDigest || byTask[c.ID].PayloadDigest != c.SpecDigest {
+		t.Fatalf("actions name other specs: %+v", byTask)
+	}
+	if n := count(t, s, c.ID, "action_opened"); n != 1 {
+		t.Fatalf("%d actions opened for c", n)
+	}
+
 	// a's episode is charged 10 by its relay and ends: 30 given back, 10
 	// spent; b fits now (10 + 30 + 30 <= 80), c does not.
 	ep, err := s.CreateEpisode(ctx, NewEpisode{Spec: []byte(`{"intent":"a"}`), PolicyVersion: 1})
@@ -123,19 +142,48 @@ func TestReservationExhaustion(t *testing.T) {
 	if _, ok = claim(t, s, cl); ok {
 		t.Fatal("c was claimed over the budget")
 	}
-	// An emergency task may draw on the reserve: 10 + 60 + 30 = 100.
-	urgent2 := submitReserving(t, s, EmergencyPriority+1, 30)
-	if got, ok = claim(t, s, cl); !ok || got.ID != urgent2.ID {
-		t.Fatalf("emergency claim: %v %v", got.ID, ok)
+	if a, _ := s.Action(ctx, byTask[b.ID].ID); a.State != ActionSuperseded {
+		t.Fatalf("b's action after b was claimed: %s", a.State)
 	}
-	// Raising the cap lets c through; the books equal the tasks'.
-	raised := int64(200)
-	if _, err := s.SetProjectBudget(ctx, "calc", Caps{MaxSpend: &raised, Emergency: Reserve{SpendMicroUSD: 20}}); err != nil {
+	// The operator grants c the emergency reserve (10 + 60 + 30 = 100),
+	// once: a replay records nothing, a denial after it is refused.
+	ca := byTask[c.ID]
+	if got, err := s.ResolveTaskAction(ctx, ca.ID, true, "uid:0"); err != nil || got.State != ActionApproved {
+		t.Fatalf("approve: %+v, %v", got, err)
+	}
+	if _, err := s.ResolveTaskAction(ctx, ca.ID, true, "uid:0"); err != nil {
+		t.Fatalf("replayed approval: %v", err)
+	}
+	if n := count(t, s, c.ID, "task_emergency_granted"); n != 1 {
+		t.Fatalf("%d grants recorded", n)
+	}
+	if _, err := s.ResolveTaskAction(ctx, ca.ID, false, "uid:0"); code(err) != protocol.CodeIllegalTransition {
+		t.Fatalf("deny after approve: %v", err)
+	}
+	if got, ok = claim(t, s, cl); !ok || got.ID != c.ID || got.EmergencyGranted {
+		t.Fatalf("granted claim: %+v %v", got, ok)
+	}
+	// Spent: the next emergency-priority task does not fit (130 > 100);
+	// its Action, denied, cancels it.
+	urgent2 := submitReserving(t, s, EmergencyPriority+1, 30)
+	if _, ok = claim(t, s, cl); ok {
+		t.Fatal("a claim went past the cap")
+	}
+	acts, _ = s.Actions(ctx, uuid.Nil, false)
+	if len(acts) != 1 || *acts[0].TaskID != urgent2.ID {
+		t.Fatalf("open actions %+v", acts)
+	}
+	if _, err := s.ResolveTaskAction(ctx, acts[0].ID, false, "uid:0"); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok = claim(t, s, cl); !ok || got.ID != c.ID {
-		t.Fatalf("claim after raising the cap: %v %v", got.ID, ok)
+	if got, _ := s.Task(ctx, urgent2.ID); got.State != TaskCancelled {
+		t.Fatalf("denied task %s", got.State)
 	}
+	// An effect's Action is not answered this way.
+	if _, err := s.ResolveTaskAction(ctx, uuid.New(), true, "uid:0"); code(err) != protocol.CodeNotFound {
+		t.Fatalf("unknown action: %v", err)
+	}
+	// The books equal the tasks'.
 	tasks, _ := s.Tasks(ctx, TaskFilter{Project: "calc"})
 	var held, spent int64
 	for _, tk := range tasks {
@@ -145,7 +193,7 @@ func TestReservationExhaustion(t *testing.T) {
 		spent += tk.Spent.SpendMicroUSD
 		verifyTask(t, s, tk.ID)
 	}
-	if bg = budgetOf(t, s); bg.Reserved.SpendMicroUSD != held || bg.Spent.SpendMicroUSD != spent || held != 120 {
+	if bg = budgetOf(t, s); bg.Reserved.SpendMicroUSD != held || bg.Spent.SpendMicroUSD != spent || held != 90 {
 		t.Fatalf("budget %+v, tasks hold %d and spent %d", bg, held, spent)
 	}
 	// A budget set while a project's tasks run starts holding their

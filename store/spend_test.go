@@ -111,8 +111,8 @@ func TestSpendTotals(t *testing.T) {
 		ALTER TABLE egress_fetches DROP CONSTRAINT egress_fetches_outcome_check;
 		ALTER TABLE egress_fetches ADD CONSTRAINT egress_fetches_outcome_check CHECK (outcome IN ('fetched', 'cached', 'refused', 'failed'));
 		DELETE FROM schema_migrations WHERE version = 7;
-		DROP TABLE task_events; DROP TABLE tasks; DROP TABLE project_budgets; DELETE FROM schema_migrations WHERE version = 9;
-		DROP TABLE actions; DELETE FROM schema_migrations WHERE version = 8`); err != nil {
+		DROP TABLE actions; DROP TABLE task_events; DROP TABLE tasks; DROP TABLE project_budgets;
+		DELETE FROM schema_migrations WHERE version IN (8, 9)`); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := migrations.Apply(ctx, admin, embedded); err != nil || n != 4 {

@@ -70,7 +70,10 @@ type Task struct {
 	// Blocked says why the queue holds the task back (its project's
 	// budget cannot take its reserve), or is empty.
 	Blocked string `json:"blocked,omitempty"`
-	held    bool
+	// EmergencyGranted: an operator approved the task's budget Action; its
+	// next claim may draw on the emergency reserve, once.
+	EmergencyGranted bool `json:"emergency_granted,omitempty"`
+	held             bool
 	// Outcome is the final episode state (ended), or empty.
 	Outcome    string      `json:"outcome,omitempty"`
 	Reason     string      `json:"reason,omitempty"`
@@ -132,7 +135,7 @@ var projectName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 const taskCols = `id, project, priority, min_class, submitter, spec, spec_digest, state, claim_instance, claim_process,
 	claim_token, claim_expires_at, episode_id, episodes, attempts, takeovers, cancel_requested, outcome, reason,
 	ledger_seq, ledger_head, created_at, updated_at, ended_at, reserve_spend, reserve_tokens, reserve_wall_ms, held,
-	spent_spend, spent_tokens, spent_wall_ms, blocked`
+	spent_spend, spent_tokens, spent_wall_ms, blocked, emergency_granted`
 
 func scanTask(r pgx.Row) (Task, error) {
 	var t Task
@@ -146,7 +149,7 @@ func scanTask(r pgx.Row) (Task, error) {
 	err := r.Scan(&t.ID, &t.Project, &t.Priority, &t.MinClass, &t.Submitter, &spec, &t.SpecDigest, &t.State, &inst, &proc,
 		&token, &exp, &t.EpisodeID, &t.Episodes, &t.Attempts, &t.Takeovers, &t.CancelRequested, &outcome, &reason,
 		&t.LedgerHead.Seq, &head, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.Reserve.SpendMicroUSD, &t.Reserve.Tokens, &t.Reserve.WallMS,
-		&t.held, &t.Spent.SpendMicroUSD, &t.Spent.Tokens, &t.Spent.WallMS, &blocked)
+		&t.held, &t.Spent.SpendMicroUSD, &t.Spent.Tokens, &t.Spent.WallMS, &blocked, &t.EmergencyGranted)
 	if err != nil {
 		return t, err
 	}
@@ -223,10 +226,10 @@ func (m *ttask) save() error {
 	b.Queue(`UPDATE tasks SET state = $2, claim_instance = $3, claim_process = $4, claim_token = $5, claim_expires_at = $6,
 		episode_id = $7, episodes = $8, attempts = $9, takeovers = $10, cancel_requested = $11, outcome = $12, reason = $13,
 		ledger_seq = $14, ledger_head = $15, updated_at = $16, ended_at = $17, held = $18, spent_spend = $19, spent_tokens = $20,
-		spent_wall_ms = $21, blocked = $22 WHERE id = $1`,
+		spent_wall_ms = $21, blocked = $22, emergency_granted = $23 WHERE id = $1`,
 		m.t.ID, m.t.State, inst, proc, m.token, exp, m.t.EpisodeID, m.t.Episodes, m.t.Attempts, m.t.Takeovers,
 		m.t.CancelRequested, nullable(m.t.Outcome), nullable(m.t.Reason), m.t.LedgerHead.Seq, m.t.LedgerHead.Hash[:], m.now, m.t.EndedAt,
-		m.t.held, m.t.Spent.SpendMicroUSD, m.t.Spent.Tokens, m.t.Spent.WallMS, nullable(m.t.Blocked))
+		m.t.held, m.t.Spent.SpendMicroUSD, m.t.Spent.Tokens, m.t.Spent.WallMS, nullable(m.t.Blocked), m.t.EmergencyGranted)
 	br := m.tx.SendBatch(m.ctx, &b)
 	for i := 0; i < b.Len(); i++ {
 		if _, err := br.Exec(); err != nil {
@@ -247,6 +250,9 @@ func nullable(s string) *string {
 // end makes the task final.
 func (m *ttask) end(state TaskState, outcome, reason string) error {
 	if err := m.settle(); err != nil {
+		return err
+	}
+	if err := m.supersedeTaskAction(); err != nil {
 		return err
 	}
 	m.t.State, m.t.Outcome, m.t.Reason, m.t.Claim = state, outcome, clip(reason), nil
@@ -383,9 +389,14 @@ func (p *Postgres) ClaimTask(ctx context.Context, req Claim) (Task, bool, error)
 			return err
 		}
 		m.now = m.now.UTC()
-		m.t.State, m.t.Blocked = TaskClaimed, ""
+		// A grant of the emergency reserve is spent by this one claim.
+		emergency := m.t.EmergencyGranted
+		m.t.State, m.t.Blocked, m.t.EmergencyGranted = TaskClaimed, "", false
 		m.t.Claim = &TaskClaim{Instance: p.instance, Process: p.process, Token: m.token, ExpiresAt: m.now.Add(req.TTL)}
 		if err := m.hold(); err != nil {
+			return err
+		}
+		if err := m.supersedeTaskAction(); err != nil {
 			return err
 		}
 		takeover := t.EpisodeID != nil
@@ -395,7 +406,7 @@ func (p *Postgres) ClaimTask(ctx context.Context, req Claim) (Task, bool, error)
 			m.t.Attempts++
 		}
 		if err := m.emit("task_claimed", map[string]any{"instance": p.instance, "process": p.process, "token": m.token,
-			"takeover": takeover, "episode": t.EpisodeID, "expires_at": m.t.Claim.ExpiresAt}); err != nil {
+			"takeover": takeover, "episode": t.EpisodeID, "expires_at": m.t.Claim.ExpiresAt, "emergency_grant": emergency}); err != nil {
 			return err
 		}
 		if err := m.save(); err != nil {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -32,7 +33,11 @@ type Action struct {
 	ResolvedAt   *time.Time  `json:"resolved_at,omitempty"`
 	Episode      EpisodeView `json:"episode"`
 	Effect       EffectView  `json:"effect"`
-	Command      string      `json:"command,omitempty"`
+	// Task is the queued task a budget Action is about (Episode and
+	// Effect are then empty): approving it lets the task draw on its
+	// project's emergency reserve once, denying it cancels the task.
+	Task    *TaskView `json:"task,omitempty"`
+	Command string    `json:"command,omitempty"`
 }
 
 // ApproveCommand is the command that signs and records the approval of
@@ -61,6 +66,18 @@ func PendingActions(ctx context.Context, src ActionSource, limit int) ([]Action,
 func (s *Server) actionView(ctx context.Context, a store.Action) (Action, error) {
 	v := Action{ID: a.ID.String(), State: string(a.State), Reason: a.Reason, Priority: a.Priority, Revision: a.Revision, Epoch: a.Epoch,
 		Digest: a.PayloadDigest, SnoozedUntil: a.SnoozedUntil, Feedback: a.Feedback, CreatedAt: a.CreatedAt, ResolvedAt: a.ResolvedAt}
+	if a.TaskID != nil {
+		t, err := s.cfg.Store.Task(ctx, *a.TaskID)
+		if err != nil {
+			return Action{}, err
+		}
+		tv := taskView(t)
+		v.Task = &tv
+		if a.State == store.ActionPending {
+			v.Command = "autonomic action approve " + v.ID
+		}
+		return v, nil
+	}
 	ep, err := s.cfg.Store.Episode(ctx, a.EpisodeID)
 	if err != nil {
 		return Action{}, err
@@ -192,5 +209,51 @@ func (c *Client) SnoozeAction(ctx context.Context, id string, d time.Duration) (
 func (c *Client) DismissAction(ctx context.Context, id, feedback string) (Action, error) {
 	var out Action
 	err := c.do(ctx, http.MethodPost, "/v1/actions/"+url.PathEscape(id)+"/dismiss", nil, DismissRequest{Feedback: feedback}, &out)
+	return out, err
+}
+
+// ResolveRequest is POST /v1/actions/{id}/resolve's body: the answer to a
+// budget Action ("allow" or "deny"). An effect's Action is answered by a
+// signed approval (POST /v1/effects/{id}/approval) instead.
+type ResolveRequest struct {
+	Decision string `json:"decision"`
+}
+
+// resolveAction: POST /v1/actions/{id}/resolve, by the operator whose uid
+// the peer check read.
+func (s *Server) resolveAction(ctx context.Context, r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	var req ResolveRequest
+	if err := readBody(r, &req); err != nil {
+		return nil, err
+	}
+	if req.Decision != store.VerdictAllow && req.Decision != store.VerdictDeny {
+		return nil, protocol.Errorf(protocol.CodeInvalidField, "decision is allow or deny")
+	}
+	who := "operator"
+	if p := peerOf(ctx); p != nil {
+		who = fmt.Sprintf("operator uid %d", p.UID)
+	}
+	a, err := s.cfg.Store.ResolveTaskAction(ctx, id, req.Decision == store.VerdictAllow, who)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Queue != nil {
+		s.cfg.Queue.Poke()
+	}
+	return s.actionView(ctx, a)
+}
+
+// ResolveAction answers a budget Action (allow or deny).
+func (c *Client) ResolveAction(ctx context.Context, id string, allow bool) (Action, error) {
+	d := store.VerdictDeny
+	if allow {
+		d = store.VerdictAllow
+	}
+	var out Action
+	err := c.do(ctx, http.MethodPost, "/v1/actions/"+url.PathEscape(id)+"/resolve", nil, ResolveRequest{Decision: d}, &out)
 	return out, err
 }

@@ -92,7 +92,7 @@ func FuzzDecodeSpec(f *testing.F) {
 // again; what they may say (duration, feedback) the store checks next.
 func FuzzReadActionBodies(f *testing.F) {
 	for _, s := range []string{`{"seconds":3600}`, `{"feedback":"wrong_call"}`, `{"seconds":-1}`, `{"seconds":1e99}`,
-		`{"feedback":"x","feedback":"y"}`, `{"seconds":1,"extra":2}`, `[]`, ``} {
+		`{"feedback":"x","feedback":"y"}`, `{"seconds":1,"extra":2}`, `[]`, ``, `{"decision":"allow"}`, `{"decision":"deny","decision":"allow"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -112,6 +112,7 @@ func FuzzReadActionBodies(f *testing.F) {
 		}
 		check(&SnoozeRequest{}, &SnoozeRequest{})
 		check(&DismissRequest{}, &DismissRequest{})
+		check(&ResolveRequest{}, &ResolveRequest{})
 	})
 }
 

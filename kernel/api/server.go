@@ -51,6 +51,7 @@ type Store interface {
 	TaskEvents(ctx context.Context, id uuid.UUID) ([]ledger.Entry, error)
 	VerifyTaskLedger(ctx context.Context, id uuid.UUID) (ledger.Report, error)
 	ProjectBudgets(ctx context.Context) ([]store.ProjectBudget, error)
+	ResolveTaskAction(ctx context.Context, id uuid.UUID, allow bool, who string) (store.Action, error)
 }
 
 // Controller is the episode controller as the API needs it.
@@ -171,6 +172,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/actions/{id}", s.action)
 	s.route("POST /v1/actions/{id}/snooze", s.snoozeAction)
 	s.route("POST /v1/actions/{id}/dismiss", s.dismissAction)
+	s.route("POST /v1/actions/{id}/resolve", s.resolveAction)
 	s.route("POST /v1/tasks", s.submitTask)
 	s.route("GET /v1/tasks", s.listTasks)
 	s.route("GET /v1/tasks/{id}", s.task)

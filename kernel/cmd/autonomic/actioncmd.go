@@ -15,7 +15,8 @@ import (
 )
 
 const actionUsage = `usage: autonomic action list [--all] [--episode ID] | show ID
-       autonomic action approve|deny ID --key FILE --key-id ID
+       autonomic action approve|deny ID --key FILE --key-id ID   (an effect's: signed with your decision key)
+       autonomic action approve|deny ID                          (a task's budget: the emergency reserve, or cancel)
        autonomic action snooze ID --for DURATION
        autonomic action dismiss ID --feedback ` + "dont_ask_again|wrong_call|need_more_info|no_longer_relevant" + `
 `
@@ -41,7 +42,7 @@ func actionCmd(args []string, stdout, stderr io.Writer) int {
 	wantID := map[string]bool{"show": true, "approve": true, "deny": true, "snooze": true, "dismiss": true}
 	switch {
 	case err != nil, verb == "list" && len(pos) != 0, verb != "list" && (!wantID[verb] || len(pos) != 1),
-		(verb == "approve" || verb == "deny") && (*keyFile == "" || *keyID == ""),
+		(verb == "approve" || verb == "deny") && (*keyFile == "") != (*keyID == ""),
 		verb == "snooze" && *snooze <= 0, verb == "dismiss" && *feedback == "":
 		fmt.Fprint(stderr, actionUsage)
 		return 2
@@ -66,6 +67,11 @@ func actionCmd(args []string, stdout, stderr io.Writer) int {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ACTION\tSTATE\tPRIORITY\tOPERATION\tEPISODE\tREASON")
 		for _, a := range list {
+			if a.Task != nil {
+				fmt.Fprintf(tw, "%s\t%s\t%d\ttask %s may use project %s's emergency reserve\t-\t%s\n", a.ID, a.State, a.Priority,
+					a.Task.ID, a.Task.Project, a.Reason)
+				continue
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s on %s, effect %s rev %d\t%s\t%s\n", a.ID, a.State, a.Priority, a.Effect.Kind, a.Effect.TargetID,
 				a.Effect.ID, a.Revision, a.Episode.ID, a.Reason)
 		}
@@ -77,6 +83,18 @@ func actionCmd(args []string, stdout, stderr io.Writer) int {
 		out, err = c.Action(ctx, pos[0])
 		if err != nil {
 			return opFail(stderr, err)
+		}
+		if out.Task != nil {
+			// A budget Action: the operator's answer, by uid; no
+			// irreversible effect is signed here.
+			if out, err = c.ResolveAction(ctx, pos[0], verb == "approve"); err != nil {
+				return opFail(stderr, err)
+			}
+			break
+		}
+		if *keyFile == "" {
+			fmt.Fprint(stderr, actionUsage)
+			return 2
 		}
 		key, kerr := policy.LoadPrivateKey(*keyFile)
 		if kerr != nil {
@@ -113,8 +131,13 @@ func actionCmd(args []string, stdout, stderr io.Writer) int {
 		printJSON(stdout, out)
 		return 0
 	}
-	fmt.Fprintf(stdout, "action %s: %s — %s on %s, effect %s revision %d (epoch %d, payload %s), episode %s\n",
-		out.ID, out.State, out.Effect.Kind, out.Effect.TargetID, out.Effect.ID, out.Revision, out.Epoch, out.Digest, out.Episode.ID)
+	if out.Task != nil {
+		fmt.Fprintf(stdout, "action %s: %s — task %s (spec %s) may use project %s's emergency reserve once\n", out.ID, out.State,
+			out.Task.ID, out.Digest, out.Task.Project)
+	} else {
+		fmt.Fprintf(stdout, "action %s: %s — %s on %s, effect %s revision %d (epoch %d, payload %s), episode %s\n",
+			out.ID, out.State, out.Effect.Kind, out.Effect.TargetID, out.Effect.ID, out.Revision, out.Epoch, out.Digest, out.Episode.ID)
+	}
 	if out.SnoozedUntil != nil {
 		fmt.Fprintf(stdout, "snoozed until %s\n", out.SnoozedUntil.Format(time.RFC3339))
 	}

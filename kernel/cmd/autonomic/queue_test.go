@@ -90,7 +90,7 @@ type queueRig struct {
 	keyID, pub      string
 }
 
-func newQueueRig(t *testing.T, ctx context.Context) *queueRig {
+func newQueueRig(t testing.TB, ctx context.Context) *queueRig {
 	t.Helper()
 	privileged.Require(t)
 	tmp, err := os.MkdirTemp("", "autonomic-queue-")
@@ -135,7 +135,7 @@ func (r *queueRig) spec(n int, sleep time.Duration) json.RawMessage {
 }
 
 // start runs a kernel process as a new host.
-func (r *queueRig) start(t *testing.T, ctx context.Context, name string) *host {
+func (r *queueRig) start(t testing.TB, ctx context.Context, name string) *host {
 	t.Helper()
 	bed, err := testbed.New(ctx, testbed.Options{Spec: "rootfs-builder/specs/worker.json"})
 	if err != nil {
@@ -188,7 +188,7 @@ func (r *queueRig) start(t *testing.T, ctx context.Context, name string) *host {
 
 // restart starts a new kernel process on h's host (its state_dir,
 // launcher and configuration), as systemd would after a reboot.
-func (h *host) restart(t *testing.T, ctx context.Context) *host {
+func (h *host) restart(t testing.TB, ctx context.Context) *host {
 	t.Helper()
 	n := &host{name: h.name + "-restarted", cfgPath: h.cfgPath, state: h.state, bed: h.bed, c: h.c, done: make(chan struct{})}
 	t.Cleanup(n.stop)
@@ -197,7 +197,7 @@ func (h *host) restart(t *testing.T, ctx context.Context) *host {
 }
 
 // launch runs the host's kernel process and waits until its API answers.
-func (h *host) launch(t *testing.T, ctx context.Context) {
+func (h *host) launch(t testing.TB, ctx context.Context) {
 	t.Helper()
 	var err error
 	if h.log, err = os.Create(filepath.Join(filepath.Dir(h.cfgPath), h.name+".log")); err != nil {
@@ -540,5 +540,53 @@ func TestRunSurvivesInterrupt(t *testing.T) {
 	}
 	if uuid.Validate(id) != nil {
 		t.Errorf("task id %q", id)
+	}
+}
+
+// BenchmarkQueueThroughput is issue 25 §4's throughput: tasks per minute
+// through the whole queue (submit, claim, episode start in a domain, a
+// no-op worker, end) with one kernel against three on one database, side
+// by side in the same run. Each op is one round of 24 tasks.
+func BenchmarkQueueThroughput(b *testing.B) {
+	for _, kernels := range []int{1, 3} {
+		b.Run(fmt.Sprintf("kernels=%d", kernels), func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+			defer cancel()
+			r := newQueueRig(b, ctx)
+			var hosts []*host
+			for i := 0; i < kernels; i++ {
+				hosts = append(hosts, r.start(b, ctx, fmt.Sprintf("bench-%d", i)))
+			}
+			const round = 24
+			// A no-op agent: it changes nothing, so its harvest ends the
+			// episode nothing_to_commit at once.
+			noop := func(n int) json.RawMessage {
+				s, _ := json.Marshal(episode.Spec{OriginIntent: "no-op", Repo: r.repo, BaseOID: r.base, Policy: r.policy,
+					Envelope: r.grant, Argv: []string{"/bin/true"}, LeaseTTL: time.Hour, MaxRepairs: 1,
+					Harvest: &episode.HarvestSpec{TargetID: "repo", Ref: fmt.Sprintf("refs/heads/task/noop-%d", n), Create: true}})
+				return s
+			}
+			b.ResetTimer()
+			var total time.Duration
+			for i := 0; i < b.N; i++ {
+				began := time.Now()
+				ids := make([]string, round)
+				for j := range ids {
+					tk, err := hosts[j%kernels].c.SubmitTask(ctx, api.TaskRequest{Project: "bench", MinClass: 3, Spec: noop(i*round + j)})
+					if err != nil {
+						b.Fatal(err)
+					}
+					ids[j] = tk.ID.String()
+				}
+				for _, id := range ids {
+					if _, err := hosts[0].c.WaitTask(ctx, id, 50*time.Millisecond); err != nil {
+						b.Fatal(err)
+					}
+				}
+				total += time.Since(began)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(round*b.N)/total.Minutes(), "tasks/min")
+		})
 	}
 }

@@ -36,6 +36,9 @@ CREATE TABLE tasks (
   spent_tokens     bigint NOT NULL CHECK (spent_tokens >= 0),
   spent_wall_ms    bigint NOT NULL CHECK (spent_wall_ms >= 0),
   blocked          text,
+  -- An operator granted this task its project's emergency reserve, once
+  -- (its budget Action approved): its next claim may draw on it.
+  emergency_granted boolean NOT NULL DEFAULT false,
   outcome          text,
   reason           text,
   ledger_seq       bigint NOT NULL CHECK (ledger_seq >= 0),
@@ -73,6 +76,18 @@ CREATE TABLE project_budgets (
   exhausted_at    timestamptz,
   updated_at      timestamptz NOT NULL
 );
+
+-- An Action may name a task instead of an effect: a queued task its
+-- project's budget holds back waits on an operator (approve: the task may
+-- draw on the emergency reserve, once; deny: it is cancelled). Its exact
+-- operation is the task, its spec digest (payload_digest), its project
+-- (target_id) and its reserve (target).
+ALTER TABLE actions ADD COLUMN task_id uuid REFERENCES tasks (id);
+ALTER TABLE actions ALTER COLUMN episode_id DROP NOT NULL, ALTER COLUMN effect_id DROP NOT NULL,
+  ALTER COLUMN revision DROP NOT NULL, ALTER COLUMN epoch DROP NOT NULL;
+ALTER TABLE actions ADD CHECK ((effect_id IS NULL) <> (task_id IS NULL));
+ALTER TABLE actions ADD CHECK (task_id IS NOT NULL OR (episode_id IS NOT NULL AND revision IS NOT NULL AND epoch IS NOT NULL));
+CREATE UNIQUE INDEX actions_task_pending ON actions (task_id) WHERE task_id IS NOT NULL AND state = 'pending';
 
 -- Each task's ledger, hashed like the episodes' (store/ledger), append-only
 -- by trigger and by grant.
