@@ -37,9 +37,9 @@ type Action struct {
 	// TaskID names the task a budget Action is about (EffectID, EpisodeID,
 	// Revision and Epoch are then zero): Kind is TaskBudgetKind, TargetID
 	// its project, PayloadDigest its spec digest, Target its reserve.
-	TaskID *uuid.UUID `json:"task_id,omitempty"`
-	CreatedAt     time.Time       `json:"created_at"`
-	ResolvedAt    *time.Time      `json:"resolved_at,omitempty"`
+	TaskID     *uuid.UUID `json:"task_id,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
 }
 
 // ActionState is where an Action stands.
