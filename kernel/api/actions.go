@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -233,11 +232,7 @@ func (s *Server) resolveAction(ctx context.Context, r *http.Request) (any, error
 	if req.Decision != store.VerdictAllow && req.Decision != store.VerdictDeny {
 		return nil, protocol.Errorf(protocol.CodeInvalidField, "decision is allow or deny")
 	}
-	who := "operator"
-	if p := peerOf(ctx); p != nil {
-		who = fmt.Sprintf("operator uid %d", p.UID)
-	}
-	a, err := s.cfg.Store.ResolveTaskAction(ctx, id, req.Decision == store.VerdictAllow, who)
+	a, err := s.cfg.Store.ResolveTaskAction(ctx, id, req.Decision == store.VerdictAllow, operatorName(ctx))
 	if err != nil {
 		return nil, err
 	}

@@ -392,11 +392,7 @@ func endRequest(ctx context.Context, r *http.Request) (uuid.UUID, string, error)
 	if req.Reason == "" || len(req.Reason) > 200 {
 		return id, "", protocol.Errorf(protocol.CodeInvalidField, "reason must be 1..200 bytes")
 	}
-	reason := "operator: " + req.Reason
-	if p := peerOf(ctx); p != nil {
-		reason = fmt.Sprintf("operator uid %d: %s", p.UID, req.Reason)
-	}
-	return id, reason, nil
+	return id, operatorName(ctx) + ": " + req.Reason, nil
 }
 
 // complete ends an episode as completed. Only the kernel driving it may:

@@ -118,11 +118,7 @@ func (s *Server) cancelTask(ctx context.Context, r *http.Request) (any, error) {
 	if err := readBody(r, nil); err != nil {
 		return nil, err
 	}
-	who := "operator"
-	if p := peerOf(ctx); p != nil {
-		who = fmt.Sprintf("operator uid %d", p.UID)
-	}
-	t, err := s.cfg.Store.CancelTask(ctx, id, who)
+	t, err := s.cfg.Store.CancelTask(ctx, id, operatorName(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -240,4 +236,13 @@ func (c *Client) Budgets(ctx context.Context) ([]store.ProjectBudget, error) {
 	var out []store.ProjectBudget
 	err := c.do(ctx, http.MethodGet, "/v1/budgets", nil, nil, &out)
 	return out, err
+}
+
+// operatorName names the API peer in the ledger: its uid, which the peer
+// check read from the socket.
+func operatorName(ctx context.Context) string {
+	if p := peerOf(ctx); p != nil {
+		return fmt.Sprintf("operator uid %d", p.UID)
+	}
+	return "operator"
 }
