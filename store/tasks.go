@@ -442,6 +442,23 @@ func (p *Postgres) StartTask(ctx context.Context, id uuid.UUID, token int64, epi
 	})
 }
 
+// ResumeTask gives back a takeover claim whose episode's kernel renewed
+// after all (the taker could not take its ownership): the task runs that
+// episode again, and the claim does not count as a takeover.
+func (p *Postgres) ResumeTask(ctx context.Context, id uuid.UUID, token int64, reason string) (Task, error) {
+	return p.mutateTask(ctx, "resume_task", id, func(m *ttask) error {
+		if err := p.requireClaim(m, token); err != nil {
+			return err
+		}
+		if m.t.State != TaskClaimed || m.t.EpisodeID == nil {
+			return protocol.Errorf(protocol.CodeIllegalTransition, "task is %s, not claimed for a takeover", m.t.State)
+		}
+		m.t.State = TaskRunning
+		m.t.Takeovers--
+		return m.emit("task_takeover_refused", map[string]any{"episode": m.t.EpisodeID, "reason": clip(reason), "token": token})
+	})
+}
+
 // ReleaseTask gives a claimed task up: back to the queue (the kernel could
 // not start it now), or failed (it cannot start anywhere: reason says why).
 func (p *Postgres) ReleaseTask(ctx context.Context, id uuid.UUID, token int64, requeue bool, reason string) (Task, error) {

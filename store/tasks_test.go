@@ -189,6 +189,26 @@ func TestTaskTakeover(t *testing.T) {
 	if !ok || got.EpisodeID == nil || *got.EpisodeID != ep.ID || got.Takeovers != 1 || got.Attempts != 2 {
 		t.Fatalf("takeover claim = %+v", got)
 	}
+	// Its owner comes back before the taker takes the episode: the taker
+	// is refused, and gives the task back to the episode that runs it,
+	// not counted as a takeover.
+	if _, err := b.AcquireOwnership(ctx, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AcquireOwnership(ctx, ep.ID); !isCode(err, protocol.CodeStaleAuthority) {
+		t.Fatalf("the taker took a renewed episode: %v", err)
+	}
+	if got, err = a.ResumeTask(ctx, tk.ID, got.Claim.Token, "owner renewed"); err != nil || got.State != TaskRunning || got.Takeovers != 0 {
+		t.Fatalf("resume = %+v, %v", got, err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if sw, _ = a.SweepTasks(ctx, 0); len(sw.Requeued) != 1 {
+		t.Fatalf("sweep after the owner died again = %+v", sw)
+	}
+	got, ok = claim(t, a, Claim{MaxClass: 3})
+	if !ok || got.Takeovers != 1 {
+		t.Fatalf("second takeover claim = %+v", got)
+	}
 	// The taker holds the episode; the dead host's handle is fenced.
 	if _, err := a.AcquireOwnership(ctx, ep.ID); err != nil {
 		t.Fatal(err)

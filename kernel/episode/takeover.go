@@ -38,7 +38,9 @@ func (k *Controller) TakeOver(ctx context.Context, id uuid.UUID, reason string) 
 		return "", "", err
 	}
 	if rec.State != store.EpisodeActive {
-		return rec.State, "", nil
+		// Ended meanwhile (its own kernel came back and finished it):
+		// its recorded end is the task's.
+		return rec.State, k.endReason(ctx, id), nil
 	}
 	adv, err := st.AdvanceEpoch(ctx, store.AdvanceEpoch{EpisodeID: id, FromEpoch: rec.Epoch, Reason: "host lost: " + reason})
 	if err != nil {
@@ -62,4 +64,21 @@ func (k *Controller) TakeOver(ctx context.Context, id uuid.UUID, reason string) 
 	}
 	k.log.Info("episode taken over from a lost host", "episode", id, "ended", string(end.State), "staled", len(adv.StaledEffects))
 	return end.State, end.Reason, nil
+}
+
+// endReason is the reason the episode's ledger recorded for its end.
+func (k *Controller) endReason(ctx context.Context, id uuid.UUID) string {
+	evs, err := k.cfg.Store.Events(ctx, id)
+	if err != nil {
+		return ""
+	}
+	for i := len(evs) - 1; i >= 0; i-- {
+		var b struct {
+			Reason string `json:"reason"`
+		}
+		if evs[i].Kind == "episode_ended" && json.Unmarshal(evs[i].Body, &b) == nil {
+			return b.Reason
+		}
+	}
+	return ""
 }

@@ -19,6 +19,7 @@ type Store interface {
 	ClaimTask(ctx context.Context, req store.Claim) (store.Task, bool, error)
 	StartTask(ctx context.Context, id uuid.UUID, token int64, episode uuid.UUID) (store.Task, error)
 	ReleaseTask(ctx context.Context, id uuid.UUID, token int64, requeue bool, reason string) (store.Task, error)
+	ResumeTask(ctx context.Context, id uuid.UUID, token int64, reason string) (store.Task, error)
 	EndTask(ctx context.Context, id, episode uuid.UUID, state store.EpisodeState, reason string) (store.Task, error)
 	HeartbeatTasks(ctx context.Context, ttl time.Duration) ([]store.Task, error)
 	SweepTasks(ctx context.Context, grace time.Duration) (store.TaskSweep, error)
@@ -183,9 +184,15 @@ func (r *Runner) run(ctx context.Context, t store.Task) error {
 	if t.EpisodeID != nil {
 		state, reason, err := r.cfg.Episodes.TakeOver(ctx, *t.EpisodeID, "its task was taken over by "+t.Claim.Instance)
 		if err != nil {
-			// Its owner renews after all, or the store failed: the task
-			// goes back, and the sweep decides again.
-			_, rerr := st.ReleaseTask(ctx, t.ID, token, true, "takeover: "+err.Error())
+			// Its owner renewed after all: the task runs that episode
+			// again (the sweep decides anew if the owner stops). Any
+			// other failure sends it back to the queue.
+			var rerr error
+			if errors.Is(err, protocol.E(protocol.CodeStaleAuthority)) {
+				_, rerr = st.ResumeTask(ctx, t.ID, token, err.Error())
+			} else {
+				_, rerr = st.ReleaseTask(ctx, t.ID, token, true, "takeover: "+err.Error())
+			}
 			return errors.Join(fmt.Errorf("takeover of episode %s: %w", *t.EpisodeID, err), rerr)
 		}
 		landed := state == store.EpisodeCompleted
