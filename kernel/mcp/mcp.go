@@ -19,7 +19,7 @@ const Version = "1"
 
 // Tools are the names of every tool the server offers, in the order listed.
 var Tools = []string{"episodes_list", "episode_show", "effects_list", "effect_show", "events_tail", "ledger_verify", "egress_list",
-	"episode_start", "patch_show", "actions_list"}
+	"episode_start", "patch_show", "actions_list", "tasks_list", "task_show", "task_submit"}
 
 // maxLimit bounds a list a caller asks for.
 const maxLimit = 500
@@ -36,6 +36,24 @@ type API interface {
 	Start(ctx context.Context, spec json.RawMessage) (api.EpisodeView, error)
 	Patch(ctx context.Context, effectID string) (api.PatchView, error)
 	Actions(ctx context.Context, episodeID string, all bool) ([]api.Action, error)
+	Tasks(ctx context.Context, state, project string, limit int) ([]api.TaskView, error)
+	Task(ctx context.Context, id string) (api.TaskView, error)
+	SubmitTask(ctx context.Context, req api.TaskRequest) (api.TaskView, error)
+}
+
+// SubmitIn queues a task.
+type SubmitIn struct {
+	Spec     map[string]any `json:"spec" jsonschema:"the episode spec (an object), its policy signed by an operator's key; the kernel verifies it"`
+	Project  string         `json:"project,omitempty" jsonschema:"the task's project, whose caps and budget it counts against (default: default)"`
+	Priority int            `json:"priority,omitempty" jsonschema:"higher runs first (-1000 to 1000)"`
+	MinClass int            `json:"min_class,omitempty" jsonschema:"the autonomy class the task needs: a kernel claims it only when its autonomy allows it"`
+}
+
+// TasksIn lists tasks.
+type TasksIn struct {
+	State   string `json:"state,omitempty" jsonschema:"only tasks in this state (queued, claimed, running, ended, cancelled, failed)"`
+	Project string `json:"project,omitempty" jsonschema:"only this project's tasks"`
+	Limit   int    `json:"limit,omitempty" jsonschema:"how many, newest first (1 to 500; default 50)"`
 }
 
 // StartIn starts an episode.
@@ -176,6 +194,39 @@ func New(a API) *sdk.Server {
 			}
 			v, err := api.PendingActions(ctx, a, n)
 			return wrap(map[string]any{"actions": nonNil(v)}, err)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "tasks_list", Description: "The queue's tasks, newest first: state, project, priority, the episodes they ran, what they reserve and spent, why one is held back."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in TasksIn) (*sdk.CallToolResult, any, error) {
+			n, err := limit(in.Limit)
+			if err != nil {
+				return nil, nil, err
+			}
+			v, err := a.Tasks(ctx, in.State, in.Project, n)
+			return wrap(map[string]any{"tasks": nonNil(v)}, err)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "task_show", Description: "One task: its state, claim, episodes and, once ended, its outcome."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in IDIn) (*sdk.CallToolResult, any, error) {
+			if err := isID(in.ID); err != nil {
+				return nil, nil, err
+			}
+			v, err := a.Task(ctx, in.ID)
+			return wrap(v, err)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "task_submit", Description: "Queue a task: an episode spec whose policy an operator signed. Any kernel of the database " +
+		"with a free slot runs it, another takes it over if that kernel is lost. The tool grants nothing: the kernel admits only what the signed policy allows."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in SubmitIn) (*sdk.CallToolResult, any, error) {
+			if in.Spec == nil {
+				return nil, nil, invalid("spec must be a JSON object")
+			}
+			raw, err := json.Marshal(in.Spec)
+			if err != nil {
+				return nil, nil, invalid("spec")
+			}
+			if in.Project == "" {
+				in.Project = "default"
+			}
+			v, err := a.SubmitTask(ctx, api.TaskRequest{Project: in.Project, Priority: in.Priority, MinClass: in.MinClass, Spec: raw})
+			return wrap(v, err)
 		})
 	return s
 }

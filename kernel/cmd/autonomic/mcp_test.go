@@ -122,6 +122,7 @@ func TestMCPToolsAgainstARunningKernel(t *testing.T) {
 		{"ledger_verify", map[string]any{"episode_id": k.episodeID}, `"ok":true`},
 		{"egress_list", map[string]any{"episode_id": k.episodeID}, `"fetches":[]`},
 		{"actions_list", map[string]any{"limit": 5}, `"actions":[]`},
+		{"tasks_list", map[string]any{"limit": 5}, `"tasks":[]`},
 	} {
 		text, isErr := call(t, cs, c.tool, c.args)
 		if isErr || !strings.Contains(text, c.want) {
@@ -146,6 +147,11 @@ func TestMCPToolsAgainstARunningKernel(t *testing.T) {
 		// which says so (a controller's refusals of unsigned policies are
 		// TestServeRunsEpisodes's).
 		{"episode_start", map[string]any{"spec": map[string]any{"origin_intent": "x"}}, "unknown_action"},
+		{"task_submit", map[string]any{"spec": map[string]any{"origin_intent": "x"}}, "unknown_action"},
+		{"task_submit", map[string]any{"spec": 7}, "spec"},
+		{"tasks_list", map[string]any{"state": "sleeping"}, "invalid_field"},
+		{"task_show", map[string]any{"id": "00000000-0000-0000-0000-000000000000"}, "not_found"},
+		{"task_show", map[string]any{"id": "../x"}, "invalid_field"},
 	} {
 		text, isErr := call(t, cs, c.tool, c.args)
 		if !isErr || !strings.Contains(text, c.want) {
