@@ -254,8 +254,10 @@ func TestMCPBoundedByTheCallersAPIPermissions(t *testing.T) {
 			args = map[string]any{"id": k.episodeID}
 		case "effect_show", "patch_show":
 			args = map[string]any{"id": k.effectID}
-		case "actions_list":
-		case "episode_start":
+		case "actions_list", "tasks_list":
+		case "task_show":
+			args = map[string]any{"id": k.episodeID}
+		case "episode_start", "task_submit":
 			args = map[string]any{"spec": map[string]any{"origin_intent": "x"}}
 		default:
 			args = map[string]any{"episode_id": k.episodeID}
