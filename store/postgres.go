@@ -201,3 +201,7 @@ func prefixed(alias, cols string) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// Instance names the kernel instance this handle acts for (its ownership
+// leases and task claims).
+func (p *Postgres) Instance() string { return p.instance }

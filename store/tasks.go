@@ -731,7 +731,3 @@ func (p *Postgres) VerifyTaskLedger(ctx context.Context, id uuid.UUID) (ledger.R
 
 // String names a task in logs.
 func (t Task) String() string { return fmt.Sprintf("task %s (%s, %s)", t.ID, t.Project, t.State) }
-
-// Instance names the kernel instance this handle acts for (its ownership
-// leases and task claims).
-func (p *Postgres) Instance() string { return p.instance }

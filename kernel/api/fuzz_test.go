@@ -16,12 +16,7 @@ import (
 func FuzzReadBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req AbortRequest
-		err := readBody(httptest.NewRequest("POST", "/", bytes.NewReader(b)), &req)
-		if err != nil {
-			var pe *protocol.Error
-			if !errors.As(err, &pe) || !protocol.Known(pe.Code) {
-				t.Fatalf("refusal outside the catalogue: %v", err)
-			}
+		if !decodeOrRefuse(t, b, &req) {
 			return
 		}
 		again, _ := json.Marshal(req)
@@ -39,12 +34,7 @@ func FuzzReadBody(f *testing.F) {
 func FuzzReadApproval(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var a protocol.Approval
-		err := readBody(httptest.NewRequest("POST", "/", bytes.NewReader(b)), &a)
-		if err != nil {
-			var pe *protocol.Error
-			if !errors.As(err, &pe) || !protocol.Known(pe.Code) {
-				t.Fatalf("refusal outside the catalogue: %v", err)
-			}
+		if !decodeOrRefuse(t, b, &a) {
 			return
 		}
 		again, _ := json.Marshal(a)
@@ -97,12 +87,7 @@ func FuzzReadActionBodies(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		check := func(req, back any) {
-			err := readBody(httptest.NewRequest("POST", "/", bytes.NewReader(b)), req)
-			if err != nil {
-				var pe *protocol.Error
-				if !errors.As(err, &pe) || !protocol.Known(pe.Code) {
-					t.Fatalf("refusal outside the catalogue: %v", err)
-				}
+			if !decodeOrRefuse(t, b, req) {
 				return
 			}
 			again, _ := json.Marshal(req)
@@ -123,12 +108,7 @@ func FuzzReadActionBodies(f *testing.F) {
 func FuzzReadTaskRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req TaskRequest
-		err := readBody(httptest.NewRequest("POST", "/", bytes.NewReader(b)), &req)
-		if err != nil {
-			var pe *protocol.Error
-			if !errors.As(err, &pe) || !protocol.Known(pe.Code) {
-				t.Fatalf("refusal outside the catalogue: %v", err)
-			}
+		if !decodeOrRefuse(t, b, &req) {
 			return
 		}
 		again, _ := json.Marshal(req)
@@ -143,4 +123,19 @@ func FuzzReadTaskRequest(f *testing.F) {
 			t.Fatalf("accepted %q as %+v, its re-encoding as %+v", b, req, back)
 		}
 	})
+}
+
+// decodeOrRefuse reads b into v as the API reads a body: false when it is
+// refused, which must be with a catalogue error.
+func decodeOrRefuse(t *testing.T, b []byte, v any) bool {
+	t.Helper()
+	err := readBody(httptest.NewRequest("POST", "/", bytes.NewReader(b)), v)
+	if err == nil {
+		return true
+	}
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || !protocol.Known(pe.Code) {
+		t.Fatalf("refusal outside the catalogue: %v", err)
+	}
+	return false
 }

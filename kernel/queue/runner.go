@@ -130,20 +130,16 @@ func (r *Runner) Tick(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	busy := 0
-	for _, t := range held {
-		if !t.State.Done() {
-			busy++
-		}
-	}
-	// Tasks this tick ended are no longer running here.
+	// Every task held is claimed or running here, but for those this
+	// tick's sweep ended.
 	ended := map[uuid.UUID]bool{}
 	for _, id := range sw.Ended {
 		ended[id] = true
 	}
+	busy := 0
 	for _, t := range held {
-		if ended[t.ID] {
-			busy--
+		if !ended[t.ID] {
+			busy++
 		}
 	}
 	for ; busy < r.cfg.Slots; busy++ {
