@@ -221,3 +221,49 @@ func TestReservationExhaustion(t *testing.T) {
 		t.Fatalf("negative reserve: %v", err)
 	}
 }
+
+// TestBudgetActionSnoozeAndDismiss: a budget Action snoozes off the open
+// list and is dismissed with feedback, both recorded in its task's
+// ledger; dismissal grants nothing (the task stays held back).
+func TestBudgetActionSnoozeAndDismiss(t *testing.T) {
+	e := newEnv(t)
+	s := e.store
+	ctx := ctxT(t)
+	spendCap := int64(10)
+	if _, err := s.SetProjectBudget(ctx, "calc", Caps{MaxSpend: &spendCap}); err != nil {
+		t.Fatal(err)
+	}
+	tk := submitReserving(t, s, 0, 20)
+	if _, ok := claim(t, s, Claim{MaxClass: 3, TTL: time.Minute}); ok {
+		t.Fatal("claimed over the budget")
+	}
+	open, err := s.Actions(ctx, uuid.Nil, false)
+	if err != nil || len(open) != 1 {
+		t.Fatalf("open %+v, %v", open, err)
+	}
+	a := open[0]
+	if got, err := s.SnoozeAction(ctx, a.ID, time.Hour); err != nil || got.SnoozedUntil == nil {
+		t.Fatalf("snooze %+v, %v", got, err)
+	}
+	if open, _ = s.Actions(ctx, uuid.Nil, false); len(open) != 0 {
+		t.Fatalf("a snoozed action is open: %+v", open)
+	}
+	if all, _ := s.Actions(ctx, uuid.Nil, true); len(all) != 1 {
+		t.Fatalf("all actions %+v", all)
+	}
+	if got, err := s.DismissAction(ctx, a.ID, "need_more_info"); err != nil || got.State != ActionDismissed {
+		t.Fatalf("dismiss %+v, %v", got, err)
+	}
+	if _, err := s.DismissAction(ctx, a.ID, "need_more_info"); code(err) != protocol.CodeIllegalTransition {
+		t.Fatalf("second dismissal: %v", err)
+	}
+	if got, _ := s.Task(ctx, tk.ID); got.State != TaskQueued || got.Blocked == "" || got.EmergencyGranted {
+		t.Fatalf("a dismissal moved the task: %+v", got)
+	}
+	for _, kind := range []string{"action_opened", "action_snoozed", "action_dismissed"} {
+		if n := count(t, s, tk.ID, kind); n != 1 {
+			t.Fatalf("%d %s events in the task's ledger", n, kind)
+		}
+	}
+	verifyTask(t, s, tk.ID)
+}
