@@ -72,8 +72,21 @@ func (l *launcher) checkpoint() error {
 // mtimes in whole seconds, no user or group names. Whiteouts (0/0 character
 // devices) and opaque markers are kept, so a restore reproduces deletions.
 func (l *launcher) archive(upper int, base uint32, holder string) (*protocol.CheckpointResult, error) {
-	// The store's lock makes its total, the holder's and this archive one
-	// decision: two checkpoints can never each see room for itself alone.
+	return l.store(holder, "", func(f *os.File, room int64) (int, error) {
+		spec := archiver.Spec{MaxEntries: l.cfg.MaxCheckpointEntries, MaxBytes: l.cfg.MaxCheckpointBytes, Room: room, MaxData: int64(l.cfg.DiskBytes)}
+		// The domain's cgroup is frozen, and a helper born in it would be
+		// too: an archive's helper stays in the launcher's.
+		return l.runHelper(base, spec, upper, f, -1)
+	})
+}
+
+// store puts an archive into the checkpoint store, held by holder: fill
+// writes it to a temporary file, given the room holder has left, and
+// returns its entries; it is published under its digest, which must be
+// want when want is set. The store's lock, held until the launcher exits,
+// makes its total, the holder's and this archive one decision: two
+// archives can never each see room for itself alone.
+func (l *launcher) store(holder, want string, fill func(f *os.File, room int64) (int, error)) (*protocol.CheckpointResult, error) {
 	if err := lockDomain(l.state.checkpoints, l.deadline); err != nil {
 		return nil, err
 	}
@@ -107,15 +120,12 @@ func (l *launcher) archive(upper int, base uint32, holder string) (*protocol.Che
 	if err := errors.Join(unix.Fchown(fd, 0, int(l.cfg.WorkspaceOwnerGID)), unix.Fchmod(fd, 0o640)); err != nil {
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "create checkpoint: %w", err)
 	}
-	spec := archiver.Spec{MaxEntries: l.cfg.MaxCheckpointEntries, MaxBytes: l.cfg.MaxCheckpointBytes, Room: room, MaxData: int64(l.cfg.DiskBytes)}
-	// The domain's cgroup is frozen, and a helper born in it would be too:
-	// an archive's helper stays in the launcher's.
-	entries, err := l.runHelper(base, spec, upper, f, -1)
+	entries, err := fill(f, room)
 	if err != nil {
 		return nil, err
 	}
-	// The helper is less trusted than we are: its caps are checked again,
-	// and the digest is ours, of the bytes as stored.
+	// Whoever filled it is less trusted than we are: the caps are checked
+	// again, and the digest is ours, of the bytes as stored.
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Size > l.cfg.MaxCheckpointBytes || st.Size > room {
 		return nil, protocol.E(protocol.CodeCheckpointTooLarge)
@@ -128,6 +138,9 @@ func (l *launcher) archive(upper int, base uint32, holder string) (*protocol.Che
 		return nil, protocol.Errorf(protocol.CodeLauncherFailed, "hash checkpoint: %w", err)
 	}
 	digest := hex.EncodeToString(h.Sum(nil))
+	if want != "" && digest != want {
+		return nil, protocol.E(protocol.CodeCheckpointCorrupt)
+	}
 	// The hold first: an archive is never in the store unheld, so a
 	// release by another holder of the same digest cannot delete it.
 	if err := l.hold(holder, digest); err != nil {

@@ -25,6 +25,10 @@
 //     hostile worker made, never runs as host root: a helper holding only
 //     the domain's ids does (checkpoint.go); root keeps the store and the
 //     digest.
+//   - import reads only <workspaces_root>/imports/<digest>.tar, and only if
+//     it is the kernel's own regular file with one link on that root's
+//     mount; it stores the bytes it copied, and only under the digest they
+//     hash to, and never changes or removes the kernel's file.
 //   - The worker starts with no capabilities, no_new_privs, a new session,
 //     descriptors 0-2 only, an allowlisted environment, the mandatory
 //     seccomp floor and the requested profile; it never runs a shell string.
@@ -35,5 +39,5 @@
 // monitor, init and stage talk), init.go (the domain's PID 1), stage.go (the
 // last step before the worker's execve), monitor.go and notify.go (the
 // monitor's life), lifecycle.go, cgroup.go, state.go, checkpoint.go,
-// preflight.go.
+// import.go, preflight.go.
 package main

@@ -70,6 +70,7 @@ func handlers() map[string]func(*launcher) error {
 		protocol.ActionDestroy:    (*launcher).destroy,
 		protocol.ActionInspect:    (*launcher).inspect,
 		protocol.ActionRelease:    (*launcher).release,
+		protocol.ActionImport:     (*launcher).importArchive,
 	}
 }
 

@@ -178,7 +178,7 @@ func TestAdmitLauncherRequest(t *testing.T) {
 		{"protocol negative", doc(with(minimal("preflight"), "protocol", -1)), CodeUnsupportedVersion, ""},
 		{"protocol minus zero", raw(`{"protocol":-0,"action":"preflight","request_id":"r"}`), CodeUnsupportedVersion, ""},
 		{"protocol zero", doc(with(minimal("preflight"), "protocol", 0)), CodeUnsupportedVersion, ""},
-		{"protocol 3", doc(with(minimal("preflight"), "protocol", 3)), CodeUnsupportedVersion, ""},
+		{"protocol 4", doc(with(minimal("preflight"), "protocol", 4)), CodeUnsupportedVersion, ""},
 		{"protocol huge", raw(`{"protocol":99999999999999999999999999,"action":"preflight","request_id":"r"}`), CodeUnsupportedVersion, ""},
 		{"protocol max int64+1", raw(`{"protocol":9223372036854775808,"action":"preflight","request_id":"r"}`), CodeUnsupportedVersion, ""},
 		{"unsupported version checked before action", raw(`{"protocol":7,"action":"no-such","request_id":"r","junk":1}`), CodeUnsupportedVersion, ""},
@@ -300,7 +300,7 @@ func TestDecodeStrictEmbedded(t *testing.T) {
 }
 
 func ExampleSchema_Admit() {
-	_, err := LauncherRequestSchema().Admit([]byte(`{"protocol":3,"action":"preflight","request_id":"r"}`))
+	_, err := LauncherRequestSchema().Admit([]byte(`{"protocol":4,"action":"preflight","request_id":"r"}`))
 	fmt.Println(AsWire(err).Code)
 	// Output: unsupported_version
 }

@@ -10,17 +10,21 @@ import (
 )
 
 // LauncherVersion is the newest launcher protocol version this build
-// speaks. Version 2 adds the release action; everything else is as in 1.
-const LauncherVersion = 2
+// speaks. Version 2 adds the release action, version 3 the import action;
+// everything else is as in 1.
+const LauncherVersion = 3
 
 // LauncherVersions lists every launcher protocol version this build speaks.
-func LauncherVersions() []int { return []int{1, LauncherVersion} }
+func LauncherVersions() []int { return []int{1, 2, LauncherVersion} }
 
 // VersionFor is the version a client sends an action in: the oldest that
 // has it, so an older launcher still serves every action it knows.
 func VersionFor(action string) int {
-	if action == ActionRelease {
+	switch action {
+	case ActionRelease:
 		return 2
+	case ActionImport:
+		return 3
 	}
 	return 1
 }
@@ -35,6 +39,7 @@ const (
 	ActionDestroy    = "destroy"
 	ActionInspect    = "inspect"
 	ActionRelease    = "release" // version 2
+	ActionImport     = "import"  // version 3
 )
 
 // Launcher response types.
@@ -153,6 +158,7 @@ func LauncherRequestSchema() *Schema {
 			ActionDestroy:    lifecycle,
 			ActionInspect:    lifecycle,
 			ActionRelease:    {Required: []string{"request_id", "domain_id", "checkpoint"}},
+			ActionImport:     {Required: []string{"request_id", "domain_id", "checkpoint"}},
 		},
 	}
 }
@@ -184,9 +190,9 @@ func (r *LauncherRequest) Validate() error {
 	if !ValidID(r.DomainID) {
 		return Errorf(CodeInvalidField, "domain_id")
 	}
-	if r.Action == ActionRelease {
-		if r.Protocol < VersionFor(ActionRelease) {
-			return Errorf(CodeUnsupportedVersion, "release needs version 2")
+	if r.Action == ActionRelease || r.Action == ActionImport {
+		if r.Protocol < VersionFor(r.Action) {
+			return Errorf(CodeUnsupportedVersion, "%s needs version %d", r.Action, VersionFor(r.Action))
 		}
 		if !ValidDigest(r.Checkpoint) {
 			return Errorf(CodeInvalidField, "checkpoint")

@@ -52,6 +52,30 @@ func TestValidate(t *testing.T) {
 		{"release no digest", func(r *LauncherRequest) {
 			*r = LauncherRequest{Protocol: 2, Action: ActionRelease, RequestID: "r", DomainID: "d"}
 		}, CodeInvalidField},
+		{"release v3", func(r *LauncherRequest) {
+			*r = LauncherRequest{Protocol: 3, Action: ActionRelease, RequestID: "r", DomainID: "d", Checkpoint: strings.Repeat("ab", 32)}
+		}, ""},
+		{"import v3", func(r *LauncherRequest) {
+			*r = LauncherRequest{Protocol: 3, Action: ActionImport, RequestID: "r", DomainID: "d", Checkpoint: strings.Repeat("ab", 32)}
+		}, ""},
+		{"import v2", func(r *LauncherRequest) {
+			*r = LauncherRequest{Protocol: 2, Action: ActionImport, RequestID: "r", DomainID: "d", Checkpoint: strings.Repeat("ab", 32)}
+		}, CodeUnsupportedVersion},
+		{"import v1", func(r *LauncherRequest) {
+			*r = LauncherRequest{Protocol: 1, Action: ActionImport, RequestID: "r", DomainID: "d", Checkpoint: strings.Repeat("ab", 32)}
+		}, CodeUnsupportedVersion},
+		{"import bad digest", func(r *LauncherRequest) {
+			*r = LauncherRequest{Protocol: 3, Action: ActionImport, RequestID: "r", DomainID: "d", Checkpoint: "../" + strings.Repeat("a", 61)}
+		}, CodeInvalidField},
+		{"import upper-case digest", func(r *LauncherRequest) {
+			*r = LauncherRequest{Protocol: 3, Action: ActionImport, RequestID: "r", DomainID: "d", Checkpoint: strings.Repeat("AB", 32)}
+		}, CodeInvalidField},
+		{"import no digest", func(r *LauncherRequest) {
+			*r = LauncherRequest{Protocol: 3, Action: ActionImport, RequestID: "r", DomainID: "d"}
+		}, CodeInvalidField},
+		{"import bad holder", func(r *LauncherRequest) {
+			*r = LauncherRequest{Protocol: 3, Action: ActionImport, RequestID: "r", DomainID: "../x", Checkpoint: strings.Repeat("ab", 32)}
+		}, CodeInvalidField},
 		{"empty action", func(r *LauncherRequest) { r.Action = "" }, CodeUnknownAction},
 
 		{"request_id empty", func(r *LauncherRequest) { r.RequestID = "" }, CodeInvalidField},
@@ -290,7 +314,7 @@ func TestDecodeLauncherResponse(t *testing.T) {
 		{"nested unknown field", raw(`{"protocol":1,"request_id":"r","type":"domain","domain":{"root":true}}`), CodeUnknownField},
 		{"nested wrong case", raw(`{"protocol":1,"request_id":"r","type":"domain","domain":{"Exists":true}}`), CodeUnknownField},
 		{"unknown field in limit", raw(`{"protocol":1,"request_id":"r","type":"started","started":{"limits":[{"name":"pids","x":1}]}}`), CodeUnknownField},
-		{"version 3", raw(`{"protocol":3,"request_id":"r","type":"domain","domain":{}}`), CodeUnsupportedVersion},
+		{"version 4", raw(`{"protocol":4,"request_id":"r","type":"domain","domain":{}}`), CodeUnsupportedVersion},
 		{"too deep", raw(`{"protocol":1,"request_id":"r","type":"started","started":{"limits":[{"name":{"a":{"b":{}}}}]}}`), CodeTooDeep},
 	}
 	for _, tc := range cases {
@@ -343,6 +367,21 @@ func TestLauncherResponsesFitTheirCap(t *testing.T) {
 		}
 		if _, err := DecodeLauncherResponse(b); err != nil {
 			t.Fatalf("%s: %v", r.Type, err)
+		}
+	}
+}
+
+// TestVersionFor: each action goes out in the oldest version that has it,
+// so an older launcher still serves what it knows; every version named is
+// one this build speaks.
+func TestVersionFor(t *testing.T) {
+	if got := LauncherVersions(); !reflect.DeepEqual(got, []int{1, 2, 3}) || got[len(got)-1] != LauncherVersion {
+		t.Fatalf("LauncherVersions() = %v, LauncherVersion %d", got, LauncherVersion)
+	}
+	want := map[string]int{ActionRelease: 2, ActionImport: 3}
+	for action := range LauncherRequestSchema().Kinds {
+		if got := VersionFor(action); got != max(want[action], 1) {
+			t.Errorf("VersionFor(%s) = %d", action, got)
 		}
 	}
 }

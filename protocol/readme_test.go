@@ -61,12 +61,12 @@ func TestReadmeCatalogueTable(t *testing.T) {
 
 func TestReadmeNamesEveryActionTypeAndField(t *testing.T) {
 	doc := readme(t)
-	for _, a := range []string{ActionPreflight, ActionCreate, ActionFreeze, ActionThaw, ActionCheckpoint, ActionDestroy, ActionInspect, ActionRelease} {
+	for _, a := range []string{ActionPreflight, ActionCreate, ActionFreeze, ActionThaw, ActionCheckpoint, ActionDestroy, ActionInspect, ActionRelease, ActionImport} {
 		if !strings.Contains(doc, "| `"+a+"` |") && !strings.Contains(doc, "| `"+a+"`,") {
 			t.Errorf("README.md has no table row for action %s", a)
 		}
 	}
-	if got := len(LauncherRequestSchema().Kinds); got != 8 {
+	if got := len(LauncherRequestSchema().Kinds); got != 9 {
 		t.Errorf("the schema has %d actions; update README.md §5.1 and this test", got)
 	}
 	for typ := range LauncherResponseSchema().Kinds {

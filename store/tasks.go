@@ -436,9 +436,13 @@ func (p *Postgres) StartTask(ctx context.Context, id uuid.UUID, token int64, epi
 		if m.t.State != TaskClaimed {
 			return protocol.Errorf(protocol.CodeIllegalTransition, "task is %s, not claimed", m.t.State)
 		}
+		// A takeover that resumed the task's episode runs the same one.
+		resumed := m.t.EpisodeID != nil && *m.t.EpisodeID == episode
 		m.t.State, m.t.EpisodeID = TaskRunning, &episode
-		m.t.Episodes = append(m.t.Episodes, episode)
-		return m.emit("task_started", map[string]any{"episode": episode, "token": token})
+		if !resumed {
+			m.t.Episodes = append(m.t.Episodes, episode)
+		}
+		return m.emit("task_started", map[string]any{"episode": episode, "token": token, "resumed": resumed})
 	})
 }
 

@@ -22,6 +22,10 @@ type Queue struct {
 	// with a named emergency reserve (store.ProjectBudget): set in the
 	// database at start, so give every kernel the same.
 	ProjectBudgets map[string]ProjectBudget `json:"project_budgets"`
+	// ReplicaMaxBytes is the largest stable checkpoint archive kept in
+	// the database for another host's takeover (0: the default; -1: none
+	// is kept, and a taken-over task runs again whole).
+	ReplicaMaxBytes int64 `json:"replica_max_bytes"`
 }
 
 // ProjectBudget is one project's caps (absent: none on that resource) and
@@ -42,6 +46,7 @@ const (
 	DefaultQueueIntervalMS   = 1000
 	DefaultQueueMaxAttempts  = 3
 	DefaultQueueMaxTakeovers = 3
+	DefaultReplicaMaxBytes   = 256 << 20
 )
 
 // ProjectPattern is what a task's project may be named (the store's check).
@@ -53,6 +58,12 @@ func checkQueue(c *checker, q *Queue) {
 	c.defaulted("queue.interval_ms", &q.IntervalMS, DefaultQueueIntervalMS, 50, 60000)
 	c.defaulted("queue.max_attempts", &q.MaxAttempts, DefaultQueueMaxAttempts, 1, 100)
 	c.optional("queue.max_takeovers", q.MaxTakeovers, 0, 100)
+	switch {
+	case q.ReplicaMaxBytes == 0:
+		q.ReplicaMaxBytes = DefaultReplicaMaxBytes
+	case q.ReplicaMaxBytes < -1 || q.ReplicaMaxBytes > 1<<40:
+		c.add("queue.replica_max_bytes", "must be -1 (none kept) or 1..%d", int64(1)<<40)
+	}
 	if q.DefaultProjectCap < 0 || q.DefaultProjectCap > 1<<20 {
 		c.add("queue.default_project_cap", "must be 0..%d", 1<<20)
 	}

@@ -12,7 +12,10 @@
 //     pipe and is kept bounded, never logged.
 //   - UnsafeLocal isolates nothing, and says so in its name, in every log
 //     line, in every event it emits and in its Features. It cannot
-//     checkpoint, and refuses a spec that asks it to restore one.
+//     checkpoint or import, and refuses a spec that asks it to restore one.
+//   - An import names only a digest, never a path: the launcher reads
+//     ImportPath under its own configured workspaces root and stores only
+//     bytes that hash to that digest.
 //   - A backend's Features are its promises; a consumer reads them instead
 //     of calling what the backend cannot do.
 package domain

@@ -111,7 +111,7 @@ func TestHostileRequests(t *testing.T) {
 		{"duplicate key", "", frame([]byte(`{"protocol":1,"action":"inspect","request_id":"r","domain_id":"a","domain_id":"b"}`)), protocol.CodeDuplicateKey},
 		{"oversized frame", "", binary.BigEndian.AppendUint32(nil, protocol.LauncherRequestMax+1), protocol.CodeFrameTooLarge},
 		{"truncated frame", "", append(binary.BigEndian.AppendUint32(nil, 100), []byte(`{"protocol":1`)...), protocol.CodeFrameTruncated},
-		{"wrong version", "", jsonFrame(t, map[string]any{"protocol": 3, "action": "preflight", "request_id": "r"}), protocol.CodeUnsupportedVersion},
+		{"wrong version", "", jsonFrame(t, map[string]any{"protocol": protocol.LauncherVersion + 1, "action": "preflight", "request_id": "r"}), protocol.CodeUnsupportedVersion},
 		{"trailing data", "", frame([]byte(`{"protocol":1,"action":"preflight","request_id":"r"} {}`)), protocol.CodeTrailingData},
 		{"not utf8", "", frame([]byte("{\"protocol\":1,\"action\":\"preflight\",\"request_id\":\"r\xff\"}")), protocol.CodeNotUTF8},
 		{"dotdot id", "", jsonFrame(t, createReq("../x", ws)), protocol.CodeInvalidField},

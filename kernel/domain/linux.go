@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"time"
 
 	"github.com/google/uuid"
@@ -68,7 +69,7 @@ type session struct {
 
 func (l *Linux) start(ctx context.Context, req *protocol.LauncherRequest) (*session, error) {
 	// The oldest version with the action: an installed launcher that
-	// speaks only version 1 still serves everything but release.
+	// speaks only version 1 still serves everything but release and import.
 	req.Protocol, req.RequestID = protocol.VersionFor(req.Action), uuid.Must(uuid.NewV7()).String()
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -206,6 +207,29 @@ func (l *Linux) Checkpoint(ctx context.Context, id string) (*protocol.Checkpoint
 // deletes the archive once no domain holds it.
 func (l *Linux) Release(ctx context.Context, id, digest string) (*protocol.CheckpointResult, error) {
 	r, err := l.call(ctx, &protocol.LauncherRequest{Action: protocol.ActionRelease, DomainID: id, Checkpoint: digest}, protocol.TypeCheckpoint)
+	if err != nil {
+		return nil, err
+	}
+	return r.Checkpoint, nil
+}
+
+// ImportsDir is where, beneath the launcher's workspaces_root, the kernel
+// leaves an archive for Import; the launcher keeps the same name.
+const ImportsDir = "imports"
+
+// ImportPath is the file the launcher's import reads for digest: the
+// kernel writes the archive's bytes there, as its own regular file with
+// one link, and removes it after the import (the launcher never does).
+func ImportPath(workspacesRoot, digest string) string {
+	return filepath.Join(workspacesRoot, ImportsDir, digest+".tar")
+}
+
+// Import has the launcher store the archive the kernel left at
+// ImportPath(workspaces_root, digest), an archive another host made, under
+// its digest, held by the domain id holder until its Release; a Create
+// with Checkpoint digest then restores it. It needs protocol version 3.
+func (l *Linux) Import(ctx context.Context, holder, digest string) (*protocol.CheckpointResult, error) {
+	r, err := l.call(ctx, &protocol.LauncherRequest{Action: protocol.ActionImport, DomainID: holder, Checkpoint: digest}, protocol.TypeCheckpoint)
 	if err != nil {
 		return nil, err
 	}

@@ -197,6 +197,11 @@ func (u *UnsafeLocal) Checkpoint(context.Context, string) (*protocol.CheckpointR
 	return nil, protocol.Errorf(protocol.CodeLauncherFailed, "UnsafeLocal has no checkpoints")
 }
 
+// Import: with no checkpoint store there is nothing to import into.
+func (u *UnsafeLocal) Import(context.Context, string, string) (*protocol.CheckpointResult, error) {
+	return nil, protocol.Errorf(protocol.CodeLauncherFailed, "UnsafeLocal has no checkpoints to import into")
+}
+
 func (u *UnsafeLocal) Destroy(ctx context.Context, id string) (*protocol.DomainState, error) {
 	u.warn("destroy by SIGKILL to the process group (escaped processes survive)", "domain", id)
 	u.mu.Lock()

@@ -90,6 +90,13 @@ type Config struct {
 	// harvest reads (zero values: workspace's defaults).
 	Archives      Archives
 	HarvestLimits workspace.Limits
+	// Replicas, when set with Archives, keeps every stable checkpoint's
+	// archive (at most ReplicaMaxBytes) where each kernel of the database
+	// reaches it, so a task whose host was lost resumes from its last
+	// stable checkpoint on another host (TakeOver). Nil: a taken-over
+	// task runs again whole.
+	Replicas        Replicas
+	ReplicaMaxBytes int64
 	// HarvestAdmit is what a git_commit target lets the harvest carry
 	// beyond text (its allow_binary), by target id; nil admits nothing more.
 	HarvestAdmit func(targetID string) workspace.Admit

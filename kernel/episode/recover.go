@@ -73,12 +73,12 @@ func (k *Controller) Recover(ctx context.Context) (Recovery, error) {
 		if _, ok := k.Episode(ep.ID); ok {
 			continue
 		}
-		// Another host's queued task is the queue's to take over (its
-		// episode restarts whole there); resuming it here would find no
-		// workspace and contain it.
+		// Another host's task is the queue's to take over (TakeOver, once
+		// the sweep sees that host gone): a kernel restart would resume it
+		// as this host's own, and find no workspace.
 		if ep.Owner.InstanceID != k.cfg.Store.Instance() {
-			if _, queued, err := k.cfg.Store.TaskForEpisode(ctx, ep.ID); err != nil || queued {
-				rec.Skipped[ep.ID] = "another host's queued task: the queue takes it over"
+			if _, isTask, err := k.cfg.Store.TaskForEpisode(ctx, ep.ID); err != nil || isTask {
+				rec.Skipped[ep.ID] = "another host's task: the queue takes it over"
 				continue
 			}
 		}
@@ -86,7 +86,7 @@ func (k *Controller) Recover(ctx context.Context) (Recovery, error) {
 			rec.Skipped[ep.ID] = err.Error()
 			continue
 		}
-		e, why, err := k.resume(ctx, ep, &rec)
+		e, why, err := k.resume(ctx, ep, &rec, "")
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("episode %s: %w", ep.ID, err))
@@ -166,7 +166,15 @@ func (k *Controller) destroyEnded(ctx context.Context, rec *Recovery) error {
 // resume fences one episode, proves its generations gone and restores it;
 // it returns the running episode, or nil and why it was contained (an
 // empty why: it ended with its harvest's outcome, recorded in out.Ended).
-func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recovery) (*Episode, string, error) {
+//
+// lost, when not empty, is a takeover's reason: the episode's host was
+// lost and this kernel, another host, resumes it from the replica of its
+// last stable checkpoint (its workspace prepared here again at the base
+// OID). That is no repair: its lease is the previous one (under the
+// ceiling), max_repairs is not spent, and where it cannot resume it ends
+// aborted with lost as its reason rather than contained, so its task runs
+// again whole.
+func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recovery, lost string) (*Episode, string, error) {
 	st := k.cfg.Store
 	var spec Spec
 	specErr := json.Unmarshal(rec.Spec, &spec)
@@ -193,7 +201,11 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 	// Fence first: every lease of the dead kernel is revoked and every
 	// effect before the horizon staled, so nothing it launched can act
 	// even before it is destroyed.
-	adv, err := st.AdvanceEpoch(ctx, store.AdvanceEpoch{EpisodeID: rec.ID, FromEpoch: rec.Epoch, Reason: "kernel restart",
+	fence := "kernel restart"
+	if lost != "" {
+		fence = lost
+	}
+	adv, err := st.AdvanceEpoch(ctx, store.AdvanceEpoch{EpisodeID: rec.ID, FromEpoch: rec.Epoch, Reason: fence,
 		CheckpointID: ckptID})
 	if err != nil {
 		k.forget(rec.ID)
@@ -230,7 +242,12 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 	}
 
 	contain := func(why string) (*Episode, string, error) {
-		if _, err := st.EndEpisode(ctx, store.EndEpisode{EpisodeID: rec.ID, Epoch: e.epoch, State: store.EpisodeContained, Reason: why}); err != nil {
+		end := store.EndEpisode{EpisodeID: rec.ID, Epoch: e.epoch, State: store.EpisodeContained, Reason: why}
+		if lost != "" {
+			why = strings.Replace(why, "kernel restart", lost, 1)
+			end.State, end.Reason = store.EpisodeAborted, why
+		}
+		if _, err := st.EndEpisode(ctx, end); err != nil {
 			k.forget(rec.ID)
 			return nil, "", err
 		}
@@ -255,6 +272,9 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 			return nil, "", err
 		}
 		if ok {
+			if lost != "" {
+				o.Reason = "landed by the harvest before its host was lost; ended by the kernel that took its task over"
+			}
 			why := o.encode()
 			if _, err := st.EndEpisode(ctx, store.EndEpisode{EpisodeID: rec.ID, Epoch: e.epoch, State: o.state().storeState(), Reason: why}); err != nil {
 				k.forget(rec.ID)
@@ -277,12 +297,26 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 		return contain("kernel restart: the recorded spec does not validate")
 	case live == nil:
 		return contain("kernel restart: the episode had no domain (interrupted start)")
-	case len(lineage) >= spec.MaxRepairs:
+	case repairsIn(lineage) >= spec.MaxRepairs && lost == "":
 		return contain(fmt.Sprintf("kernel restart: max_repairs (%d) exhausted", spec.MaxRepairs))
 	case !k.feat.Checkpoints:
 		return contain("kernel restart: " + noCheckpoints(k.feat))
 	case ckptErr != nil:
 		return contain("kernel restart: no stable checkpoint to resume from")
+	}
+	if lost != "" && k.cfg.Replicas == nil {
+		return contain("kernel restart: this kernel keeps no checkpoint replicas")
+	}
+	if lost != "" {
+		// The lost host's workspace died with it; the base OID's tree is
+		// the lower layer here too.
+		if _, err := workspace.Prepare(ctx, workspace.Clone{Repo: spec.Repo, BaseOID: spec.BaseOID, Root: k.cfg.WorkspacesRoot,
+			ID: rec.ID.String(), UID: k.cfg.OwnerUID, GID: k.cfg.OwnerGID, Git: k.cfg.Git}); err != nil {
+			return contain("kernel restart: the workspace cannot be prepared: " + err.Error())
+		}
+		e.mu.Lock()
+		e.workspace = true
+		e.mu.Unlock()
 	}
 	if fi, err := os.Stat(filepath.Join(k.cfg.WorkspacesRoot, rec.ID.String())); err != nil || !fi.IsDir() {
 		return contain("kernel restart: the episode's workspace is gone")
@@ -290,6 +324,11 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 	digest, err := e.checkpointDigest(ckpt)
 	if err != nil {
 		return contain("kernel restart: " + err.Error())
+	}
+	if lost != "" {
+		if err := k.importReplica(ctx, k.launcherID(rec.ID, ckpt.Generation), digest); err != nil {
+			return contain("kernel restart: no replica of the last stable checkpoint: " + err.Error())
+		}
 	}
 	prev, err := k.lastLease(ctx, rec.ID)
 	if err != nil {
@@ -300,12 +339,16 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 		k.forget(rec.ID)
 		return nil, "", err
 	}
-	if err := e.grant(ctx, authority.Intersect(prev, narrow).Narrow(k.ceiling())); err != nil {
+	lease, repairs := authority.Intersect(prev, narrow), repairsIn(lineage)+1
+	if lost != "" {
+		lease, repairs = prev, repairsIn(lineage)
+	}
+	if err := e.grant(ctx, lease.Narrow(k.ceiling())); err != nil {
 		k.forget(rec.ID)
 		return nil, "", err
 	}
 	e.mu.Lock()
-	e.domainID, e.gen, e.repairs, e.workspace = live.DomainID, g.Generation, len(lineage)+1, true
+	e.domainID, e.gen, e.repairs, e.workspace = live.DomainID, g.Generation, repairs, true
 	e.mu.Unlock()
 	if err := e.move(Repairing); err != nil {
 		k.forget(rec.ID)
@@ -317,8 +360,20 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 		k.forget(rec.ID)
 		return nil, "", err
 	}
-	e.log.Info("resumed at kernel start", "epoch", e.epoch, "generation", g.Generation, "staled", len(adv.StaledEffects))
+	e.log.Info("resumed", "fence", fence, "epoch", e.epoch, "generation", g.Generation, "staled", len(adv.StaledEffects))
 	return e, "", nil
+}
+
+// repairsIn counts the repairs in an episode's lineage: every epoch
+// advance but a takeover's (its host was lost; the episode did nothing).
+func repairsIn(lineage []store.Lineage) int {
+	n := 0
+	for _, l := range lineage {
+		if !strings.HasPrefix(l.Reason, hostLost) {
+			n++
+		}
+	}
+	return n
 }
 
 // lastLease reads the episode's most recently granted lease from its

@@ -444,6 +444,7 @@ func (e *Episode) checkpointOf(ctx context.Context, id string, gen int) (string,
 	e.taken = []heldCheckpoint{newest}
 	e.mu.Unlock()
 	e.release(superseded)
+	e.replicate(ctx, res.SHA256)
 	return res.SHA256, nil
 }
 

@@ -10,16 +10,23 @@ import (
 	"github.com/autonomic-kernel/autonomic/store"
 )
 
-// TakeOver ends an episode whose kernel is gone — its ownership lease
-// expired on another host — so that its task can run again here. It takes
-// the ownership (refused while the owner renews), settles the effects past
-// the commit horizon from their targets' evidence, and fences the epoch,
-// so nothing the dead host launched can act. A harvest that had landed is
-// the episode's end; otherwise it ends aborted with reason. The dead
-// host's domain and workspace died with it: nothing here touches them.
+// hostLost begins the lineage reason of a takeover's epoch advance: the
+// one advance that is not a repair (repairsIn).
+const hostLost = "host lost"
+
+// TakeOver resumes here an episode whose kernel is gone — its ownership
+// lease expired on another host. It takes the ownership (refused while
+// the owner renews), settles the effects past the commit horizon from
+// their targets' evidence, and fences the epoch, so nothing the dead host
+// launched can act. Then, as a kernel restart does (resume), a harvest
+// that had landed is the episode's end; otherwise the episode resumes on
+// this host from the replica of its last stable checkpoint, in a new
+// generation under its previous lease. No repair is spent. Where it
+// cannot resume (no replica, no stable checkpoint, a spec that no longer
+// validates), it ends aborted and its task runs again whole.
 //
-// No repair is spent: the task's next episode starts whole from its base,
-// and the task bounds how often that may happen (its takeovers).
+// It returns store.EpisodeActive when the episode runs here now, else the
+// state and reason it ended with.
 func (k *Controller) TakeOver(ctx context.Context, id uuid.UUID, reason string) (store.EpisodeState, string, error) {
 	st := k.cfg.Store
 	if _, ok := k.Episode(id); ok {
@@ -42,28 +49,21 @@ func (k *Controller) TakeOver(ctx context.Context, id uuid.UUID, reason string) 
 		// its recorded end is the task's.
 		return rec.State, k.endReason(ctx, id), nil
 	}
-	adv, err := st.AdvanceEpoch(ctx, store.AdvanceEpoch{EpisodeID: id, FromEpoch: rec.Epoch, Reason: "host lost: " + reason})
-	if err != nil {
+	out := Recovery{Contained: map[uuid.UUID]string{}, Ended: map[uuid.UUID]Outcome{}}
+	e, why, err := k.resume(ctx, rec, &out, hostLost+": "+reason)
+	switch {
+	case err != nil:
 		return "", "", err
+	case e != nil:
+		k.log.Info("episode taken over from a lost host: resumed from its last stable checkpoint", "episode", id, "epoch", e.Status().Epoch)
+		return store.EpisodeActive, "resumed from its last stable checkpoint", nil
+	case why == "":
+		o := out.Ended[id]
+		k.log.Info("episode taken over from a lost host: its harvest had landed", "episode", id)
+		return o.state().storeState(), o.encode(), nil
 	}
-	end := store.EndEpisode{EpisodeID: id, Epoch: adv.Lineage.ToEpoch, State: store.EpisodeAborted, Reason: "host lost: " + reason}
-	var spec Spec
-	if json.Unmarshal(rec.Spec, &spec) == nil {
-		e := &Episode{k: k, id: id, spec: spec}
-		o, ok, err := e.harvested(ctx)
-		if err != nil {
-			return "", "", err
-		}
-		if ok {
-			o.Reason = "landed by the harvest before its host was lost; ended by the kernel that took its task over"
-			end.State, end.Reason = o.state().storeState(), o.encode()
-		}
-	}
-	if _, err := st.EndEpisode(ctx, end); err != nil {
-		return "", "", err
-	}
-	k.log.Info("episode taken over from a lost host", "episode", id, "ended", string(end.State), "staled", len(adv.StaledEffects))
-	return end.State, end.Reason, nil
+	k.log.Info("episode taken over from a lost host: it runs again whole", "episode", id, "why", why)
+	return store.EpisodeAborted, why, nil
 }
 
 // endReason is the reason the episode's ledger recorded for its end.

@@ -38,7 +38,7 @@ type Metrics struct {
 // actions are the launcher actions a label may name; any other is "other".
 var (
 	actions = map[string]bool{"create": true, "freeze": true, "thaw": true, "checkpoint": true, "restore": true,
-		"destroy": true, "inspect": true, "preflight": true, "release": true}
+		"destroy": true, "inspect": true, "preflight": true, "release": true, "import": true}
 )
 
 // New builds the registry.

@@ -8,6 +8,8 @@
 // liveness once it runs. Any kernel sweeps: a task whose episode ended
 // ends with it, and a task whose kernel is gone goes back to the queue. A
 // claim naming an episode is a takeover: the taker fences and settles that
-// episode (TakeOver) before the task runs again, whole, as a new episode —
-// no repair is spent, and the task bounds how many takeovers it gets.
+// episode (TakeOver) and resumes it from the replica of its last stable
+// checkpoint, or, where there is none, runs the task again whole as a new
+// episode — no repair is spent either way, and the task bounds how many
+// takeovers it gets.
 package queue

@@ -23,6 +23,7 @@ type Store interface {
 	EndTask(ctx context.Context, id, episode uuid.UUID, state store.EpisodeState, reason string) (store.Task, error)
 	HeartbeatTasks(ctx context.Context, ttl time.Duration) ([]store.Task, error)
 	SweepTasks(ctx context.Context, grace time.Duration) (store.TaskSweep, error)
+	PruneArchives(ctx context.Context) (int64, error)
 }
 
 // Episodes is the kernel's episode controller as the runner needs it.
@@ -32,8 +33,9 @@ type Episodes interface {
 	// Abort ends an episode this kernel drives; driven is false when it
 	// does not drive it.
 	Abort(ctx context.Context, id uuid.UUID, reason string) (driven bool, err error)
-	// TakeOver fences and ends an episode whose kernel is gone and says
-	// how it ended.
+	// TakeOver fences an episode whose kernel is gone and resumes it here
+	// from its last stable checkpoint (store.EpisodeActive), or says how
+	// it ended.
 	TakeOver(ctx context.Context, id uuid.UUID, reason string) (store.EpisodeState, string, error)
 	// MaxClass is the class the kernel's autonomy allows now.
 	MaxClass() int
@@ -130,6 +132,13 @@ func (r *Runner) Tick(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(sw.Ended) > 0 {
+		// Their episodes ended: the checkpoint replicas kept for a
+		// takeover of them go.
+		if _, err := r.cfg.Store.PruneArchives(ctx); err != nil {
+			r.log.Warn("checkpoint replicas not pruned", "error", err)
+		}
+	}
 	// Every task held is claimed or running here, but for those this
 	// tick's sweep ended.
 	ended := map[uuid.UUID]bool{}
@@ -172,8 +181,9 @@ func (r *Runner) cancel(ctx context.Context, ep uuid.UUID) {
 	}()
 }
 
-// run starts a claimed task: a takeover first ends the episode its lost
-// kernel ran; then the task runs whole as a new episode.
+// run starts a claimed task. A takeover first fences the episode its lost
+// kernel ran and resumes it here from its last stable checkpoint; where it
+// cannot, the episode ends and the task runs again whole, as a new episode.
 func (r *Runner) run(ctx context.Context, t store.Task) error {
 	token := t.Claim.Token
 	st := r.cfg.Store
@@ -192,13 +202,22 @@ func (r *Runner) run(ctx context.Context, t store.Task) error {
 			return errors.Join(fmt.Errorf("takeover of episode %s: %w", *t.EpisodeID, err), rerr)
 		}
 		landed := state == store.EpisodeCompleted
-		r.log.Info("task taken over", "task", t.ID, "episode", *t.EpisodeID, "ended", string(state), "takeovers", t.Takeovers)
+		r.log.Info("task taken over", "task", t.ID, "episode", *t.EpisodeID, "state", string(state), "takeovers", t.Takeovers)
+		tooMany := fmt.Sprintf("its kernel was lost %d times (max_takeovers %d)", t.Takeovers, r.cfg.MaxTakeovers)
 		switch {
+		case state == store.EpisodeActive && t.Takeovers <= r.cfg.MaxTakeovers:
+			// Resumed here; a cancel requested meanwhile is the
+			// heartbeat's to carry out, as for any running task.
+			return r.started(ctx, t, *t.EpisodeID)
+		case state == store.EpisodeActive:
+			_, aerr := r.cfg.Episodes.Abort(context.WithoutCancel(ctx), *t.EpisodeID, tooMany)
+			_, err := st.ReleaseTask(ctx, t.ID, token, false, tooMany)
+			return errors.Join(aerr, err)
 		case landed || t.CancelRequested:
 			_, err := st.EndTask(ctx, t.ID, *t.EpisodeID, state, reason)
 			return err
 		case t.Takeovers > r.cfg.MaxTakeovers:
-			_, err := st.ReleaseTask(ctx, t.ID, token, false, fmt.Sprintf("its kernel was lost %d times (max_takeovers %d)", t.Takeovers, r.cfg.MaxTakeovers))
+			_, err := st.ReleaseTask(ctx, t.ID, token, false, tooMany)
 			return err
 		}
 	}
@@ -208,7 +227,13 @@ func (r *Runner) run(ctx context.Context, t store.Task) error {
 		_, rerr := st.ReleaseTask(ctx, t.ID, token, requeue, "start: "+err.Error())
 		return errors.Join(err, rerr)
 	}
-	if _, err := st.StartTask(ctx, t.ID, token, id); err != nil {
+	return r.started(ctx, t, id)
+}
+
+// started records that the task's episode id runs here (new, or resumed
+// by a takeover).
+func (r *Runner) started(ctx context.Context, t store.Task, id uuid.UUID) error {
+	if _, err := r.cfg.Store.StartTask(ctx, t.ID, t.Claim.Token, id); err != nil {
 		// The claim moved on while the episode started (this kernel was
 		// too slow to renew it): the episode is not the task's, so it
 		// must not run.

@@ -234,6 +234,9 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		OnViolation: k.metrics.Violation}
 	if cfg.Episode.CheckpointsDir != "" {
 		ec.Archives = workspace.ArchiveDir(cfg.Episode.CheckpointsDir)
+		if r, ok := st.(episode.Replicas); ok && cfg.Queue.ReplicaMaxBytes > 0 {
+			ec.Replicas, ec.ReplicaMaxBytes = r, cfg.Queue.ReplicaMaxBytes
+		}
 	}
 	// The harvest carries what the target's adapter would accept: its
 	// allow_binary, from the registry the adapter's targets come from.

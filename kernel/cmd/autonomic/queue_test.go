@@ -88,6 +88,8 @@ type queueRig struct {
 	policy          json.RawMessage
 	grant           authority.Spec
 	keyID, pub      string
+	// effectClient puts autonomic-effect in every host's rootfs.
+	effectClient bool
 }
 
 func newQueueRig(t testing.TB, ctx context.Context) *queueRig {
@@ -112,7 +114,9 @@ func newQueueRig(t testing.TB, ctx context.Context) *queueRig {
 		t.Fatalf("keygen: %s", keyErr.String())
 	}
 	r.pub = strings.TrimSpace(keyOut.String())
-	r.grant = authority.Spec{MaxClass: 3, Grants: []authority.Grant{{Target: "repo", Kind: "git_commit", MaxClass: 3}},
+	// steps is the same repository as a target a worker may commit to
+	// itself (the harvest's target is the kernel's own).
+	r.grant = authority.Spec{MaxClass: 3, Grants: []authority.Grant{{Target: "repo", Kind: "git_commit", MaxClass: 3}, {Target: "steps", Kind: "git_commit", MaxClass: 3}},
 		Allow: []string{"**"}, Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 24, EffectsPerMinute: 60}}
 	doc, _ := json.Marshal(policy.Document{Schema: policy.Schema, ID: "queue", Version: 1, Capability: r.grant,
 		Semantic: policy.Semantic{MaxRisk: 1}})
@@ -137,7 +141,7 @@ func (r *queueRig) spec(n int, sleep time.Duration) json.RawMessage {
 // start runs a kernel process as a new host.
 func (r *queueRig) start(t testing.TB, ctx context.Context, name string) *host {
 	t.Helper()
-	bed, err := testbed.New(ctx, testbed.Options{Spec: "rootfs-builder/specs/worker.json"})
+	bed, err := testbed.New(ctx, testbed.Options{Spec: "rootfs-builder/specs/worker.json", EffectClient: r.effectClient})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +170,8 @@ func (r *queueRig) start(t testing.TB, ctx context.Context, name string) *host {
 			"workspaces_root": bed.Workspaces, "sockets_root": bed.Sockets, "cgroup_parent": "/" + rel},
 		"sensor": map[string]any{"kind": "rules"},
 		"targets": map[string]any{"git_commit": map[string]any{"repo": map[string]any{"repo": r.repo,
-			"allowed_ref_prefixes": []string{"refs/heads/task/"}, "allowed_paths": []string{"**"}}}},
+			"allowed_ref_prefixes": []string{"refs/heads/task/"}, "allowed_paths": []string{"**"}},
+			"steps": map[string]any{"repo": r.repo, "allowed_ref_prefixes": []string{"refs/heads/step/"}, "allowed_paths": []string{"**"}}}},
 		"max_repairs":  1,
 		"owner_ttl_ms": 3000,
 		"regulator":    map[string]any{"start_level": "act"},
@@ -266,7 +271,7 @@ func (h *host) instance() string {
 // SIGKILL while it runs tasks; a fourth starts later. Every task ends
 // exactly once and lands its change exactly once; no task is lost; every
 // task and episode ledger verifies; the dead host's tasks were taken over
-// (their episodes fenced and ended, the task run again whole elsewhere).
+// (their episodes fenced, and resumed elsewhere from their checkpoints).
 func TestThreeKernelsOneDatabase(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -347,6 +352,7 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 	defer db.Close(ctx)
 	var takeovers, waits []time.Duration
 	ranOn := map[string]int{}
+	resumed := map[string]bool{}
 	for i, id := range ids {
 		tk := final[id]
 		if tk.State != store.TaskEnded || tk.Outcome != string(store.EpisodeCompleted) || tk.Ended == nil || tk.Ended.Kind != episode.OutcomeLanded {
@@ -393,6 +399,10 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 			var body struct {
 				Instance string `json:"instance"`
 				Takeover bool   `json:"takeover"`
+				Resumed  bool   `json:"resumed"`
+			}
+			if e.Kind == "task_started" && json.Unmarshal(e.Body, &body) == nil && body.Resumed {
+				resumed[id] = true
 			}
 			if e.Kind == "task_claimed" && json.Unmarshal(e.Body, &body) == nil {
 				if body.Takeover {
@@ -406,27 +416,32 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 			}
 		}
 	}
-	// The dead host's tasks were taken over: their first episode ended
-	// aborted "host lost" (fenced and settled by the taker), the task ran
-	// again elsewhere.
+	// The dead host's tasks were taken over: the taker fenced each one's
+	// episode ("host lost" in its lineage) and resumed that same episode
+	// from the replica of its last stable checkpoint (its harvest, if it
+	// had landed before the kill, ended it instead).
+	nResumed := 0
 	for _, id := range heldByC {
 		tk := final[id]
-		if tk.Takeovers < 1 && len(tk.Episodes) < 2 {
-			// It may have landed before the kill took effect: the
-			// takeover then ends it with that harvest.
-			if tk.Takeovers < 1 {
-				t.Errorf("task %s, running on the killed host, was not taken over: %+v", id, tk)
-			}
+		if tk.Takeovers < 1 {
+			t.Errorf("task %s, running on the killed host, was not taken over: %+v", id, tk)
 			continue
 		}
-		var state, reason string
-		if err := db.QueryRow(ctx, `SELECT e.state, v.body::jsonb ->> 'reason' FROM episodes e JOIN events v ON v.episode_id = e.id
-			WHERE e.id = $1 AND v.kind = 'episode_ended'`, tk.Episodes[0]).Scan(&state, &reason); err != nil {
-			t.Fatal(err)
+		var fences int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM recovery_lineage WHERE episode_id = $1 AND reason LIKE 'host lost%'`,
+			tk.Episodes[0]).Scan(&fences); err != nil || fences != 1 {
+			t.Errorf("task %s: its episode has %d host-lost fences (%v)", id, fences, err)
 		}
-		if len(tk.Episodes) > 1 && (state != string(store.EpisodeAborted) || !strings.Contains(reason, "host lost")) {
-			t.Errorf("task %s: its lost episode ended %s: %s", id, state, reason)
+		if resumed[id] {
+			nResumed++
+			if len(tk.Episodes) != 1 {
+				t.Errorf("task %s resumed but ran episodes %v", id, tk.Episodes)
+			}
 		}
+	}
+	t.Logf("%d of the lost host's %d tasks resumed from their checkpoints on another host", nResumed, len(heldByC))
+	if nResumed == 0 {
+		t.Error("no task of the lost host resumed from its checkpoint")
 	}
 	// Host C comes back: what its lost episodes left there — their
 	// domains (cgroups) and workspaces — is destroyed at its start, since

@@ -17,8 +17,31 @@ import (
 const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
 func OpenBeneath(dirfd int, name string, flags uint64) (int, error) {
+	return openat2(dirfd, name, flags, beneath)
+}
+
+// OpenOwned opens name beneath dirfd for reading and returns it with its
+// size only if it is a regular file of uid's with one link: a file another
+// account made, or a second name for one that lives (and may change)
+// elsewhere, is refused before a byte is read. It never leaves dirfd's
+// mount, where a FUSE file its owner serves could stall the reader, and
+// opens non-blocking, so a FIFO cannot hold it in open.
+func OpenOwned(dirfd int, name string, uid uint32) (*os.File, int64, error) {
+	fd, err := openat2(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK, beneath|unix.RESOLVE_NO_XDEV)
+	if err != nil {
+		return nil, 0, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uid || st.Nlink != 1 {
+		unix.Close(fd)
+		return nil, 0, errors.Join(err, errors.New("not a regular file of its owner's alone"))
+	}
+	return os.NewFile(uintptr(fd), name), st.Size, nil
+}
+
+func openat2(dirfd int, name string, flags, resolve uint64) (int, error) {
 	for {
-		fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: beneath})
+		fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: resolve})
 		if err == unix.EINTR || err == unix.EAGAIN {
 			continue
 		}

@@ -1,6 +1,8 @@
 // Package rootfscheck proves a rootfs tree is exactly what its manifest
 // lists. It needs no privilege of its own: it reads through the directory
-// descriptor it is given, a root-owned tree that any reader may read.
+// descriptor it is given, a root-owned tree that any reader may read, and
+// keeps its manifest digest cache and per-boot verified record through the
+// state directory descriptor the launcher gives it (Records).
 package rootfscheck
 
 import (
