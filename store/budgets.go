@@ -13,7 +13,8 @@ import (
 
 // Budgets reserved at admission (issue 25 §3). A task reserves, when a
 // kernel claims it, what its episode may use at most — its policy's
-// inference budget (the relay's hard cap) and its wall time — against its
+// inference budget (the relay's hard cap), its wall time and its egress
+// byte cap (the proxy's) — against its
 // project's hard caps; the reservation is held while the task is claimed
 // or running and settled to what its episode used when the claim ends
 // (its relay budget's charge, which keeps what a dead kernel's calls may
@@ -28,13 +29,14 @@ type Reserve struct {
 	SpendMicroUSD int64 `json:"spend_micro_usd"`
 	Tokens        int64 `json:"tokens"`
 	WallMS        int64 `json:"wall_ms"`
+	EgressBytes   int64 `json:"egress_bytes"`
 }
 
 // maxReserve bounds every amount, so sums cannot overflow.
 const maxReserve = 1 << 50
 
 func (r Reserve) check(field string) error {
-	for name, v := range map[string]int64{"spend_micro_usd": r.SpendMicroUSD, "tokens": r.Tokens, "wall_ms": r.WallMS} {
+	for name, v := range map[string]int64{"spend_micro_usd": r.SpendMicroUSD, "tokens": r.Tokens, "wall_ms": r.WallMS, "egress_bytes": r.EgressBytes} {
 		if v < 0 || v > maxReserve {
 			return invalid("%s.%s must be in [0, %d]", field, name, int64(maxReserve))
 		}
@@ -54,6 +56,7 @@ type ProjectBudget struct {
 	MaxSpend    *int64     `json:"max_spend_micro_usd,omitempty"`
 	MaxTokens   *int64     `json:"max_tokens,omitempty"`
 	MaxWallMS   *int64     `json:"max_wall_ms,omitempty"`
+	MaxEgress   *int64     `json:"max_egress_bytes,omitempty"`
 	Emergency   Reserve    `json:"emergency_reserve"`
 	Reserved    Reserve    `json:"reserved"`
 	Spent       Reserve    `json:"spent"`
@@ -63,18 +66,19 @@ type ProjectBudget struct {
 
 // Caps is a project's caps as configured.
 type Caps struct {
-	MaxSpend, MaxTokens, MaxWallMS *int64
-	Emergency                      Reserve
+	MaxSpend, MaxTokens, MaxWallMS, MaxEgress *int64
+	Emergency                                 Reserve
 }
 
 const budgetCols = `project, max_spend, max_tokens, max_wall_ms, emergency_spend, emergency_tokens, emergency_wall_ms,
-	reserved_spend, reserved_tokens, reserved_wall_ms, spent_spend, spent_tokens, spent_wall_ms, exhausted_at, updated_at`
+	reserved_spend, reserved_tokens, reserved_wall_ms, spent_spend, spent_tokens, spent_wall_ms, exhausted_at, updated_at,
+	max_egress_bytes, emergency_egress_bytes, reserved_egress_bytes, spent_egress_bytes`
 
 func scanBudget(r pgx.Row) (ProjectBudget, error) {
 	var b ProjectBudget
 	err := r.Scan(&b.Project, &b.MaxSpend, &b.MaxTokens, &b.MaxWallMS, &b.Emergency.SpendMicroUSD, &b.Emergency.Tokens, &b.Emergency.WallMS,
 		&b.Reserved.SpendMicroUSD, &b.Reserved.Tokens, &b.Reserved.WallMS, &b.Spent.SpendMicroUSD, &b.Spent.Tokens, &b.Spent.WallMS,
-		&b.ExhaustedAt, &b.UpdatedAt)
+		&b.ExhaustedAt, &b.UpdatedAt, &b.MaxEgress, &b.Emergency.EgressBytes, &b.Reserved.EgressBytes, &b.Spent.EgressBytes)
 	return b, err
 }
 
@@ -86,7 +90,9 @@ const overBudget = `EXISTS (SELECT 1 FROM project_budgets b WHERE b.project = t.
 	OR b.max_tokens IS NOT NULL AND b.spent_tokens + b.reserved_tokens + t.reserve_tokens >
 		b.max_tokens - CASE WHEN t.priority >= $4 OR t.emergency_granted THEN 0 ELSE b.emergency_tokens END
 	OR b.max_wall_ms IS NOT NULL AND b.spent_wall_ms + b.reserved_wall_ms + t.reserve_wall_ms >
-		b.max_wall_ms - CASE WHEN t.priority >= $4 OR t.emergency_granted THEN 0 ELSE b.emergency_wall_ms END))`
+		b.max_wall_ms - CASE WHEN t.priority >= $4 OR t.emergency_granted THEN 0 ELSE b.emergency_wall_ms END
+	OR b.max_egress_bytes IS NOT NULL AND b.spent_egress_bytes + b.reserved_egress_bytes + t.reserve_egress_bytes >
+		b.max_egress_bytes - CASE WHEN t.priority >= $4 OR t.emergency_granted THEN 0 ELSE b.emergency_egress_bytes END))`
 
 // SetProjectBudget sets a project's caps and emergency reserve, keeping
 // what it holds and spent. A new budget starts holding what the project's
@@ -95,7 +101,7 @@ func (p *Postgres) SetProjectBudget(ctx context.Context, project string, c Caps)
 	if !projectName.MatchString(project) {
 		return ProjectBudget{}, invalid("project must match %s", projectName)
 	}
-	for name, v := range map[string]*int64{"max_spend_micro_usd": c.MaxSpend, "max_tokens": c.MaxTokens, "max_wall_ms": c.MaxWallMS} {
+	for name, v := range map[string]*int64{"max_spend_micro_usd": c.MaxSpend, "max_tokens": c.MaxTokens, "max_wall_ms": c.MaxWallMS, "max_egress_bytes": c.MaxEgress} {
 		if v != nil && (*v < 0 || *v > maxReserve) {
 			return ProjectBudget{}, invalid("%s must be in [0, %d]", name, int64(maxReserve))
 		}
@@ -109,20 +115,22 @@ func (p *Postgres) SetProjectBudget(ctx context.Context, project string, c Caps)
 			return err
 		}
 		var held Reserve
-		if err := tx.QueryRow(ctx, `SELECT COALESCE(sum(reserve_spend), 0), COALESCE(sum(reserve_tokens), 0), COALESCE(sum(reserve_wall_ms), 0)
-			FROM (SELECT reserve_spend, reserve_tokens, reserve_wall_ms FROM tasks WHERE project = $1 AND held FOR UPDATE) h`, project).
-			Scan(&held.SpendMicroUSD, &held.Tokens, &held.WallMS); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT COALESCE(sum(reserve_spend), 0), COALESCE(sum(reserve_tokens), 0), COALESCE(sum(reserve_wall_ms), 0),
+				COALESCE(sum(reserve_egress_bytes), 0)
+			FROM (SELECT reserve_spend, reserve_tokens, reserve_wall_ms, reserve_egress_bytes FROM tasks WHERE project = $1 AND held FOR UPDATE) h`, project).
+			Scan(&held.SpendMicroUSD, &held.Tokens, &held.WallMS, &held.EgressBytes); err != nil {
 			return err
 		}
 		var err error
 		out, err = scanBudget(tx.QueryRow(ctx, `INSERT INTO project_budgets (project, max_spend, max_tokens, max_wall_ms,
 				emergency_spend, emergency_tokens, emergency_wall_ms, reserved_spend, reserved_tokens, reserved_wall_ms,
-				spent_spend, spent_tokens, spent_wall_ms, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, 0, 0, now())
+				spent_spend, spent_tokens, spent_wall_ms, updated_at, max_egress_bytes, emergency_egress_bytes, reserved_egress_bytes)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, 0, 0, now(), $11, $12, $13)
 			ON CONFLICT (project) DO UPDATE SET max_spend = $2, max_tokens = $3, max_wall_ms = $4, emergency_spend = $5,
-				emergency_tokens = $6, emergency_wall_ms = $7, exhausted_at = NULL, updated_at = now()
+				emergency_tokens = $6, emergency_wall_ms = $7, max_egress_bytes = $11, emergency_egress_bytes = $12,
+				exhausted_at = NULL, updated_at = now()
 			RETURNING `+budgetCols, project, c.MaxSpend, c.MaxTokens, c.MaxWallMS, c.Emergency.SpendMicroUSD, c.Emergency.Tokens,
-			c.Emergency.WallMS, held.SpendMicroUSD, held.Tokens, held.WallMS))
+			c.Emergency.WallMS, held.SpendMicroUSD, held.Tokens, held.WallMS, c.MaxEgress, c.Emergency.EgressBytes, held.EgressBytes))
 		if err != nil {
 			return err
 		}
@@ -153,8 +161,8 @@ func (m *ttask) hold() error {
 		return nil
 	}
 	if _, err := m.tx.Exec(m.ctx, `UPDATE project_budgets SET reserved_spend = reserved_spend + $2, reserved_tokens = reserved_tokens + $3,
-		reserved_wall_ms = reserved_wall_ms + $4, updated_at = now() WHERE project = $1`,
-		m.t.Project, m.t.Reserve.SpendMicroUSD, m.t.Reserve.Tokens, m.t.Reserve.WallMS); err != nil {
+		reserved_wall_ms = reserved_wall_ms + $4, reserved_egress_bytes = reserved_egress_bytes + $5, updated_at = now() WHERE project = $1`,
+		m.t.Project, m.t.Reserve.SpendMicroUSD, m.t.Reserve.Tokens, m.t.Reserve.WallMS, m.t.Reserve.EgressBytes); err != nil {
 		return err
 	}
 	m.t.held = true
@@ -162,8 +170,8 @@ func (m *ttask) hold() error {
 }
 
 // settle ends the task's hold: the reserve is given back and what its
-// current episode used — the relay's charge, the episode's time, each at
-// most the reserve — is spent.
+// current episode used — the relay's charge, the episode's time, the bytes
+// its egress proxy counted, each at most the reserve — is spent.
 func (m *ttask) settle() error {
 	if !m.t.held {
 		return nil
@@ -172,23 +180,28 @@ func (m *ttask) settle() error {
 	if m.t.EpisodeID != nil {
 		if err := m.tx.QueryRow(m.ctx, `SELECT COALESCE((SELECT spend FROM relay_budgets WHERE episode_id = $1), 0),
 				COALESCE((SELECT tokens FROM relay_budgets WHERE episode_id = $1), 0),
-				COALESCE((SELECT (extract(epoch FROM ($2::timestamptz - created_at)) * 1000)::bigint FROM episodes WHERE id = $1), 0)`,
-			*m.t.EpisodeID, m.now).Scan(&used.SpendMicroUSD, &used.Tokens, &used.WallMS); err != nil {
+				COALESCE((SELECT (extract(epoch FROM ($2::timestamptz - created_at)) * 1000)::bigint FROM episodes WHERE id = $1), 0),
+				COALESCE((SELECT used FROM egress_quota WHERE episode_id = $1), 0)`,
+			*m.t.EpisodeID, m.now).Scan(&used.SpendMicroUSD, &used.Tokens, &used.WallMS, &used.EgressBytes); err != nil {
 			return err
 		}
 	}
 	used.SpendMicroUSD = min(max(used.SpendMicroUSD, 0), m.t.Reserve.SpendMicroUSD)
 	used.Tokens = min(max(used.Tokens, 0), m.t.Reserve.Tokens)
 	used.WallMS = min(max(used.WallMS, 0), m.t.Reserve.WallMS)
+	used.EgressBytes = min(max(used.EgressBytes, 0), m.t.Reserve.EgressBytes)
 	if _, err := m.tx.Exec(m.ctx, `UPDATE project_budgets SET reserved_spend = reserved_spend - $2, reserved_tokens = reserved_tokens - $3,
 		reserved_wall_ms = reserved_wall_ms - $4, spent_spend = spent_spend + $5, spent_tokens = spent_tokens + $6,
-		spent_wall_ms = spent_wall_ms + $7, updated_at = now() WHERE project = $1`,
-		m.t.Project, m.t.Reserve.SpendMicroUSD, m.t.Reserve.Tokens, m.t.Reserve.WallMS, used.SpendMicroUSD, used.Tokens, used.WallMS); err != nil {
+		spent_wall_ms = spent_wall_ms + $7, reserved_egress_bytes = reserved_egress_bytes - $8,
+		spent_egress_bytes = spent_egress_bytes + $9, updated_at = now() WHERE project = $1`,
+		m.t.Project, m.t.Reserve.SpendMicroUSD, m.t.Reserve.Tokens, m.t.Reserve.WallMS, used.SpendMicroUSD, used.Tokens, used.WallMS,
+		m.t.Reserve.EgressBytes, used.EgressBytes); err != nil {
 		return err
 	}
 	m.t.Spent.SpendMicroUSD += used.SpendMicroUSD
 	m.t.Spent.Tokens += used.Tokens
 	m.t.Spent.WallMS += used.WallMS
+	m.t.Spent.EgressBytes += used.EgressBytes
 	m.t.held = false
 	return m.emit("task_reserve_settled", map[string]any{"reserve": m.t.Reserve, "used": used, "episode": m.t.EpisodeID})
 }

@@ -267,3 +267,70 @@ func TestBudgetActionSnoozeAndDismiss(t *testing.T) {
 	}
 	verifyTask(t, s, tk.ID)
 }
+
+// TestEgressReservation: a task reserves its episode's egress byte cap at
+// admission against its project's; a claim that would pass the cap (less
+// its emergency part) waits; a claim's end spends what the episode's proxy
+// counted (egress_quota), never more than the reserve, and gives the rest
+// back.
+func TestEgressReservation(t *testing.T) {
+	e := newEnv(t)
+	s, ctx := e.store, ctxT(t)
+	egressCap := int64(1000)
+	if _, err := s.SetProjectBudget(ctx, "calc", Caps{MaxEgress: &egressCap, Emergency: Reserve{EgressBytes: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	submit := func(bytes int64) Task {
+		tk, err := s.SubmitTask(ctx, NewTask{Project: "calc", MinClass: 3, Submitter: "uid:1000",
+			Spec: []byte(`{"intent":"x"}`), Reserve: Reserve{WallMS: 60000, EgressBytes: bytes}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	a, b := submit(600), submit(600)
+	cl := Claim{MaxClass: 3, TTL: time.Minute}
+	if got, ok := claim(t, s, cl); !ok || got.ID != a.ID {
+		t.Fatalf("first claim %v %v", got.ID, ok)
+	}
+	// 600 held; another 600 would pass 900 (1000 less the emergency 100).
+	if got, ok := claim(t, s, cl); ok {
+		t.Fatalf("claim went over the egress budget: %v", got.ID)
+	}
+	if bg := budgetOf(t, s); bg.Reserved.EgressBytes != 600 || bg.ExhaustedAt == nil {
+		t.Fatalf("budget after the refusal: %+v", bg)
+	}
+	if n := count(t, s, b.ID, "task_budget_exhausted"); n != 1 {
+		t.Fatalf("%d budget_exhausted events for b", n)
+	}
+	// a's proxy delivers 250 bytes; its episode ends: 600 given back, 250
+	// spent, and b fits (250 + 600 <= 900).
+	ep, err := s.CreateEpisode(ctx, NewEpisode{Spec: []byte(`{"intent":"a"}`), PolicyVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartTask(ctx, a.ID, 1, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReserveEgress(ctx, ep.ID, 250, 600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EndEpisode(ctx, EndEpisode{EpisodeID: ep.ID, Epoch: 1, State: EpisodeCompleted, Reason: "done"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SweepTasks(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Task(ctx, a.ID); got.Spent.EgressBytes != 250 || got.held {
+		t.Fatalf("a after its end: spent %+v, held %v", got.Spent, got.held)
+	}
+	if bg := budgetOf(t, s); bg.Reserved.EgressBytes != 0 || bg.Spent.EgressBytes != 250 {
+		t.Fatalf("budget after a settled: %+v", bg)
+	}
+	if got, ok := claim(t, s, cl); !ok || got.ID != b.ID {
+		t.Fatalf("b after a settled: %v %v", got.ID, ok)
+	}
+	if bg := budgetOf(t, s); bg.Reserved.EgressBytes != 600 {
+		t.Fatalf("budget with b claimed: %+v", bg)
+	}
+}

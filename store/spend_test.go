@@ -113,10 +113,10 @@ func TestSpendTotals(t *testing.T) {
 		DELETE FROM schema_migrations WHERE version = 7;
 		DROP TABLE actions; DROP TABLE task_events; DROP TABLE tasks; DROP TABLE project_budgets;
 		DROP TABLE checkpoint_archive_chunks; DROP TABLE checkpoint_archives;
-		DELETE FROM schema_migrations WHERE version IN (8, 9, 10)`); err != nil {
+		DELETE FROM schema_migrations WHERE version IN (8, 9, 10, 11)`); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := migrations.Apply(ctx, admin, embedded); err != nil || n != 5 {
+	if n, err := migrations.Apply(ctx, admin, embedded); err != nil || n != 6 {
 		t.Fatalf("re-applying 0006: %d, %v", n, err)
 	}
 	if b, n := totals(); b != total || n != int64(len(sizes)) {

@@ -135,7 +135,7 @@ var projectName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 const taskCols = `id, project, priority, min_class, submitter, spec, spec_digest, state, claim_instance, claim_process,
 	claim_token, claim_expires_at, episode_id, episodes, attempts, takeovers, cancel_requested, outcome, reason,
 	ledger_seq, ledger_head, created_at, updated_at, ended_at, reserve_spend, reserve_tokens, reserve_wall_ms, held,
-	spent_spend, spent_tokens, spent_wall_ms, blocked, emergency_granted`
+	spent_spend, spent_tokens, spent_wall_ms, blocked, emergency_granted, reserve_egress_bytes, spent_egress_bytes`
 
 func scanTask(r pgx.Row) (Task, error) {
 	var t Task
@@ -149,7 +149,7 @@ func scanTask(r pgx.Row) (Task, error) {
 	err := r.Scan(&t.ID, &t.Project, &t.Priority, &t.MinClass, &t.Submitter, &spec, &t.SpecDigest, &t.State, &inst, &proc,
 		&token, &exp, &t.EpisodeID, &t.Episodes, &t.Attempts, &t.Takeovers, &t.CancelRequested, &outcome, &reason,
 		&t.LedgerHead.Seq, &head, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.Reserve.SpendMicroUSD, &t.Reserve.Tokens, &t.Reserve.WallMS,
-		&t.held, &t.Spent.SpendMicroUSD, &t.Spent.Tokens, &t.Spent.WallMS, &blocked, &t.EmergencyGranted)
+		&t.held, &t.Spent.SpendMicroUSD, &t.Spent.Tokens, &t.Spent.WallMS, &blocked, &t.EmergencyGranted, &t.Reserve.EgressBytes, &t.Spent.EgressBytes)
 	if err != nil {
 		return t, err
 	}
@@ -226,10 +226,10 @@ func (m *ttask) save() error {
 	b.Queue(`UPDATE tasks SET state = $2, claim_instance = $3, claim_process = $4, claim_token = $5, claim_expires_at = $6,
 		episode_id = $7, episodes = $8, attempts = $9, takeovers = $10, cancel_requested = $11, outcome = $12, reason = $13,
 		ledger_seq = $14, ledger_head = $15, updated_at = $16, ended_at = $17, held = $18, spent_spend = $19, spent_tokens = $20,
-		spent_wall_ms = $21, blocked = $22, emergency_granted = $23 WHERE id = $1`,
+		spent_wall_ms = $21, blocked = $22, emergency_granted = $23, spent_egress_bytes = $24 WHERE id = $1`,
 		m.t.ID, m.t.State, inst, proc, m.token, exp, m.t.EpisodeID, m.t.Episodes, m.t.Attempts, m.t.Takeovers,
 		m.t.CancelRequested, nullable(m.t.Outcome), nullable(m.t.Reason), m.t.LedgerHead.Seq, m.t.LedgerHead.Hash[:], m.now, m.t.EndedAt,
-		m.t.held, m.t.Spent.SpendMicroUSD, m.t.Spent.Tokens, m.t.Spent.WallMS, nullable(m.t.Blocked), m.t.EmergencyGranted)
+		m.t.held, m.t.Spent.SpendMicroUSD, m.t.Spent.Tokens, m.t.Spent.WallMS, nullable(m.t.Blocked), m.t.EmergencyGranted, m.t.Spent.EgressBytes)
 	br := m.tx.SendBatch(m.ctx, &b)
 	for i := 0; i < b.Len(); i++ {
 		if _, err := br.Exec(); err != nil {
@@ -327,10 +327,10 @@ func (p *Postgres) SubmitTask(ctx context.Context, req NewTask) (Task, error) {
 		t.UpdatedAt = t.CreatedAt
 		if _, err := tx.Exec(ctx, `INSERT INTO tasks (id, project, priority, min_class, submitter, spec, spec_digest, state,
 			claim_token, episodes, attempts, takeovers, cancel_requested, ledger_seq, ledger_head, created_at, updated_at,
-			reserve_spend, reserve_tokens, reserve_wall_ms, held, spent_spend, spent_tokens, spent_wall_ms)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', 0, '{}', 0, 0, false, 0, $8, $9, $9, $10, $11, $12, false, 0, 0, 0)`,
+			reserve_spend, reserve_tokens, reserve_wall_ms, held, spent_spend, spent_tokens, spent_wall_ms, reserve_egress_bytes)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', 0, '{}', 0, 0, false, 0, $8, $9, $9, $10, $11, $12, false, 0, 0, 0, $13)`,
 			t.ID, t.Project, t.Priority, t.MinClass, t.Submitter, string(spec), t.SpecDigest, make([]byte, 32), t.CreatedAt,
-			t.Reserve.SpendMicroUSD, t.Reserve.Tokens, t.Reserve.WallMS); err != nil {
+			t.Reserve.SpendMicroUSD, t.Reserve.Tokens, t.Reserve.WallMS, t.Reserve.EgressBytes); err != nil {
 			return err
 		}
 		m := &ttask{ctx: ctx, tx: tx, t: t, now: t.CreatedAt}

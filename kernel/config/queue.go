@@ -34,9 +34,11 @@ type ProjectBudget struct {
 	MaxSpendMicroUSD       *int64 `json:"max_spend_micro_usd"`
 	MaxTokens              *int64 `json:"max_tokens"`
 	MaxWallMS              *int64 `json:"max_wall_ms"`
+	MaxEgressBytes         *int64 `json:"max_egress_bytes"`
 	EmergencySpendMicroUSD int64  `json:"emergency_spend_micro_usd"`
 	EmergencyTokens        int64  `json:"emergency_tokens"`
 	EmergencyWallMS        int64  `json:"emergency_wall_ms"`
+	EmergencyEgressBytes   int64  `json:"emergency_egress_bytes"`
 }
 
 // Queue defaults.
@@ -96,7 +98,7 @@ func checkQueue(c *checker, q *Queue) {
 			max       *int64
 			emergency int64
 		}{{"spend_micro_usd", b.MaxSpendMicroUSD, b.EmergencySpendMicroUSD}, {"tokens", b.MaxTokens, b.EmergencyTokens},
-			{"wall_ms", b.MaxWallMS, b.EmergencyWallMS}} {
+			{"wall_ms", b.MaxWallMS, b.EmergencyWallMS}, {"egress_bytes", b.MaxEgressBytes, b.EmergencyEgressBytes}} {
 			switch {
 			case r.max != nil && (*r.max < 0 || *r.max > most):
 				c.add(key+".max_"+r.name, "must be 0..%d", int64(most))

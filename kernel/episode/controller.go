@@ -16,6 +16,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/authority"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/egress"
 	"github.com/autonomic-kernel/autonomic/kernel/governor"
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
@@ -195,8 +196,8 @@ func (k *Controller) mint(spec Spec) (*policy.Policy, authority.Capability, erro
 // policy verifies, its services and wall time are within the kernel's
 // bounds — and returns what its episode may use at most, which a queued
 // task reserves: its policy's inference budget (the relay's hard cap: no
-// inference section, no model call) and its wall time (unbounded is
-// reserved as a day, never as zero).
+// inference section, no model call), its wall time (unbounded is reserved
+// as a day, never as zero) and its egress proxy's byte cap.
 func (k *Controller) Admit(spec Spec) (store.Reserve, error) {
 	pol, _, err := k.mint(spec)
 	if err != nil {
@@ -208,6 +209,17 @@ func (k *Controller) Admit(spec Spec) (store.Reserve, error) {
 	}
 	if inf := pol.Document.Inference; inf != nil {
 		r.SpendMicroUSD, r.Tokens = inf.MaxSpendMicroUSD, inf.MaxTokens
+	}
+	// Its egress proxy's byte cap, as the episode would be served it
+	// (none served: no byte can be fetched).
+	if eg := k.cfg.Egress; eg != nil {
+		c, ok, err := egress.ConfigFor(eg.Operator, pol, uuid.Nil, nil, nil)
+		if err != nil {
+			return store.Reserve{}, err
+		}
+		if ok {
+			r.EgressBytes = c.MaxBytes
+		}
 	}
 	return r, nil
 }

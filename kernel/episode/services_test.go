@@ -403,3 +403,31 @@ func agentProfile(t *testing.T) []byte {
 	}
 	return prog.Bytes()
 }
+
+// TestAdmitReservesEgress: a queued task reserves its episode's egress
+// byte cap as the proxy would be configured — the smaller of the policy's
+// egress.max_bytes and the operator's max_bytes_per_episode — and nothing
+// when its policy grants no egress.
+func TestAdmitReservesEgress(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const host = "registry.npmjs.org"
+	r, spec := egressRig(t, ctx, "admitegress", host) // operator cap 1 MiB
+	res, err := r.k.Admit(spec)
+	if err != nil || res.EgressBytes != 1<<20 {
+		t.Fatalf("reserve under the operator's cap: %+v, %v", res, err)
+	}
+	signed, err := policy.Sign(policyKey(), policyKeyID, policy.Document{Schema: policy.Schema, ID: "admitegress", Version: 1,
+		Capability: grantSpec(), Semantic: policy.Semantic{MaxRisk: 0.5}, Egress: &policy.Egress{Allow: []string{host}, MaxBytes: 4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Policy = signed
+	if res, err := r.k.Admit(spec); err != nil || res.EgressBytes != 4096 {
+		t.Fatalf("reserve under the policy's cap: %+v, %v", res, err)
+	}
+	spec.Policy = signPolicy(grantSpec())
+	if res, err := r.k.Admit(spec); err != nil || res.EgressBytes != 0 {
+		t.Fatalf("reserve without an egress grant: %+v, %v", res, err)
+	}
+}

@@ -101,7 +101,8 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 		q := cfg.Queue
 		for project, b := range q.ProjectBudgets {
 			if _, err := st.SetProjectBudget(ctx, project, store.Caps{MaxSpend: b.MaxSpendMicroUSD, MaxTokens: b.MaxTokens, MaxWallMS: b.MaxWallMS,
-				Emergency: store.Reserve{SpendMicroUSD: b.EmergencySpendMicroUSD, Tokens: b.EmergencyTokens, WallMS: b.EmergencyWallMS}}); err != nil {
+				MaxEgress: b.MaxEgressBytes, Emergency: store.Reserve{SpendMicroUSD: b.EmergencySpendMicroUSD, Tokens: b.EmergencyTokens,
+					WallMS: b.EmergencyWallMS, EgressBytes: b.EmergencyEgressBytes}}); err != nil {
 				return fmt.Errorf("queue.project_budgets.%s: %w", project, err)
 			}
 		}

@@ -122,6 +122,7 @@ func taskCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(tw, "%s\tspend µUSD\t%s\t%d\t%d\t%d\t%s\n", b.Project, cap(b.MaxSpend), b.Emergency.SpendMicroUSD, b.Reserved.SpendMicroUSD, b.Spent.SpendMicroUSD, ex)
 			fmt.Fprintf(tw, "\ttokens\t%s\t%d\t%d\t%d\t\n", cap(b.MaxTokens), b.Emergency.Tokens, b.Reserved.Tokens, b.Spent.Tokens)
 			fmt.Fprintf(tw, "\twall ms\t%s\t%d\t%d\t%d\t\n", cap(b.MaxWallMS), b.Emergency.WallMS, b.Reserved.WallMS, b.Spent.WallMS)
+			fmt.Fprintf(tw, "\tegress bytes\t%s\t%d\t%d\t%d\t\n", cap(b.MaxEgress), b.Emergency.EgressBytes, b.Reserved.EgressBytes, b.Spent.EgressBytes)
 		}
 		tw.Flush()
 		return 0
@@ -188,8 +189,9 @@ func printTask(w io.Writer, t api.TaskView) {
 		}
 		fmt.Fprintf(w, "episodes: %s\n", strings.Join(eps, ", "))
 	}
-	fmt.Fprintf(w, "reserves %d µUSD, %d tokens, %s wall time; spent %d µUSD, %d tokens, %s\n", t.Reserve.SpendMicroUSD, t.Reserve.Tokens,
-		time.Duration(t.Reserve.WallMS)*time.Millisecond, t.Spent.SpendMicroUSD, t.Spent.Tokens, time.Duration(t.Spent.WallMS)*time.Millisecond)
+	fmt.Fprintf(w, "reserves %d µUSD, %d tokens, %s wall time, %d egress bytes; spent %d µUSD, %d tokens, %s, %d egress bytes\n",
+		t.Reserve.SpendMicroUSD, t.Reserve.Tokens, time.Duration(t.Reserve.WallMS)*time.Millisecond, t.Reserve.EgressBytes,
+		t.Spent.SpendMicroUSD, t.Spent.Tokens, time.Duration(t.Spent.WallMS)*time.Millisecond, t.Spent.EgressBytes)
 	if t.Blocked != "" {
 		fmt.Fprintf(w, "held back: %s\n", t.Blocked)
 	}
