@@ -170,8 +170,11 @@ func (m *ttask) hold() error {
 }
 
 // settle ends the task's hold: the reserve is given back and what its
-// current episode used — the relay's charge, the episode's time, the bytes
-// its egress proxy counted, each at most the reserve — is spent.
+// current episode used since the last settle of that episode — the
+// relay's charge, the episode's time, the bytes its egress proxy counted,
+// each at most the reserve — is spent. An episode a takeover resumed is
+// settled again at its end: its use is cumulative, so only what came
+// after the first settle is spent then.
 func (m *ttask) settle() error {
 	if !m.t.held {
 		return nil
@@ -186,10 +189,15 @@ func (m *ttask) settle() error {
 			return err
 		}
 	}
-	used.SpendMicroUSD = min(max(used.SpendMicroUSD, 0), m.t.Reserve.SpendMicroUSD)
-	used.Tokens = min(max(used.Tokens, 0), m.t.Reserve.Tokens)
-	used.WallMS = min(max(used.WallMS, 0), m.t.Reserve.WallMS)
-	used.EgressBytes = min(max(used.EgressBytes, 0), m.t.Reserve.EgressBytes)
+	done := &m.t.episodeSettled
+	used.SpendMicroUSD = min(max(used.SpendMicroUSD-done.SpendMicroUSD, 0), m.t.Reserve.SpendMicroUSD)
+	used.Tokens = min(max(used.Tokens-done.Tokens, 0), m.t.Reserve.Tokens)
+	used.WallMS = min(max(used.WallMS-done.WallMS, 0), m.t.Reserve.WallMS)
+	used.EgressBytes = min(max(used.EgressBytes-done.EgressBytes, 0), m.t.Reserve.EgressBytes)
+	done.SpendMicroUSD += used.SpendMicroUSD
+	done.Tokens += used.Tokens
+	done.WallMS += used.WallMS
+	done.EgressBytes += used.EgressBytes
 	if _, err := m.tx.Exec(m.ctx, `UPDATE project_budgets SET reserved_spend = reserved_spend - $2, reserved_tokens = reserved_tokens - $3,
 		reserved_wall_ms = reserved_wall_ms - $4, spent_spend = spent_spend + $5, spent_tokens = spent_tokens + $6,
 		spent_wall_ms = spent_wall_ms + $7, reserved_egress_bytes = reserved_egress_bytes - $8,

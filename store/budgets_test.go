@@ -334,3 +334,74 @@ func TestEgressReservation(t *testing.T) {
 		t.Fatalf("budget with b claimed: %+v", bg)
 	}
 }
+
+// TestResumedEpisodeSettlesOnce: a task whose host is lost is settled when
+// the sweep requeues it (what its episode used so far is spent); a
+// takeover that resumes the same episode reserves again, and its end
+// spends only what the episode used after that — the relay's charge is
+// cumulative, so spending it whole again would count the first part twice.
+func TestResumedEpisodeSettlesOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	a := e.open("host-a", time.Second)
+	b := e.open("host-b", time.Second)
+	spendCap := int64(1000)
+	if _, err := a.SetProjectBudget(ctx, "calc", Caps{MaxSpend: &spendCap}); err != nil {
+		t.Fatal(err)
+	}
+	tk := submitReserving(t, a, 0, 100)
+	got, ok := claim(t, a, Claim{MaxClass: 3})
+	if !ok {
+		t.Fatal("no claim")
+	}
+	ep, err := a.CreateEpisode(ctx, NewEpisode{Spec: []byte(`{"intent":"t"}`), PolicyVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.StartTask(ctx, tk.ID, got.Claim.Token, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SetRelayBudget(ctx, ep.ID, 1000, 100); err != nil {
+		t.Fatal(err)
+	}
+	charge := func(s *Postgres, n int64) {
+		t.Helper()
+		if _, _, err := s.ChargeRelay(ctx, ep.ID, RelayAmount{Spend: n, Tokens: n}, RelayAmount{Spend: n, Tokens: n}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	charge(a, 10)
+	// Host A is lost: its ownership lapses and B's sweep requeues the task.
+	time.Sleep(1200 * time.Millisecond)
+	if sw, err := b.SweepTasks(ctx, 0); err != nil || len(sw.Requeued) != 1 {
+		t.Fatalf("sweep after A was lost: %+v, %v", sw, err)
+	}
+	if bg := budgetOf(t, b); bg.Spent.SpendMicroUSD != 10 || bg.Reserved.SpendMicroUSD != 0 {
+		t.Fatalf("budget after the requeue: %+v", bg)
+	}
+	got, ok = claim(t, b, Claim{MaxClass: 3})
+	if !ok || got.EpisodeID == nil || *got.EpisodeID != ep.ID {
+		t.Fatalf("takeover claim %+v", got)
+	}
+	if _, err := b.AcquireOwnership(ctx, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = b.StartTask(ctx, tk.ID, got.Claim.Token, ep.ID); err != nil || len(got.Episodes) != 1 {
+		t.Fatalf("resumed start %+v, %v", got, err)
+	}
+	charge(b, 5) // the relay's charge is now 15 in all
+	if _, err := b.EndEpisode(ctx, EndEpisode{EpisodeID: ep.ID, Epoch: 1, State: EpisodeCompleted, Reason: "done"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.SweepTasks(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	final, err := b.Task(ctx, tk.ID)
+	if err != nil || final.State != TaskEnded || final.Spent.SpendMicroUSD != 15 || final.Spent.Tokens != 15 {
+		t.Fatalf("task at its end: %s spent %+v, %v; want 15 spent", final.State, final.Spent, err)
+	}
+	if bg := budgetOf(t, b); bg.Spent.SpendMicroUSD != 15 || bg.Reserved != (Reserve{}) {
+		t.Fatalf("budget at the end: %+v", bg)
+	}
+	verifyTask(t, b, tk.ID)
+}

@@ -74,6 +74,9 @@ type Task struct {
 	// next claim may draw on the emergency reserve, once.
 	EmergencyGranted bool `json:"emergency_granted,omitempty"`
 	held             bool
+	// episodeSettled is what settles already spent of the current
+	// episode's use (a resumed episode's usage is cumulative).
+	episodeSettled Reserve
 	// Outcome is the final episode state (ended), or empty.
 	Outcome    string      `json:"outcome,omitempty"`
 	Reason     string      `json:"reason,omitempty"`
@@ -135,7 +138,8 @@ var projectName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 const taskCols = `id, project, priority, min_class, submitter, spec, spec_digest, state, claim_instance, claim_process,
 	claim_token, claim_expires_at, episode_id, episodes, attempts, takeovers, cancel_requested, outcome, reason,
 	ledger_seq, ledger_head, created_at, updated_at, ended_at, reserve_spend, reserve_tokens, reserve_wall_ms, held,
-	spent_spend, spent_tokens, spent_wall_ms, blocked, emergency_granted, reserve_egress_bytes, spent_egress_bytes`
+	spent_spend, spent_tokens, spent_wall_ms, blocked, emergency_granted, reserve_egress_bytes, spent_egress_bytes,
+	episode_settled`
 
 func scanTask(r pgx.Row) (Task, error) {
 	var t Task
@@ -146,11 +150,15 @@ func scanTask(r pgx.Row) (Task, error) {
 	var outcome, reason, blocked *string
 	var head []byte
 	var spec string
+	var settled []byte
 	err := r.Scan(&t.ID, &t.Project, &t.Priority, &t.MinClass, &t.Submitter, &spec, &t.SpecDigest, &t.State, &inst, &proc,
 		&token, &exp, &t.EpisodeID, &t.Episodes, &t.Attempts, &t.Takeovers, &t.CancelRequested, &outcome, &reason,
 		&t.LedgerHead.Seq, &head, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.Reserve.SpendMicroUSD, &t.Reserve.Tokens, &t.Reserve.WallMS,
-		&t.held, &t.Spent.SpendMicroUSD, &t.Spent.Tokens, &t.Spent.WallMS, &blocked, &t.EmergencyGranted, &t.Reserve.EgressBytes, &t.Spent.EgressBytes)
+		&t.held, &t.Spent.SpendMicroUSD, &t.Spent.Tokens, &t.Spent.WallMS, &blocked, &t.EmergencyGranted, &t.Reserve.EgressBytes, &t.Spent.EgressBytes, &settled)
 	if err != nil {
+		return t, err
+	}
+	if err := json.Unmarshal(settled, &t.episodeSettled); err != nil {
 		return t, err
 	}
 	t.token = token
@@ -226,10 +234,10 @@ func (m *ttask) save() error {
 	b.Queue(`UPDATE tasks SET state = $2, claim_instance = $3, claim_process = $4, claim_token = $5, claim_expires_at = $6,
 		episode_id = $7, episodes = $8, attempts = $9, takeovers = $10, cancel_requested = $11, outcome = $12, reason = $13,
 		ledger_seq = $14, ledger_head = $15, updated_at = $16, ended_at = $17, held = $18, spent_spend = $19, spent_tokens = $20,
-		spent_wall_ms = $21, blocked = $22, emergency_granted = $23, spent_egress_bytes = $24 WHERE id = $1`,
+		spent_wall_ms = $21, blocked = $22, emergency_granted = $23, spent_egress_bytes = $24, episode_settled = $25 WHERE id = $1`,
 		m.t.ID, m.t.State, inst, proc, m.token, exp, m.t.EpisodeID, m.t.Episodes, m.t.Attempts, m.t.Takeovers,
 		m.t.CancelRequested, nullable(m.t.Outcome), nullable(m.t.Reason), m.t.LedgerHead.Seq, m.t.LedgerHead.Hash[:], m.now, m.t.EndedAt,
-		m.t.held, m.t.Spent.SpendMicroUSD, m.t.Spent.Tokens, m.t.Spent.WallMS, nullable(m.t.Blocked), m.t.EmergencyGranted, m.t.Spent.EgressBytes)
+		m.t.held, m.t.Spent.SpendMicroUSD, m.t.Spent.Tokens, m.t.Spent.WallMS, nullable(m.t.Blocked), m.t.EmergencyGranted, m.t.Spent.EgressBytes, settledJSON(m.t.episodeSettled))
 	br := m.tx.SendBatch(m.ctx, &b)
 	for i := 0; i < b.Len(); i++ {
 		if _, err := br.Exec(); err != nil {
@@ -238,6 +246,11 @@ func (m *ttask) save() error {
 		}
 	}
 	return br.Close()
+}
+
+func settledJSON(r Reserve) string {
+	b, _ := json.Marshal(r)
+	return string(b)
 }
 
 func nullable(s string) *string {
@@ -441,6 +454,7 @@ func (p *Postgres) StartTask(ctx context.Context, id uuid.UUID, token int64, epi
 		m.t.State, m.t.EpisodeID = TaskRunning, &episode
 		if !resumed {
 			m.t.Episodes = append(m.t.Episodes, episode)
+			m.t.episodeSettled = Reserve{}
 		}
 		return m.emit("task_started", map[string]any{"episode": episode, "token": token, "resumed": resumed})
 	})

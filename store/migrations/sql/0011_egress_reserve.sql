@@ -5,7 +5,10 @@
 -- counted (egress_quota.used), as for spend, tokens and wall time.
 ALTER TABLE tasks
   ADD COLUMN reserve_egress_bytes bigint NOT NULL DEFAULT 0 CHECK (reserve_egress_bytes >= 0),
-  ADD COLUMN spent_egress_bytes   bigint NOT NULL DEFAULT 0 CHECK (spent_egress_bytes >= 0);
+  ADD COLUMN spent_egress_bytes   bigint NOT NULL DEFAULT 0 CHECK (spent_egress_bytes >= 0),
+  -- What settles already spent of the current episode's use: a takeover
+  -- that resumes the episode settles again, and only what came since.
+  ADD COLUMN episode_settled      jsonb NOT NULL DEFAULT '{}';
 ALTER TABLE project_budgets
   ADD COLUMN max_egress_bytes       bigint CHECK (max_egress_bytes >= 0),
   ADD COLUMN emergency_egress_bytes bigint NOT NULL DEFAULT 0 CHECK (emergency_egress_bytes >= 0),
