@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // Request is one request the server received.
@@ -21,6 +22,7 @@ type Request struct {
 	BodyDigest string // "sha256:" hex
 	Model      string // the body's "model", if any
 	Stream     bool   // the body's "stream"
+	At         time.Time
 }
 
 // Server is a running fixture model.
@@ -54,6 +56,14 @@ func Start(script Script) (*Server, error) {
 // Close stops the server.
 func (s *Server) Close() error { return s.srv.Close() }
 
+// Reset starts the script over and forgets the requests seen, so one
+// server drives the same scripted task again.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen, s.next = nil, 0
+}
+
 // Requests returns a copy of every request received so far.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
@@ -78,7 +88,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.Unmarshal(body, &req)
 	rec := Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(),
-		Body: body, BodyDigest: "sha256:" + hex.EncodeToString(sum[:]), Model: req.Model, Stream: req.Stream}
+		Body: body, BodyDigest: "sha256:" + hex.EncodeToString(sum[:]), Model: req.Model, Stream: req.Stream, At: time.Now()}
 
 	s.mu.Lock()
 	s.seen = append(s.seen, rec)

@@ -359,7 +359,7 @@ func waitLog(t *testing.T, logs *lockedBuffer, want string) {
 
 // startServe runs serve in-process until the returned stop (or the test's
 // end) and returns once the API answers.
-func startServe(t *testing.T, ctx context.Context, cfg *config.Config, log hclog.Logger, logs *lockedBuffer, owner *[2]int) func() error {
+func startServe(t testing.TB, ctx context.Context, cfg *config.Config, log hclog.Logger, logs *lockedBuffer, owner *[2]int) func() error {
 	t.Helper()
 	stop, err := server.Start(ctx, cfg, log, server.Hooks{Owner: owner})
 	if err != nil {

@@ -36,7 +36,7 @@ var (
 	agentsErr               error
 )
 
-func agentsRootfs(t *testing.T, ctx context.Context, bed *testbed.Bed) (string, string) {
+func agentsRootfs(t testing.TB, ctx context.Context, bed *testbed.Bed) (string, string) {
 	t.Helper()
 	agentsOnce.Do(func() {
 		entry, err := bed.Static(ctx, "./entry/cmd/autonomic-entry")
@@ -78,7 +78,7 @@ const providerKeyEnv, providerKey = "AUTONOMIC_TEST_PROVIDER_KEY", "sk-kernel-he
 // addresses here through (egress.allowed_nets).
 type runOptions struct{ testDeps bool }
 
-func startRunKernel(t *testing.T, ctx context.Context, opts ...runOptions) *runKernel {
+func startRunKernel(t testing.TB, ctx context.Context, opts ...runOptions) *runKernel {
 	t.Helper()
 	var o runOptions
 	for _, x := range opts {
@@ -270,7 +270,7 @@ func TestRunLandsEachAgentsFix(t *testing.T) {
 
 // siteNets is what the demo puts in egress.allowed_nets (autonomic egress
 // nets): the registries' addresses here that pinning refuses by default.
-func siteNets(t *testing.T, want bool) []string {
+func siteNets(t testing.TB, want bool) []string {
 	if !want {
 		return []string{}
 	}
