@@ -106,10 +106,13 @@
 // Snapshot rule (on a backend that can checkpoint): an episode's first
 // stable checkpoint is its pristine base — a domain of its workspace whose
 // only process is a no-op shell (no worker code, no broker socket) is
-// checkpointed after that process exits and destroyed — and generation 1
-// starts restored from it. (The launcher starts a worker as it creates its
-// domain, so a checkpoint of the worker's own domain would hold whatever it
-// had written by then.) After every effect of the episode commits, the
+// checkpointed after that process exits and destroyed. (The launcher starts
+// a worker as it creates its domain, so a checkpoint of the worker's own
+// domain would hold whatever it had written by then.) Generation 1 starts
+// beside it with an empty upper layer over the same workspace — the tree
+// the base holds — so the worker does not wait for it; Start returns only
+// once the base is recorded, and no other checkpoint is taken and no repair
+// restores before, so it is always the first stable checkpoint. After every effect of the episode commits, the
 // current generation is checkpointed again. Both are recorded stable at
 // once: the base because it is the base OID's tree, a post-commit one
 // because its effect has already passed the commit horizon's evaluation

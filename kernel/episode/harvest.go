@@ -270,6 +270,8 @@ func (e *Episode) finalCheckpoint(ctx context.Context) (*protocol.CheckpointResu
 	if !e.k.feat.Checkpoints {
 		return nil, errors.New(noCheckpoints(e.k.feat))
 	}
+	// The base is recorded first, so it never follows the final one.
+	_ = e.awaitBase()
 	e.mu.Lock()
 	gen := e.gen
 	e.mu.Unlock()

@@ -38,8 +38,9 @@ type Recovery struct {
 // Recover is kernel start (issue 6 §2): reconcile every unsettled effect,
 // then for each active episode fence its epoch, destroy every generation
 // the previous kernel launched and prove it gone, and resume it from its
-// last stable checkpoint into a new generation under a narrower lease — or
-// contain it when it cannot resume. A restart is a repair: it advances the
+// last stable checkpoint into a new generation under a narrower lease (a
+// generation 1 whose base was not yet recorded: from its workspace, which
+// is the base's tree) — or contain it when it cannot resume. A restart is a repair: it advances the
 // epoch, is recorded in the lineage and counts toward max_repairs, so a
 // crash loop ends contained.
 func (k *Controller) Recover(ctx context.Context) (Recovery, error) {
@@ -145,9 +146,9 @@ func (k *Controller) destroyEnded(ctx context.Context, rec *Recovery) error {
 		if err != nil {
 			return err
 		}
-		ids := []string{k.baseLauncherID(id)}
+		var ids []string
 		for _, g := range gens {
-			ids = append(ids, k.launcherID(id, g.Generation))
+			ids = append(ids, k.baseLauncherID(id, g.Generation), k.launcherID(id, g.Generation))
 		}
 		for _, d := range ids {
 			if err := probe.destroy(ctx, d); err != nil {
@@ -217,21 +218,18 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 		k.forget(rec.ID)
 		return nil, "", err
 	}
-	// A kernel that died while making generation 1's base checkpoint left
-	// that domain behind (destroying an absent one touches nothing).
-	if err := e.destroy(ctx, k.baseLauncherID(rec.ID)); err != nil {
-		k.forget(rec.ID)
-		return nil, "", err
-	}
-	out.Destroyed = append(out.Destroyed, k.baseLauncherID(rec.ID))
 	var live *store.Generation
 	for i, g := range gens {
-		id := k.launcherID(rec.ID, g.Generation)
-		if err := e.destroy(ctx, id); err != nil {
-			k.forget(rec.ID)
-			return nil, "", err
+		// A kernel that died while making a generation's base checkpoint
+		// left that domain behind (destroying an absent one touches
+		// nothing).
+		for _, id := range []string{k.baseLauncherID(rec.ID, g.Generation), k.launcherID(rec.ID, g.Generation)} {
+			if err := e.destroy(ctx, id); err != nil {
+				k.forget(rec.ID)
+				return nil, "", err
+			}
+			out.Destroyed = append(out.Destroyed, id)
 		}
-		out.Destroyed = append(out.Destroyed, id)
 		if g.State == store.GenerationLive {
 			if _, err := st.DestroyGeneration(ctx, g.DomainID, g.Generation); err != nil {
 				k.forget(rec.ID)
@@ -301,10 +299,14 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 		return contain(fmt.Sprintf("kernel restart: max_repairs (%d) exhausted", spec.MaxRepairs))
 	case !k.feat.Checkpoints:
 		return contain("kernel restart: " + noCheckpoints(k.feat))
-	case ckptErr != nil:
+	case ckptErr != nil && live.Generation != 1:
 		return contain("kernel restart: no stable checkpoint to resume from")
 	}
-	if lost != "" && k.cfg.Replicas == nil {
+	// Generation 1 before its base checkpoint was recorded holds what the
+	// base would: its workspace's tree. It resumes from that, and its base
+	// is taken again (the snapshot rule).
+	pristine := ckptErr != nil
+	if lost != "" && !pristine && k.cfg.Replicas == nil {
 		return contain("kernel restart: this kernel keeps no checkpoint replicas")
 	}
 	if lost != "" {
@@ -321,11 +323,14 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 	if fi, err := os.Stat(filepath.Join(k.cfg.WorkspacesRoot, rec.ID.String())); err != nil || !fi.IsDir() {
 		return contain("kernel restart: the episode's workspace is gone")
 	}
-	digest, err := e.checkpointDigest(ckpt)
-	if err != nil {
-		return contain("kernel restart: " + err.Error())
+	digest, from := "", (*uuid.UUID)(nil)
+	if !pristine {
+		if digest, err = e.checkpointDigest(ckpt); err != nil {
+			return contain("kernel restart: " + err.Error())
+		}
+		from = &ckpt.ID
 	}
-	if lost != "" {
+	if lost != "" && !pristine {
 		if err := k.importReplica(ctx, k.launcherID(rec.ID, ckpt.Generation), digest); err != nil {
 			return contain("kernel restart: no replica of the last stable checkpoint: " + err.Error())
 		}
@@ -334,7 +339,7 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 	if err != nil {
 		return contain("kernel restart: the previous lease cannot be read")
 	}
-	g, err := st.NewGeneration(ctx, store.NewGeneration{DomainID: live.DomainID, Epoch: e.epoch, CheckpointID: &ckpt.ID})
+	g, err := st.NewGeneration(ctx, store.NewGeneration{DomainID: live.DomainID, Epoch: e.epoch, CheckpointID: from})
 	if err != nil {
 		k.forget(rec.ID)
 		return nil, "", err
@@ -428,10 +433,9 @@ func (k *Controller) recordedCheckpoints(ctx context.Context, ep uuid.UUID) []he
 		if !ok || !protocol.ValidDigest(hex) {
 			continue
 		}
-		out = append(out, heldCheckpoint{k.launcherID(ep, b.Generation), hex})
-		if b.Generation == 1 {
-			out = append(out, heldCheckpoint{k.baseLauncherID(ep), hex})
-		}
+		// Taken of the generation's domain or of its base's: a hold that
+		// is not there releases nothing.
+		out = append(out, heldCheckpoint{k.launcherID(ep, b.Generation), hex}, heldCheckpoint{k.baseLauncherID(ep, b.Generation), hex})
 	}
 	return out
 }

@@ -76,9 +76,14 @@ type Episode struct {
 	// the episode, each held by the launcher domain that took it until
 	// releaseCheckpoints gives it back.
 	taken []heldCheckpoint
-	stop  context.CancelFunc
-	done  chan struct{}
-	exit  *supervisor.Exit
+	// base is closed once generation 1's pristine base checkpoint, taken
+	// beside the worker, is recorded (baseErr nil) or failed; nil when the
+	// episode did not start from the base (awaitBase).
+	base    chan struct{}
+	baseErr error
+	stop    context.CancelFunc
+	done    chan struct{}
+	exit    *supervisor.Exit
 	// started is when the episode was created: its wall time counts from
 	// there, across repairs and kernel restarts.
 	started time.Time
@@ -405,6 +410,9 @@ func (e *Episode) create(ctx context.Context, checkpoint string) (*domain.Runnin
 // checkpoint takes and records a stable checkpoint of the current
 // generation (see the snapshot rule in doc.go).
 func (e *Episode) checkpoint(ctx context.Context) error {
+	if err := e.awaitBase(); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	gen := e.gen
 	e.mu.Unlock()
@@ -448,8 +456,11 @@ func (e *Episode) checkpointOf(ctx context.Context, id string, gen int) (string,
 	return res.SHA256, nil
 }
 
-// baseLauncherID names the pristine domain baseCheckpoint makes.
-func (k *Controller) baseLauncherID(ep uuid.UUID) string { return k.launcherID(ep, 1) + "-base" }
+// baseLauncherID names the pristine domain baseCheckpoint makes for
+// generation gen (1, or one a kernel restart resumed before its base).
+func (k *Controller) baseLauncherID(ep uuid.UUID, gen int) string {
+	return k.launcherID(ep, gen) + "-base"
+}
 
 // baseCheckpoint takes and records generation 1's stable starting point: a
 // domain of the episode's workspace whose only process is a no-op shell
@@ -458,8 +469,13 @@ func (k *Controller) baseLauncherID(ep uuid.UUID) string { return k.launcherID(e
 // domain, so a checkpoint of the worker's own domain would hold whatever it
 // had written by then; this one holds the base OID's tree and nothing else.
 func (e *Episode) baseCheckpoint(ctx context.Context) (digest string, err error) {
-	id := e.k.baseLauncherID(e.id)
-	r, err := e.k.cfg.Domains.Create(ctx, domain.Spec{ID: id, Generation: 1, WorkspaceID: e.id.String(),
+	// Generation 1's, or the generation a kernel restart resumed from the
+	// workspace before that base was recorded.
+	e.mu.Lock()
+	gen := e.gen
+	e.mu.Unlock()
+	id := e.k.baseLauncherID(e.id, gen)
+	r, err := e.k.cfg.Domains.Create(ctx, domain.Spec{ID: id, Generation: gen, WorkspaceID: e.id.String(),
 		Argv: []string{"/bin/sh", "-c", ":"}, Limits: e.spec.Limits, Seccomp: e.k.cfg.Seccomp})
 	if err != nil {
 		return "", fmt.Errorf("episode: base domain: %w", err)
@@ -473,7 +489,39 @@ func (e *Episode) baseCheckpoint(ctx context.Context) (digest string, err error)
 	if err := waitExit(ctx, r, 30*time.Second); err != nil {
 		return "", fmt.Errorf("episode: base domain: %w", err)
 	}
-	return e.checkpointOf(ctx, id, 1)
+	return e.checkpointOf(ctx, id, gen)
+}
+
+// startBase takes the pristine base checkpoint in the background, while
+// the worker starts. Start returns only once it is recorded, and until then no other checkpoint is taken and no repair
+// restores (awaitBase): it is always the episode's first stable one.
+func (e *Episode) startBase(ctx context.Context) {
+	done := make(chan struct{})
+	e.mu.Lock()
+	e.base, e.baseErr = done, nil
+	e.mu.Unlock()
+	go func() {
+		_, err := e.baseCheckpoint(ctx)
+		e.mu.Lock()
+		e.baseErr = err
+		e.mu.Unlock()
+		close(done)
+	}()
+}
+
+// awaitBase waits for the base checkpoint startBase took, and says whether
+// it was recorded.
+func (e *Episode) awaitBase() error {
+	e.mu.Lock()
+	done := e.base
+	e.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	<-done
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.baseErr
 }
 
 // waitExit waits for a domain's worker to exit; a violation is an error.
@@ -502,12 +550,12 @@ func waitExit(ctx context.Context, r *domain.Running, limit time.Duration) error
 // before it returns.
 func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), started chan<- error) (err error) {
 	if checkpoint == "" && e.k.feat.Checkpoints {
-		// Generation 1 starts restored from the pristine base, so its
-		// first stable checkpoint holds nothing the worker wrote.
-		if checkpoint, err = e.baseCheckpoint(ctx); err != nil {
-			started <- err
-			return err
-		}
+		// The pristine base is checkpointed beside generation 1, which
+		// starts with an empty upper layer over the same workspace — the
+		// tree the base holds — so the worker does not wait for it.
+		e.startBase(ctx)
+		// Nothing ends with the base domain alive.
+		defer e.awaitBase()
 	}
 	r, err := e.create(ctx, checkpoint)
 	if err != nil {
@@ -527,6 +575,14 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 		r.Close()
 	}()
 	if err := e.move(Running); err != nil {
+		started <- err
+		return err
+	}
+	// Start returns once the base is recorded: from then on the episode
+	// has a stable checkpoint to repair or resume from (its worker, which
+	// runs already, may be parked meanwhile).
+	if err := e.awaitBase(); err != nil {
+		err = fmt.Errorf("episode: base checkpoint: %w", err)
 		started <- err
 		return err
 	}
@@ -676,6 +732,7 @@ func (e *Episode) repair(ctx context.Context, old *domain.Running, reason string
 	if repairs >= e.spec.MaxRepairs {
 		return old, e.containFinal(ctx, old, fmt.Sprintf("max_repairs (%d) exhausted; last: %s", e.spec.MaxRepairs, reason))
 	}
+	_ = e.awaitBase() // a failed base leaves no stable checkpoint: contained below
 	ckpt, err := st.LatestStableCheckpoint(ctx, e.id)
 	if err != nil {
 		return old, e.containFinal(ctx, old, "no stable checkpoint to repair from; last: "+reason)
