@@ -112,8 +112,9 @@
 // beside it with an empty upper layer over the same workspace — the tree
 // the base holds — so the worker does not wait for it; Start returns only
 // once the base is recorded, and no other checkpoint is taken and no repair
-// restores before, so it is always the first stable checkpoint. After every effect of the episode commits, the
-// current generation is checkpointed again. Both are recorded stable at
+// restores before, so it is always the first stable checkpoint. After every
+// effect of the episode commits, the current generation is checkpointed
+// again. Both are recorded stable at
 // once: the base because it is the base OID's tree, a post-commit one
 // because its effect has already passed the commit horizon's evaluation
 // (verification, when configured, is a prerequisite of commit).

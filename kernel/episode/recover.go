@@ -40,9 +40,9 @@ type Recovery struct {
 // the previous kernel launched and prove it gone, and resume it from its
 // last stable checkpoint into a new generation under a narrower lease (a
 // generation 1 whose base was not yet recorded: from its workspace, which
-// is the base's tree) — or contain it when it cannot resume. A restart is a repair: it advances the
-// epoch, is recorded in the lineage and counts toward max_repairs, so a
-// crash loop ends contained.
+// is the base's tree) — or contain it when it cannot resume. A restart is
+// a repair: it advances the epoch, is recorded in the lineage and counts
+// toward max_repairs, so a crash loop ends contained.
 func (k *Controller) Recover(ctx context.Context) (Recovery, error) {
 	rec := Recovery{Contained: map[uuid.UUID]string{}, Skipped: map[uuid.UUID]string{}, Ended: map[uuid.UUID]Outcome{}}
 	// Effects past the commit horizon first: an adapter may have acted on
@@ -239,11 +239,13 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 		live = &gens[i]
 	}
 
+	// contain ends the episode, its reason after the fence's: contained at
+	// a kernel restart, aborted at a takeover (its task runs again whole).
 	contain := func(why string) (*Episode, string, error) {
+		why = fence + ": " + why
 		end := store.EndEpisode{EpisodeID: rec.ID, Epoch: e.epoch, State: store.EpisodeContained, Reason: why}
 		if lost != "" {
-			why = strings.Replace(why, "kernel restart", lost, 1)
-			end.State, end.Reason = store.EpisodeAborted, why
+			end.State = store.EpisodeAborted
 		}
 		if _, err := st.EndEpisode(ctx, end); err != nil {
 			k.forget(rec.ID)
@@ -292,52 +294,52 @@ func (k *Controller) resume(ctx context.Context, rec store.Episode, out *Recover
 	_, _, narrow, verr := spec.validate(k.policyKeys())
 	switch {
 	case specErr != nil || verr != nil:
-		return contain("kernel restart: the recorded spec does not validate")
+		return contain("the recorded spec does not validate")
 	case live == nil:
-		return contain("kernel restart: the episode had no domain (interrupted start)")
+		return contain("the episode had no domain (interrupted start)")
 	case repairsIn(lineage) >= spec.MaxRepairs && lost == "":
-		return contain(fmt.Sprintf("kernel restart: max_repairs (%d) exhausted", spec.MaxRepairs))
+		return contain(fmt.Sprintf("max_repairs (%d) exhausted", spec.MaxRepairs))
 	case !k.feat.Checkpoints:
-		return contain("kernel restart: " + noCheckpoints(k.feat))
+		return contain(noCheckpoints(k.feat))
 	case ckptErr != nil && live.Generation != 1:
-		return contain("kernel restart: no stable checkpoint to resume from")
+		return contain("no stable checkpoint to resume from")
 	}
 	// Generation 1 before its base checkpoint was recorded holds what the
 	// base would: its workspace's tree. It resumes from that, and its base
 	// is taken again (the snapshot rule).
 	pristine := ckptErr != nil
 	if lost != "" && !pristine && k.cfg.Replicas == nil {
-		return contain("kernel restart: this kernel keeps no checkpoint replicas")
+		return contain("this kernel keeps no checkpoint replicas")
 	}
 	if lost != "" {
 		// The lost host's workspace died with it; the base OID's tree is
 		// the lower layer here too.
 		if _, err := workspace.Prepare(ctx, workspace.Clone{Repo: spec.Repo, BaseOID: spec.BaseOID, Root: k.cfg.WorkspacesRoot,
 			ID: rec.ID.String(), UID: k.cfg.OwnerUID, GID: k.cfg.OwnerGID, Git: k.cfg.Git}); err != nil {
-			return contain("kernel restart: the workspace cannot be prepared: " + err.Error())
+			return contain("the workspace cannot be prepared: " + err.Error())
 		}
 		e.mu.Lock()
 		e.workspace = true
 		e.mu.Unlock()
 	}
 	if fi, err := os.Stat(filepath.Join(k.cfg.WorkspacesRoot, rec.ID.String())); err != nil || !fi.IsDir() {
-		return contain("kernel restart: the episode's workspace is gone")
+		return contain("the episode's workspace is gone")
 	}
 	digest, from := "", (*uuid.UUID)(nil)
 	if !pristine {
 		if digest, err = e.checkpointDigest(ckpt); err != nil {
-			return contain("kernel restart: " + err.Error())
+			return contain(err.Error())
 		}
 		from = &ckpt.ID
-	}
-	if lost != "" && !pristine {
-		if err := k.importReplica(ctx, k.launcherID(rec.ID, ckpt.Generation), digest); err != nil {
-			return contain("kernel restart: no replica of the last stable checkpoint: " + err.Error())
+		if lost != "" {
+			if err := k.importReplica(ctx, k.launcherID(rec.ID, ckpt.Generation), digest); err != nil {
+				return contain("no replica of the last stable checkpoint: " + err.Error())
+			}
 		}
 	}
 	prev, err := k.lastLease(ctx, rec.ID)
 	if err != nil {
-		return contain("kernel restart: the previous lease cannot be read")
+		return contain("the previous lease cannot be read")
 	}
 	g, err := st.NewGeneration(ctx, store.NewGeneration{DomainID: live.DomainID, Epoch: e.epoch, CheckpointID: from})
 	if err != nil {
