@@ -87,11 +87,21 @@ func (p *Postgres) putArchive(ctx context.Context, conn *pgx.Conn, digest string
 }
 
 // pruneArchives deletes every archive that is not the newest stable
-// checkpoint of an active episode ($1, the one just stored, is kept: its
-// checkpoint row may be recorded by a transaction not yet visible here).
-const pruneArchives = `DELETE FROM checkpoint_archives a WHERE a.digest <> $1 AND a.digest NOT IN (
+// checkpoint of an active episode. A kernel replicates a checkpoint before
+// it records it, so a stable checkpoint is never without its replica; an
+// archive no checkpoint names yet is in flight and is kept for
+// archiveInFlight (one a dead kernel left goes after that). $1, the one
+// just stored, is kept too.
+const pruneArchives = `DELETE FROM checkpoint_archives a WHERE a.digest <> $1
+	AND (a.created_at < now() - interval '` + archiveInFlight + `'
+		OR EXISTS (SELECT 1 FROM checkpoints c WHERE c.digest = a.digest))
+	AND a.digest NOT IN (
 	SELECT DISTINCT ON (c.episode_id) c.digest FROM checkpoints c JOIN episodes e ON e.id = c.episode_id
 	WHERE e.state = 'active' AND c.stable ORDER BY c.episode_id, c.created_at DESC, c.id DESC)`
+
+// archiveInFlight bounds the time between replicating a checkpoint and
+// recording it.
+const archiveInFlight = "15 minutes"
 
 // PruneArchives deletes the replicated archives no active episode would
 // restore from: those of ended episodes and superseded ones.

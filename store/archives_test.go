@@ -60,29 +60,44 @@ func TestArchiveReplication(t *testing.T) {
 	_, err = s.ReadArchive(ctx, d, &bytes.Buffer{})
 	wantCode(t, err, protocol.CodeCheckpointCorrupt)
 
-	// Pruning keeps the newest stable checkpoint of an active episode and
-	// nothing else.
+	// Pruning keeps the newest stable checkpoint of an active episode, and
+	// an archive no checkpoint names yet while it may be in flight (a
+	// kernel replicates before it records), and nothing else.
 	f := e.episode(s)
 	dom, _, err := s.CreateDomain(ctx, NewDomain{EpisodeID: f.ep.ID, Epoch: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, newest := []byte("generation 1 base"), []byte("after the first commit")
+	old, newest, flight := []byte("generation 1 base"), []byte("after the first commit"), []byte("replicated, not recorded")
 	for _, b := range [][]byte{old, newest} {
-		if _, err := s.RecordCheckpoint(ctx, NewCheckpoint{EpisodeID: f.ep.ID, DomainID: dom.ID, Generation: 1, Epoch: 1, Digest: archiveDigest(b), Stable: true}); err != nil {
-			t.Fatal(err)
-		}
 		if err := s.PutArchive(ctx, archiveDigest(b), bytes.NewReader(b), 100); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := s.RecordCheckpoint(ctx, NewCheckpoint{EpisodeID: f.ep.ID, DomainID: dom.ID, Generation: 1, Epoch: 1, Digest: archiveDigest(b), Stable: true}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	if err := s.PutArchive(ctx, archiveDigest(flight), bytes.NewReader(flight), 100); err != nil {
+		t.Fatal(err)
+	}
+	// The last put pruned old; d, tampered and named by no checkpoint, is
+	// in flight until it is old.
 	if n, err := s.PruneArchives(ctx); err != nil || n != 0 {
-		t.Fatalf("prune with the newest kept: %d, %v", n, err)
+		t.Fatalf("prune with the newest and the ones in flight kept: %d, %v", n, err)
 	}
-	for b, want := range map[string]protocol.Code{string(old): protocol.CodeNotFound, string(newest): ""} {
+	for b, want := range map[string]protocol.Code{string(old): protocol.CodeNotFound, string(newest): "", string(flight): ""} {
 		_, err := s.ReadArchive(ctx, archiveDigest([]byte(b)), &bytes.Buffer{})
 		wantCode(t, err, want)
 	}
+	if _, err := admin.Exec(ctx, `UPDATE checkpoint_archives SET created_at = now() - interval '16 minutes' WHERE digest IN ($1, $2)`,
+		archiveDigest(flight), d); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.PruneArchives(ctx); err != nil || n != 2 {
+		t.Fatalf("prune of the ones left in flight: %d, %v", n, err)
+	}
+	_, err = s.ReadArchive(ctx, archiveDigest(flight), &bytes.Buffer{})
+	wantCode(t, err, protocol.CodeNotFound)
 	if _, err := s.EndEpisode(ctx, EndEpisode{EpisodeID: f.ep.ID, Epoch: 1, State: EpisodeCompleted, Reason: "done"}); err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ type checkpointImporter interface {
 	Import(ctx context.Context, holder, digest string) (*protocol.CheckpointResult, error)
 }
 
-// replicate copies the archive of a stable checkpoint just recorded to
+// replicate copies the archive of a stable checkpoint about to be recorded to
 // the replicas. A failure costs a lost host's task its resume point (it
 // runs again whole), never safety: it is logged, not returned.
 func (e *Episode) replicate(ctx context.Context, digest string) {

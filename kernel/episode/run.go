@@ -431,6 +431,10 @@ func (e *Episode) checkpointOf(ctx context.Context, id string, gen int) (string,
 	epoch, dom := e.epoch, e.domainID
 	e.taken = append(e.taken, heldCheckpoint{id, res.SHA256})
 	e.mu.Unlock()
+	// Replicated before it is recorded: a kernel lost between the two
+	// leaves the previous stable checkpoint, and its replica, the one a
+	// takeover resumes from.
+	e.replicate(ctx, res.SHA256)
 	c, err := e.k.cfg.Store.RecordCheckpoint(ctx, store.NewCheckpoint{EpisodeID: e.id, DomainID: dom, Generation: gen, Epoch: epoch,
 		Digest: "sha256:" + res.SHA256, Stable: true})
 	if err != nil {
@@ -452,7 +456,6 @@ func (e *Episode) checkpointOf(ctx context.Context, id string, gen int) (string,
 	e.taken = []heldCheckpoint{newest}
 	e.mu.Unlock()
 	e.release(superseded)
-	e.replicate(ctx, res.SHA256)
 	return res.SHA256, nil
 }
 

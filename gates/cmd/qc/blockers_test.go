@@ -89,3 +89,15 @@ func TestReleaseReadyFollowsTheTree(t *testing.T) {
 		}
 	}
 }
+
+func TestFailureExcerpt(t *testing.T) {
+	log := "=== RUN   Test_x\n    gate.go:10: running ./kernel\n    takeover_test.go:88: resumed on generation 1, want 2\nsome noise\n--- FAIL: Test_x (3.00s)\n"
+	got := failureExcerpt([]byte(log), 60)
+	want := []string{"    gate.go:10: running ./kernel", "    takeover_test.go:88: resumed on generation 1, want 2", "--- FAIL: Test_x (3.00s)"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("excerpt %q, want %q", got, want)
+	}
+	if got := failureExcerpt([]byte(log), 1); len(got) != 1 || got[0] != want[2] {
+		t.Fatalf("capped excerpt %q, want the last line", got)
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -143,6 +144,18 @@ func main() {
 	for _, g := range r.Gates {
 		fmt.Printf("%-55s %-8s %s\n", g.Name, g.Status, g.Reason)
 	}
+	// The logs stay in the checkout, which CI discards: what failed and
+	// why must reach the run's own output.
+	for _, g := range r.Gates {
+		if g.Status != "failed" {
+			continue
+		}
+		if b, err := os.ReadFile(g.Log); err == nil {
+			for _, l := range failureExcerpt(b, 60) {
+				fmt.Printf("%s | %s\n", g.Name, l)
+			}
+		}
+	}
 	for _, b := range r.Blockers {
 		fmt.Printf("release blocked: %s\n", b)
 	}
@@ -234,6 +247,25 @@ func runGates(logs string) ([]gateResult, []string) {
 	}
 	return res, others
 }
+
+// failureExcerpt keeps a failed test log's verdict lines and the
+// messages tests print with their file:line, the last max of them.
+func failureExcerpt(b []byte, max int) []string {
+	var keep []string
+	for _, l := range strings.Split(string(b), "\n") {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "--- FAIL") || strings.HasPrefix(t, "panic:") || fileLine.MatchString(t) {
+			keep = append(keep, strings.TrimRight(l, " \t"))
+		}
+	}
+	if len(keep) > max {
+		keep = keep[len(keep)-max:]
+	}
+	return keep
+}
+
+// fileLine matches the "name_test.go:123: " prefix of a t.Log/t.Error line.
+var fileLine = regexp.MustCompile(`^[A-Za-z0-9_]+\.go:[0-9]+: `)
 
 func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")

@@ -291,27 +291,56 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 	}
 	t.Logf("%d tasks submitted in %v", n, time.Since(submitted).Round(time.Millisecond))
 
-	// Kill host C while it runs tasks.
+	db, err := pgx.Connect(ctx, r.cluster.AdminConnString("kernel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	// Kill host C while it runs two tasks with a domain: a task
+	// only claimed, or whose episode had no domain yet, has nothing to
+	// resume (it runs again whole). What each held is read again once C
+	// is dead, when nothing of it changes until the takeover.
 	var heldByC []string
-	for len(heldByC) < 2 {
-		if ctx.Err() != nil {
-			t.Fatal("host C never ran two tasks at once")
-		}
+	started := map[string]bool{} // the task's first episode had begun
+	withDomain := map[string]bool{}
+	held := func() {
 		heldByC = heldByC[:0]
+		clear(started)
+		clear(withDomain)
 		list, err := a.c.Tasks(ctx, string(store.TaskRunning), "", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, tk := range list {
-			if tk.Claim != nil && tk.Claim.Instance == c.instance() {
-				heldByC = append(heldByC, tk.ID.String())
+			if tk.Claim == nil || tk.Claim.Instance != c.instance() {
+				continue
 			}
+			id := tk.ID.String()
+			heldByC = append(heldByC, id)
+			if len(tk.Episodes) == 0 {
+				continue
+			}
+			started[id] = true
+			var gens int
+			if err := db.QueryRow(ctx, `SELECT count(*) FROM domain_generations g JOIN domains d ON d.id = g.domain_id
+				WHERE d.episode_id = $1`, tk.Episodes[0]).Scan(&gens); err != nil {
+				t.Fatal(err)
+			}
+			if gens > 0 {
+				withDomain[id] = true
+			}
+		}
+	}
+	for held(); len(withDomain) < 2; held() {
+		if ctx.Err() != nil {
+			t.Fatal("host C never ran two tasks with a domain at once")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	c.kill()
+	held()
 	killed := time.Now()
-	t.Logf("host C killed (SIGKILL) while it ran %d tasks: %v", len(heldByC), heldByC)
+	t.Logf("host C killed (SIGKILL) while it ran %d tasks (%d with a domain): %v", len(heldByC), len(withDomain), heldByC)
 	time.Sleep(3 * time.Second)
 	d := r.start(t, ctx, "host-d")
 
@@ -345,11 +374,6 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 	finished := time.Since(submitted)
 	t.Logf("all %d tasks final %v after submission", n, finished.Round(time.Millisecond))
 
-	db, err := pgx.Connect(ctx, r.cluster.AdminConnString("kernel"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(ctx)
 	var takeovers, waits []time.Duration
 	ranOn := map[string]int{}
 	resumed := map[string]bool{}
@@ -416,10 +440,10 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 			}
 		}
 	}
-	// The dead host's tasks were taken over: the taker fenced each one's
-	// episode ("host lost" in its lineage) and resumed that same episode
-	// from the replica of its last stable checkpoint (its harvest, if it
-	// had landed before the kill, ended it instead).
+	// The dead host's tasks were taken over. A task whose episode had begun
+	// was fenced ("host lost" in its lineage); one whose domain existed
+	// resumed that same episode from the replica of its last stable
+	// checkpoint (or, its harvest landed before the kill, ended there).
 	nResumed := 0
 	for _, id := range heldByC {
 		tk := final[id]
@@ -427,19 +451,25 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 			t.Errorf("task %s, running on the killed host, was not taken over: %+v", id, tk)
 			continue
 		}
+		if !started[id] {
+			continue
+		}
 		var fences int
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM recovery_lineage WHERE episode_id = $1 AND reason LIKE 'host lost%'`,
 			tk.Episodes[0]).Scan(&fences); err != nil || fences != 1 {
 			t.Errorf("task %s: its episode has %d host-lost fences (%v)", id, fences, err)
 		}
-		if resumed[id] {
+		switch {
+		case resumed[id]:
 			nResumed++
 			if len(tk.Episodes) != 1 {
 				t.Errorf("task %s resumed but ran episodes %v", id, tk.Episodes)
 			}
+		case withDomain[id] && len(tk.Episodes) != 1:
+			t.Errorf("task %s had a domain on the killed host but ran again whole: episodes %v", id, tk.Episodes)
 		}
 	}
-	t.Logf("%d of the lost host's %d tasks resumed from their checkpoints on another host", nResumed, len(heldByC))
+	t.Logf("%d of the lost host's %d tasks (%d with a domain) resumed from their checkpoints on another host", nResumed, len(heldByC), len(withDomain))
 	if nResumed == 0 {
 		t.Error("no task of the lost host resumed from its checkpoint")
 	}
