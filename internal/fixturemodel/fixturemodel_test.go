@@ -92,3 +92,42 @@ func TestToolLessRequestKeepsTheScript(t *testing.T) {
 		t.Fatalf("the title request consumed a turn: %v", first)
 	}
 }
+
+// TestPerConversationTurns: two conversations interleaved on one server
+// each get their own next turn, read from the tool results they carry.
+func TestPerConversationTurns(t *testing.T) {
+	for _, c := range []struct{ wire, first, second, turn0, turn1 string }{
+		{Responses, `{"model":"m","input":[{"type":"message","role":"user"}]}`,
+			`{"model":"m","input":[{"type":"message"},{"type":"custom_tool_call"},{"type":"custom_tool_call_output"}]}`,
+			`"name":"apply_patch"`, fixedText},
+		{Messages, `{"model":"m","messages":[{"role":"user","content":"fix it"}]}`,
+			`{"model":"m","messages":[{"role":"user","content":"fix it"},{"role":"user","content":[{"type":"tool_result"}]}]}`,
+			`"name":"Read"`, `"name":"Edit"`},
+		{Chat, `{"model":"m","tools":[{}],"messages":[{"role":"user","content":"fix it"}]}`,
+			`{"model":"m","tools":[{}],"messages":[{"role":"user","content":"fix it"},{"role":"tool","content":"ok"}]}`,
+			`"name":"read"`, `"name":"edit"`},
+	} {
+		t.Run(c.wire, func(t *testing.T) {
+			script := FixCalc(c.wire, "/w")
+			script.PerConversation = true
+			s, err := Start(script)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			// A, B, A's second, B again from the start: the order of
+			// arrival takes nothing from either.
+			for i, step := range []struct{ body, want string }{{c.first, c.turn0}, {c.first, c.turn0}, {c.second, c.turn1}, {c.first, c.turn0}} {
+				resp := post(t, s.URL+Routes[c.wire], step.body)
+				var doc map[string]any
+				if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+					t.Fatal(err)
+				}
+				b, _ := json.Marshal(doc)
+				if !strings.Contains(string(b), step.want) {
+					t.Fatalf("request %d answered %s, want %s in it", i, b, step.want)
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package fixturemodel
 import (
 	"encoding/json"
 	"path"
+	"strings"
 )
 
 // Wire APIs and their routes (kernel/config.InferenceRoutes).
@@ -28,6 +29,11 @@ type Script struct {
 	// request) with this text, without consuming a turn. Empty: such a
 	// request takes the next turn like any other.
 	ToolLess string
+	// PerConversation takes each request's turn from the conversation it
+	// carries (the tool results in its history: turn n answers a request
+	// with n of them) instead of from the order requests came in, so
+	// agents running at once on one server each follow the script.
+	PerConversation bool
 }
 
 // Turn is one answer: tool calls, or (without any) a final text.
@@ -144,4 +150,52 @@ func FixCalcExec() Script {
 		{Tools: []ToolCall{{Name: "exec_command", Input: map[string]any{"cmd": CalcSed}}}, Usage: u},
 		{Text: fixedText, Usage: u},
 	}}
+}
+
+// toolResults counts the tool results in a request body's conversation,
+// in the wire API's own shape: Responses input items of a *_output type,
+// Messages tool_result content blocks, Chat messages of role tool.
+func toolResults(wire string, body []byte) int {
+	var req struct {
+		Input    json.RawMessage `json:"input"`
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return 0
+	}
+	n := 0
+	switch wire {
+	case Responses:
+		var items []struct {
+			Type string `json:"type"`
+		}
+		_ = json.Unmarshal(req.Input, &items)
+		for _, it := range items {
+			if strings.HasSuffix(it.Type, "_output") {
+				n++
+			}
+		}
+	case Messages:
+		for _, m := range req.Messages {
+			var blocks []struct {
+				Type string `json:"type"`
+			}
+			_ = json.Unmarshal(m.Content, &blocks)
+			for _, b := range blocks {
+				if b.Type == "tool_result" {
+					n++
+				}
+			}
+		}
+	case Chat:
+		for _, m := range req.Messages {
+			if m.Role == "tool" {
+				n++
+			}
+		}
+	}
+	return n
 }

@@ -100,6 +100,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		turn = Turn{Text: s.script.ToolLess, Usage: Usage{Input: 20, Output: 5}}
 	case len(s.script.Turns) == 0:
 		turn = Turn{Text: "done"}
+	case s.script.PerConversation:
+		turn = s.script.Turns[min(toolResults(s.script.Wire, body), len(s.script.Turns)-1)]
 	default:
 		// Past the script, the last turn repeats (a final text ends it).
 		turn = s.script.Turns[min(s.next, len(s.script.Turns)-1)]

@@ -22,6 +22,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 
+	agent "github.com/autonomic-kernel/autonomic/agents"
+	"github.com/autonomic-kernel/autonomic/gates/scenario"
+	"github.com/autonomic-kernel/autonomic/internal/fixturemodel"
 	"github.com/autonomic-kernel/autonomic/internal/privileged"
 	"github.com/autonomic-kernel/autonomic/internal/testbed"
 	"github.com/autonomic-kernel/autonomic/kernel/api"
@@ -90,6 +93,59 @@ type queueRig struct {
 	keyID, pub      string
 	// effectClient puts autonomic-effect in every host's rootfs.
 	effectClient bool
+	// codex, when set, gives every host the agents rootfs, a target
+	// "calc" (the reference repository) and a provider: the real Codex
+	// CLI runs tasks there (codexSpec).
+	codex *codexRig
+}
+
+// codexRig is what the Codex CLI's tasks share across hosts: the
+// reference repository, one fixture model that answers each conversation
+// on its own, and the operator key that signs their policies.
+type codexRig struct {
+	repo, base string
+	model      *fixturemodel.Server
+	key        *operatorKey
+}
+
+// withCodex makes r's hosts able to run the real Codex CLI (call it
+// before start).
+func (r *queueRig) withCodex(t testing.TB, ctx context.Context) {
+	t.Helper()
+	c := &codexRig{repo: filepath.Join(r.tmp, "calc.git")}
+	var err error
+	if c.base, err = scenario.Seed(ctx, c.repo); err != nil {
+		t.Fatal(err)
+	}
+	script := fixturemodel.FixCalc(fixturemodel.Responses, "/workspace")
+	script.PerConversation = true
+	if c.model, err = fixturemodel.Start(script); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.model.Close() })
+	if c.key, err = loadOrMakeKey(filepath.Join(r.tmp, "operator", "operator.pem")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(providerKeyEnv, providerKey)
+	r.codex = c
+}
+
+// codexSpec is task n for the real Codex CLI, built as autonomic run
+// builds it against h's configuration: fix src/calc.sh, landing on a new
+// branch codex/<n> of the reference repository.
+func (r *queueRig) codexSpec(t testing.TB, h *host, n int) json.RawMessage {
+	t.Helper()
+	cfg, err := config.Load(h.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _, _, err := agentSpec(agentRun{Agent: "codex", Task: "Fix the failing test: src/calc.sh adds one too many. Do not change the tests.",
+		Repo: r.codex.repo, Base: r.codex.base, Ref: fmt.Sprintf("refs/heads/codex/%d", n), TargetID: "calc",
+		Target: cfg.Targets.GitCommit["calc"], Key: r.codex.key, Cfg: cfg, Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }
 
 func newQueueRig(t testing.TB, ctx context.Context) *queueRig {
@@ -162,16 +218,36 @@ func (r *queueRig) start(t testing.TB, ctx context.Context, name string) *host {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(r.tmp, name, "api.sock")
-	doc, _ := json.Marshal(map[string]any{
-		"policy_keys": map[string]string{r.keyID: r.pub},
+	keys := map[string]string{r.keyID: r.pub}
+	targets := map[string]any{"repo": map[string]any{"repo": r.repo,
+		"allowed_ref_prefixes": []string{"refs/heads/task/"}, "allowed_paths": []string{"**"}},
+		"steps": map[string]any{"repo": r.repo, "allowed_ref_prefixes": []string{"refs/heads/step/"}, "allowed_paths": []string{"**"}}}
+	extra := map[string]any{}
+	if c := r.codex; c != nil {
+		dir, digest := agentsRootfs(t, ctx, bed)
+		if err := bed.NameRootfs("agents", dir, digest); err != nil {
+			t.Fatal(err)
+		}
+		keys[c.key.keyID] = c.key.pub
+		targets["calc"] = map[string]any{"repo": c.repo, "allowed_ref_prefixes": []string{"refs/heads/codex/"},
+			"allowed_paths": []string{"src/**"}, "forbidden_paths": []string{"tests/**"}, "class": 3}
+		p, err := agent.Load("codex")
+		if err != nil {
+			t.Fatal(err)
+		}
+		extra["inference"] = map[string]any{"providers": map[string]any{"fixture": map[string]any{"wire_api": fixturemodel.Responses,
+			"upstream": c.model.URL, "credential_env": providerKeyEnv, "models": []string{p.Model},
+			"prices": map[string]any{p.Model: map[string]any{"input_micro_usd_per_mtok": 1_000_000, "output_micro_usd_per_mtok": 4_000_000}}}}}
+		extra["egress"] = map[string]any{"allowed_nets": []string{}}
+	}
+	cfg := map[string]any{
+		"policy_keys": keys,
 		"state_dir":   h.state,
 		"store":       map[string]any{"url": r.cluster.KernelConnString("kernel"), "admin_url": r.cluster.AdminConnString("kernel")},
 		"domain": map[string]any{"backend": "linux", "launcher_path": bed.Launcher, "direct": true,
 			"workspaces_root": bed.Workspaces, "sockets_root": bed.Sockets, "cgroup_parent": "/" + rel},
-		"sensor": map[string]any{"kind": "rules"},
-		"targets": map[string]any{"git_commit": map[string]any{"repo": map[string]any{"repo": r.repo,
-			"allowed_ref_prefixes": []string{"refs/heads/task/"}, "allowed_paths": []string{"**"}},
-			"steps": map[string]any{"repo": r.repo, "allowed_ref_prefixes": []string{"refs/heads/step/"}, "allowed_paths": []string{"**"}}}},
+		"sensor":       map[string]any{"kind": "rules"},
+		"targets":      map[string]any{"git_commit": targets},
 		"max_repairs":  1,
 		"owner_ttl_ms": 3000,
 		"regulator":    map[string]any{"start_level": "act"},
@@ -181,7 +257,11 @@ func (r *queueRig) start(t testing.TB, ctx context.Context, name string) *host {
 		// default): its cap lets five hold at once across every host.
 		"queue": map[string]any{"slots": 4, "interval_ms": 200,
 			"project_budgets": map[string]any{"p0": map[string]any{"max_wall_ms": 5 * 3600000}}},
-	})
+	}
+	for k, v := range extra {
+		cfg[k] = v
+	}
+	doc, _ := json.Marshal(cfg)
 	h.cfgPath = filepath.Join(r.tmp, name, "autonomic.json")
 	if err := os.WriteFile(h.cfgPath, doc, 0o600); err != nil {
 		t.Fatal(err)
@@ -268,7 +348,9 @@ func (h *host) instance() string {
 
 // TestThreeKernelsOneDatabase is issue 25 §4: three kernel processes, each
 // its own host, share one PostgreSQL and sixty tasks. One is killed with
-// SIGKILL while it runs tasks; a fourth starts later. Every task ends
+// SIGKILL while it runs tasks; a fourth starts later. Three tasks are the
+// real Codex CLI's, through each host's relay to one fixture model, the
+// rest a scripted worker's. Every task ends
 // exactly once and lands its change exactly once; no task is lost; every
 // task and episode ledger verifies; the dead host's tasks were taken over
 // (their episodes fenced, and resumed elsewhere from their checkpoints).
@@ -276,14 +358,24 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	r := newQueueRig(t, ctx)
+	r.withCodex(t, ctx)
 	a, b, c := r.start(t, ctx, "host-a"), r.start(t, ctx, "host-b"), r.start(t, ctx, "host-c")
 	const n = 60
 	ids := make([]string, n)
+	// Three of the sixty are the real Codex CLI's (it fixes src/calc.sh
+	// of the reference repository); the rest a scripted worker's.
+	isCodex := func(i int) bool { return i%20 == 7 }
+	specs := make([]json.RawMessage, n)
+	for i := range specs {
+		if specs[i] = r.spec(i, time.Second); isCodex(i) {
+			specs[i] = r.codexSpec(t, a, i)
+		}
+	}
 	submitted := time.Now()
 	for i := 0; i < n; i++ {
 		via := []*host{a, b, c}[i%3]
 		tk, err := via.c.SubmitTask(ctx, api.TaskRequest{Project: fmt.Sprintf("p%d", i%3), Priority: i % 5, MinClass: 3,
-			Spec: r.spec(i, time.Second)})
+			Spec: specs[i]})
 		if err != nil {
 			t.Fatalf("submit %d: %v", i, err)
 		}
@@ -383,15 +475,22 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 			t.Errorf("task %d ended %s %s: %s", i, tk.State, tk.Outcome, tk.Reason)
 			continue
 		}
-		ref := fmt.Sprintf("refs/heads/task/%d", i)
+		// Exactly one commit, on the base, with the task's change.
+		repo, base, ref := r.repo, r.base, fmt.Sprintf("refs/heads/task/%d", i)
+		if isCodex(i) {
+			repo, base, ref = r.codex.repo, r.codex.base, fmt.Sprintf("refs/heads/codex/%d", i)
+		}
 		if tk.Ended.Ref != ref {
 			t.Errorf("task %d landed on %s", i, tk.Ended.Ref)
 		}
-		// Exactly one commit, on the base, with the task's file.
-		if out := strings.TrimSpace(testbed.Git(t, r.repo, "rev-list", "--count", r.base+".."+ref)); out != "1" {
+		if out := strings.TrimSpace(testbed.Git(t, repo, "rev-list", "--count", base+".."+ref)); out != "1" {
 			t.Errorf("task %d: %s has %s commits over the base", i, ref, out)
 		}
-		if got := strings.TrimSpace(testbed.Git(t, r.repo, "show", ref+":out-"+strconv.Itoa(i)+".txt")); got != strconv.Itoa(i) {
+		if isCodex(i) {
+			if calc := testbed.Git(t, repo, "show", ref+":"+fixturemodel.CalcFile); !strings.Contains(calc, fixturemodel.CalcFix) {
+				t.Errorf("task %d (Codex): %s is\n%s", i, fixturemodel.CalcFile, calc)
+			}
+		} else if got := strings.TrimSpace(testbed.Git(t, repo, "show", ref+":out-"+strconv.Itoa(i)+".txt")); got != strconv.Itoa(i) {
 			t.Errorf("task %d: out-%d.txt is %q", i, i, got)
 		}
 		// No effect committed twice: one committed git_commit across
@@ -440,6 +539,18 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 			}
 		}
 	}
+	// Codex reached the model only through the relays, with the key only
+	// the kernels hold, two turns a task at least.
+	reqs := r.codex.model.Requests()
+	for _, q := range reqs {
+		if q.Header.Get("Authorization") != "Bearer "+providerKey {
+			t.Errorf("the model saw a request with Authorization %q", q.Header.Get("Authorization"))
+		}
+	}
+	if len(reqs) < 6 {
+		t.Errorf("the model saw %d requests for three Codex tasks", len(reqs))
+	}
+	t.Logf("Codex: %d model requests for its three tasks", len(reqs))
 	// The dead host's tasks were taken over. A task whose episode had begun
 	// was fenced ("host lost" in its lineage); one whose domain existed
 	// resumed that same episode from the replica of its last stable
