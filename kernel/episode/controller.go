@@ -123,6 +123,17 @@ type Controller struct {
 
 	mu       sync.Mutex
 	episodes map[uuid.UUID]*Episode
+	// ended hears of each episode this controller stops driving (OnEnd).
+	ended func(uuid.UUID)
+}
+
+// OnEnd has f told of each episode this controller stops driving, once its
+// end is recorded in the store (or its start failed): the queue ends its
+// task and fills the slot now rather than at its next tick.
+func (k *Controller) OnEnd(f func(uuid.UUID)) {
+	k.mu.Lock()
+	k.ended = f
+	k.mu.Unlock()
 }
 
 // New returns a controller. The broker must have reconciled (Recover does
@@ -326,8 +337,12 @@ func (k *Controller) wallTime(spec Spec) time.Duration {
 func (k *Controller) forget(id uuid.UUID) {
 	k.mu.Lock()
 	delete(k.episodes, id)
+	ended := k.ended
 	k.mu.Unlock()
 	k.gov.Close(id)
+	if ended != nil {
+		ended(id)
+	}
 }
 
 // policyKeys is the key set a policy verifies against now.

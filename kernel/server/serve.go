@@ -114,6 +114,7 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 			return err
 		}
 		ac.Queue = runner
+		k.episodes.OnEnd(func(uuid.UUID) { runner.Poke() })
 		// The queue starts with the API: recovery has run, so the tasks
 		// this kernel's episodes ran are its own again before it claims.
 		defer runQueue(ctx, runner)()

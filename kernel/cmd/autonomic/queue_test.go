@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -93,6 +94,9 @@ type queueRig struct {
 	keyID, pub      string
 	// effectClient puts autonomic-effect in every host's rootfs.
 	effectClient bool
+	// slots and intervalMS override the hosts' queue.slots (4) and
+	// queue.interval_ms (200).
+	slots, intervalMS int
 	// codex, when set, gives every host the agents rootfs, a target
 	// "calc" (the reference repository) and a provider: the real Codex
 	// CLI runs tasks there (codexSpec).
@@ -255,7 +259,7 @@ func (r *queueRig) start(t testing.TB, ctx context.Context, name string) *host {
 		"api":          map[string]any{"socket": sock},
 		// p0's tasks reserve an hour of wall time each (the kernel's
 		// default): its cap lets five hold at once across every host.
-		"queue": map[string]any{"slots": 4, "interval_ms": 200,
+		"queue": map[string]any{"slots": cmp.Or(r.slots, 4), "interval_ms": cmp.Or(r.intervalMS, 200),
 			"project_budgets": map[string]any{"p0": map[string]any{"max_wall_ms": 5 * 3600000}}},
 	}
 	for k, v := range extra {
@@ -745,4 +749,46 @@ func BenchmarkQueueThroughput(b *testing.B) {
 			b.ReportMetric(float64(round*b.N)/total.Minutes(), "tasks/min")
 		})
 	}
+}
+
+// TestQueueFillsASlotWhenItsEpisodeEnds: a kernel of one slot whose queue
+// ticks once a minute runs two tasks back to back. The first starts when
+// it is submitted (the API wakes the runner); the second is claimed as
+// soon as the first's episode ends (the controller wakes it), not at the
+// next tick, which comes only after the test's deadline.
+func TestQueueFillsASlotWhenItsEpisodeEnds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r := newQueueRig(t, ctx)
+	r.slots, r.intervalMS = 1, 60000
+	a := r.start(t, ctx, "host-a")
+	// The kernel's first tick ran at its start; the next is a minute on.
+	began := time.Now()
+	var ids []string
+	for i := range 2 {
+		tk, err := a.c.SubmitTask(ctx, api.TaskRequest{Project: "p0", MinClass: 3, Spec: r.spec(i, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, tk.ID.String())
+	}
+	for _, id := range ids {
+		for {
+			tk, err := a.c.Task(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tk.State.Done() {
+				if tk.State != store.TaskEnded || tk.Outcome != string(store.EpisodeCompleted) {
+					t.Fatalf("task %s ended %s %s: %s", id, tk.State, tk.Outcome, tk.Reason)
+				}
+				break
+			}
+			if time.Since(began) > 45*time.Second {
+				t.Fatalf("task %s is %s %v after submission: the runner waited for its tick\n%s", id, tk.State, time.Since(began), a.logs())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("two tasks on one slot ended %v after submission (queue.interval_ms 60000)", time.Since(began).Round(time.Millisecond))
 }

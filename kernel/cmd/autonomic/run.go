@@ -204,6 +204,10 @@ func projectOf(targetID string) string {
 	return p
 }
 
+// followPoll is how often a follower asks the kernel for what is new:
+// two local API reads, and what a run waits at most after its task ends.
+const followPoll = 100 * time.Millisecond
+
 // followTask follows a task: each episode it runs, as follow prints it,
 // until the task is final. A task whose kernel was lost runs again as a
 // new episode, which is followed in turn. It is a reader: interrupting it
@@ -245,7 +249,7 @@ func followTask(ctx context.Context, c *api.Client, id string, asJSON bool, star
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(followPoll):
 		}
 	}
 }
@@ -279,7 +283,7 @@ func follow(ctx context.Context, c *api.Client, id string, asJSON bool, stdout, 
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(followPoll):
 		}
 	}
 }
