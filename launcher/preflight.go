@@ -14,7 +14,6 @@ import (
 
 	"github.com/autonomic-kernel/autonomic/launcher/internal/cgstat"
 
-	"github.com/autonomic-kernel/autonomic/launcher/internal/fsat"
 	"github.com/autonomic-kernel/autonomic/launcher/internal/hostprobe"
 	"github.com/autonomic-kernel/autonomic/launcher/internal/settings"
 
@@ -62,20 +61,34 @@ func (l *launcher) preflight() error {
 			rep.Verdict = "refused"
 		}
 	}
-	// A rootfs whose directory is gone (a cleared cache) fails every create
-	// that names it; say so, and what fixes it, before one does.
+	// Every rootfs is opened as a create opens it, so each is verified
+	// against its manifest here (in full once per boot) rather than in the
+	// first domain that names it. One whose directory is gone (a cleared
+	// cache) or that differs fails every create naming it: say so, and
+	// what fixes it, before one does.
 	for _, name := range slices.Sorted(maps.Keys(l.cfg.Rootfses)) {
-		if fd, err := fsat.OpenRoot(l.cfg.Rootfses[name].Path); err == nil {
+		fd, digest, err := l.openRootfs(name)
+		if err == nil {
 			unix.Close(fd)
-		} else if errors.Is(err, unix.ENOENT) {
-			what := "rootfs " + strconv.Quote(name)
-			if name == "" {
-				what = "the default rootfs"
+			if digest == l.cfg.Rootfses[name].ManifestSHA256 {
+				continue
 			}
+			err = protocol.Errorf(protocol.CodeRootfsMismatch, "manifest digest %s, configured %s", digest, l.cfg.Rootfses[name].ManifestSHA256)
+		}
+		what := "rootfs " + strconv.Quote(name)
+		if name == "" {
+			what = "the default rootfs"
+		}
+		switch {
+		case errors.Is(err, protocol.E(protocol.CodeRootfsMissing)):
 			problem(what + " is missing at its configured path: re-run the install (make install) to rebuild it")
-			if rep.Verdict == "ok" {
-				rep.Verdict = "degraded"
-			}
+		case name != "": // the default's mismatch is the refusal below
+			problem(what + " differs from its manifest: " + err.Error())
+		default:
+			continue
+		}
+		if rep.Verdict == "ok" {
+			rep.Verdict = "degraded"
 		}
 	}
 	// The one refusal that is not a host feature.

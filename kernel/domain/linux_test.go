@@ -521,6 +521,43 @@ func TestPreflightReportsHonestly(t *testing.T) {
 	}
 }
 
+// TestPreflightVerifiesEveryRootfs: preflight opens each configured rootfs
+// as a create does, so each is verified against its manifest then (its
+// per-boot record written), not in the first domain naming it; one whose
+// configured digest is not its manifest's is a problem named in the report.
+func TestPreflightVerifiesEveryRootfs(t *testing.T) {
+	d, ctx := setup(t)
+	if err := bed.NameRootfs("warm", bed.Rootfs, bed.RootfsDigest); err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(bed.State, "rootfs-verified-warm.json")
+	if err := os.Remove(record); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	stale := strings.Repeat("0", 64)
+	if err := bed.NameRootfs("stale", bed.Rootfs, stale); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bed.NameRootfs("stale", bed.Rootfs, bed.RootfsDigest) })
+	rep, err := d.Preflight(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(record); err != nil {
+		t.Errorf("preflight did not verify rootfs warm: %v", err)
+	}
+	found := false
+	for _, p := range rep.Problems {
+		found = found || strings.HasPrefix(p, `rootfs "stale" differs from its manifest`)
+		if strings.Contains(p, `"warm"`) {
+			t.Errorf("a problem with the rootfs that matches: %s", p)
+		}
+	}
+	if !found || rep.Verdict == "ok" {
+		t.Errorf("preflight with a rootfs that is not its manifest: verdict %s, problems %q", rep.Verdict, rep.Problems)
+	}
+}
+
 // TestMonitorDeathKillsDomain: if the monitor is killed outright (no chance
 // to clean up), the init's parent-death signal takes the domain down.
 func TestMonitorDeathKillsDomain(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/api"
 	"github.com/autonomic-kernel/autonomic/kernel/config"
 	"github.com/autonomic-kernel/autonomic/kernel/console"
+	"github.com/autonomic-kernel/autonomic/kernel/domain"
 	"github.com/autonomic-kernel/autonomic/kernel/metrics"
 	"github.com/autonomic-kernel/autonomic/kernel/queue"
 	"github.com/autonomic-kernel/autonomic/kernel/regulator"
@@ -151,6 +152,7 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 	}
 	log.Info("kernel serving", "socket", cfg.APISocket(), "backend", cfg.Domain.Backend, "managed_store", cfg.Managed(),
 		"episodes", k.episodes != nil, "adapters", cfg.TargetKinds(), "automatic_verification", cfg.AutomaticVerification)
+	go hostCheck(ctx, k.domains, log)
 	if hooks.Ready != nil {
 		hooks.Ready()
 	}
@@ -314,4 +316,22 @@ func Start(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 		once.Do(func() { cancel(); result = <-done })
 		return result
 	}, nil
+}
+
+// hostCheck runs the domain backend's preflight once the kernel serves:
+// the launcher verifies every rootfs it is configured with (in full once
+// per boot), so the first episode does not wait for that, and what the
+// host lacks is in the log before a task meets it.
+func hostCheck(ctx context.Context, d domain.ExecutionDomain, log hclog.Logger) {
+	rep, err := d.Preflight(ctx)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			log.Warn("host preflight failed", "error", err)
+		}
+	case rep.Verdict != "ok":
+		log.Warn("host preflight", "verdict", rep.Verdict, "problems", rep.Problems)
+	default:
+		log.Info("host preflight", "verdict", rep.Verdict)
+	}
 }
