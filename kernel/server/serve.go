@@ -329,9 +329,11 @@ func hostCheck(ctx context.Context, d domain.ExecutionDomain, log hclog.Logger) 
 		if ctx.Err() == nil {
 			log.Warn("host preflight failed", "error", err)
 		}
-	case rep.Verdict != "ok":
+	case rep.Verdict == "refused" || len(rep.Problems) > 0:
 		log.Warn("host preflight", "verdict", rep.Verdict, "problems", rep.Problems)
 	default:
+		// degraded without a problem: limits this host's cgroups do not
+		// enforce, which `autonomic preflight` lists one by one.
 		log.Info("host preflight", "verdict", rep.Verdict)
 	}
 }
