@@ -73,7 +73,9 @@ type Adapter interface {
 	// Commit performs the effect, at most once per call.
 	Commit(ctx context.Context, r Request) Result
 	// Reconcile settles an effect that may have been committed, from the
-	// target's own evidence only. It never performs the effect.
+	// target's own evidence only. It never performs the effect, and it
+	// never needs the payload's bytes (r.Payload is nil when the effect
+	// was prepared on another host); r.PayloadDigest is always set.
 	Reconcile(ctx context.Context, r Request) Result
 }
 

@@ -876,6 +876,14 @@ func (b *Broker) Reconcile(ctx context.Context, episodeID uuid.UUID) ([]Settleme
 				continue
 			}
 			ar, err := b.request(e)
+			if errors.Is(err, protocol.E(protocol.CodeNotFound)) {
+				// Prepared by a kernel on another host, whose payload
+				// store this one cannot read: the outcome is proven from
+				// the target's own evidence, which no adapter's
+				// Reconcile takes from the payload.
+				ar, err = Request{EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, TargetID: e.TargetID, Target: e.Target,
+					PayloadDigest: e.PayloadDigest}, nil
+			}
 			if err != nil {
 				errs = append(errs, err)
 				continue

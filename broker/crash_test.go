@@ -298,7 +298,9 @@ func TestBrokerCrashAfterExternalMutationReconciliation(t *testing.T) {
 			spec, mk, check := ac.setup(t)
 			e := newEnv(t, func(e *env, cfg *Config) { cfg.Adapters = spec.adapters(e.payloads) })
 			seq := 0
-			for _, via := range []string{"kernel", "worker"} {
+			// taker: committed as the kernel does, reconciled by a kernel
+			// on another host, whose payload store never held the payload.
+			for _, via := range []string{"kernel", "worker", "taker"} {
 				for _, point := range []string{"after_intent", "before_adapter", "after_adapter"} {
 					t.Run(via+"/"+point, func(t *testing.T) {
 						seq++
@@ -312,7 +314,15 @@ func TestBrokerCrashAfterExternalMutationReconciliation(t *testing.T) {
 						}
 						// The restarted kernel: a new broker admits nothing
 						// before reconciliation.
-						b2, err := New(e.cfg)
+						cfg := e.cfg
+						if via == "taker" {
+							empty, err := OpenPayloads(filepath.Join(t.TempDir(), "payloads"))
+							if err != nil {
+								t.Fatal(err)
+							}
+							cfg.Payloads = empty
+						}
+						b2, err := New(cfg)
 						if err != nil {
 							t.Fatal(err)
 						}

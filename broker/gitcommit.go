@@ -121,6 +121,16 @@ func (g *GitCommit) Class(target string) (int, error) {
 }
 
 func (g *GitCommit) parse(r Request) (GitTarget, gitCommitRequest, error) {
+	t, req, err := g.parseTarget(r)
+	if err == nil && len(r.Payload) == 0 {
+		err = protocol.Errorf(protocol.CodeInvalidField, "empty patch")
+	}
+	return t, req, err
+}
+
+// parseTarget checks the effect's target alone: Reconcile reads the
+// repository, never the patch (a taker on another host has none).
+func (g *GitCommit) parseTarget(r Request) (GitTarget, gitCommitRequest, error) {
 	var req gitCommitRequest
 	t, ok := g.target(r.TargetID)
 	if !ok {
@@ -136,8 +146,6 @@ func (g *GitCommit) parse(r Request) (GitTarget, gitCommitRequest, error) {
 		return t, req, protocol.Errorf(protocol.CodeForbidden, "ref not allowed")
 	case messageRefusal(req.Message) != "":
 		return t, req, protocol.Errorf(protocol.CodeInvalidField, "target.message")
-	case len(r.Payload) == 0:
-		return t, req, protocol.Errorf(protocol.CodeInvalidField, "empty patch")
 	}
 	return t, req, nil
 }
@@ -440,7 +448,7 @@ func (g *GitCommit) Commit(ctx context.Context, r Request) Result {
 // the base: not committed. Anything else is someone else's movement, and
 // ambiguous.
 func (g *GitCommit) Reconcile(ctx context.Context, r Request) Result {
-	t, req, err := g.parse(r)
+	t, req, err := g.parseTarget(r)
 	if err != nil {
 		return unknown(err, nil)
 	}

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -449,6 +450,15 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 				if _, ok := final[id]; !ok {
 					tk, _ := d.c.Task(ctx, id)
 					t.Logf("not final: %s %s claim %+v episodes %v", id, tk.State, tk.Claim, tk.Episodes)
+					// What each host logged of it: the evidence goes with
+					// the rig's directory.
+					for _, h := range []*host{a, b, c, d} {
+						for _, l := range strings.Split(h.logs(), "\n") {
+							if strings.Contains(l, id) || slices.ContainsFunc(tk.Episodes, func(ep uuid.UUID) bool { return strings.Contains(l, ep.String()) }) {
+								t.Logf("%s: %s", h.name, l)
+							}
+						}
+					}
 				}
 			}
 			t.Fatalf("only %d of %d tasks ended", len(final), n)
