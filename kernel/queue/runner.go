@@ -193,11 +193,14 @@ func (r *Runner) run(ctx context.Context, t store.Task) error {
 			// Its owner renewed after all: the task runs that episode
 			// again (the sweep decides anew if the owner stops). Any
 			// other failure sends it back to the queue.
+			// Each failed takeover was a claim that counted one; past
+			// max_takeovers the task fails with the reason rather than
+			// being taken and refused without end.
 			var rerr error
 			if errors.Is(err, protocol.E(protocol.CodeStaleAuthority)) {
 				_, rerr = st.ResumeTask(ctx, t.ID, token, err.Error())
 			} else {
-				_, rerr = st.ReleaseTask(ctx, t.ID, token, true, "takeover: "+err.Error())
+				_, rerr = st.ReleaseTask(ctx, t.ID, token, t.Takeovers <= r.cfg.MaxTakeovers, "takeover: "+err.Error())
 			}
 			return errors.Join(fmt.Errorf("takeover of episode %s: %w", *t.EpisodeID, err), rerr)
 		}
