@@ -70,7 +70,7 @@ func Table() []Gate {
 			// A kernel process restarted under the same instance id fences
 			// the older one at once.
 			{"./store", []string{"TestSameInstanceOlderProcessFenced"}},
-		}, Scope: "every adapter (artifact, git_commit, http_mutation, git_remote, http_read) crashed in a child process at each point of the commit window; the PostgreSQL cluster killed (SIGKILL, WAL writer held) after each step of the artifact horizon, whose pre-intent transactions commit without waiting for their flush"},
+		}, Scope: "every adapter (artifact, git_commit, http_mutation, git_remote, http_read) crashed in a child process at each point of the commit window, reconciled by the restarted kernel and by a kernel on another host that never held the payload; the PostgreSQL cluster killed (SIGKILL, WAL writer held) after each step of the artifact horizon, whose pre-intent transactions commit without waiting for their flush"},
 		{Name: "git_authoritative_commit_reconciliation", Proves: "ambiguous ref movement is reported as ambiguous, not as success", Tests: []Run{
 			{"./broker", []string{"TestGitAuthoritativeCommitReconciliation", "TestPatchBombRefused", "TestGitRemoteFastForwardOnly",
 				"TestGitRemoteCredentialByReference", "TestGitRemotePushWithLease",
