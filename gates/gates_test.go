@@ -59,7 +59,7 @@ func tail(b []byte, n int) string {
 	lines := strings.Split(string(b), "\n")
 	var why []string
 	for _, l := range lines {
-		if failLine.MatchString(l) {
+		if FailureLine.MatchString(l) {
 			why = append(why, l)
 		}
 	}
@@ -68,8 +68,6 @@ func tail(b []byte, n int) string {
 	}
 	return strings.Join(append(why, lines...), "\n")
 }
-
-var failLine = regexp.MustCompile(`^\s*(--- FAIL|\S+_test\.go:\d+: )`)
 
 func TestGateTableIsComplete(t *testing.T) {
 	want := []string{"linux_namespaces_cgroup_seccomp_overlay", "old_process_fork_cleanup", "overlay_rollback",

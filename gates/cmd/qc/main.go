@@ -34,7 +34,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -248,13 +247,12 @@ func runGates(logs string) ([]gateResult, []string) {
 	return res, others
 }
 
-// failureExcerpt keeps a failed test log's verdict lines and the
-// messages tests print with their file:line, the last max of them.
+// failureExcerpt keeps a failed test log's lines that say why
+// (gates.FailureLine), the last max of them.
 func failureExcerpt(b []byte, max int) []string {
 	var keep []string
 	for _, l := range strings.Split(string(b), "\n") {
-		t := strings.TrimSpace(l)
-		if strings.HasPrefix(t, "--- FAIL") || strings.HasPrefix(t, "panic:") || fileLine.MatchString(t) {
+		if gates.FailureLine.MatchString(l) {
 			keep = append(keep, strings.TrimRight(l, " \t"))
 		}
 	}
@@ -263,9 +261,6 @@ func failureExcerpt(b []byte, max int) []string {
 	}
 	return keep
 }
-
-// fileLine matches the "name_test.go:123: " prefix of a t.Log/t.Error line.
-var fileLine = regexp.MustCompile(`^[A-Za-z0-9_]+\.go:[0-9]+: `)
 
 func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
