@@ -131,3 +131,19 @@ func TestPerConversationTurns(t *testing.T) {
 		})
 	}
 }
+
+// FuzzToolResults: any request body counts to a non-negative number of
+// tool results, never a panic.
+func FuzzToolResults(f *testing.F) {
+	f.Add(`{"input":[{"type":"function_call_output"}]}`)
+	f.Add(`{"messages":[{"role":"tool"},{"role":"user","content":[{"type":"tool_result"}]}]}`)
+	f.Add(`{"input":"text","messages":[{"content":"x"}]}`)
+	f.Add(`not json`)
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, wire := range []string{Responses, Messages, Chat} {
+			if n := toolResults(wire, []byte(body)); n < 0 {
+				t.Fatalf("%s: %d tool results", wire, n)
+			}
+		}
+	})
+}
