@@ -125,7 +125,12 @@ func Table() []Gate {
 			// A verification gets its own proxy, no wider than the worker's;
 			// the demo's main job fetches its test's dependency through both.
 			{"./kernel/episode", []string{"TestVerificationFetchesThroughItsOwnProxy", "TestEpisodeTrustsItsEgressCA"}},
-			{"./kernel/cmd/autonomic", []string{"TestRunFetchesTheTestsDependency"}},
+			{"./kernel/cmd/autonomic", []string{"TestRunFetchesTheTestsDependency", "TestSetupLayerCachedByLockfiles"}},
+			// A setup layer's fetches go through the proxy once per key;
+			// verification restores the layer and refuses a change it shadows.
+			{"./kernel/verify", []string{"TestVerifyDeniesAChangeTheLayerShadows"}},
+			{"./kernel/workspace", []string{"TestShadowHidesWhatTheLayerHolds"}},
+			{"./store", []string{"TestSetupLayers"}},
 		}, Scope: "the socket from inside a real domain and from the host; HTTP targets are loopback servers; the signed lease's paths, bytes and rates checked at the commit horizon with verification off; the egress proxy inside real domains (this tree's launcher, the agents rootfs, the agent profile, the egress socket bridged by autonomic-entry) with the real go and npm against the real registries, which resolve here to a reserved range the test allows as an operator would (egress.allowed_nets), direct connections around it refused as violation frames, and loopback HTTPS upstreams for redirects, certificates and caps; the inference relay over a real Unix socket in front of the fixture models, with real PostgreSQL budgets"},
 		{Name: "sensor_poisoning", Proves: "hostile evidence cannot escalate authority", Tests: []Run{
 			{"./kernel/sensor", []string{"TestSensorPoisoning", "TestClientLiarIsRecorded"}},

@@ -241,6 +241,10 @@ func (r *LauncherRequest) Validate() error {
 	return nil
 }
 
+// ValidateArgv checks an argv as a create request's: non-empty, within
+// the wire limits, no NUL.
+func ValidateArgv(argv []string) error { return validateArgv(argv) }
+
 func validateArgv(argv []string) error {
 	if len(argv) == 0 || len(argv) > MaxArgv || argv[0] == "" {
 		return Errorf(CodeInvalidField, "argv")

@@ -91,10 +91,12 @@ func (p *Postgres) putArchive(ctx context.Context, conn *pgx.Conn, digest string
 // it records it, so a stable checkpoint is never without its replica; an
 // archive no checkpoint names yet is in flight and is kept for
 // archiveInFlight (one a dead kernel left goes after that). $1, the one
-// just stored, is kept too.
+// just stored, is kept too, and so is every setup layer a row names (the
+// layer is replicated before its row is recorded: in flight meanwhile).
 const pruneArchives = `DELETE FROM checkpoint_archives a WHERE a.digest <> $1
 	AND (a.created_at < now() - interval '` + archiveInFlight + `'
 		OR EXISTS (SELECT 1 FROM checkpoints c WHERE c.digest = a.digest))
+	AND NOT EXISTS (SELECT 1 FROM setup_layers l WHERE l.digest = a.digest)
 	AND a.digest NOT IN (
 	SELECT DISTINCT ON (c.episode_id) c.digest FROM checkpoints c JOIN episodes e ON e.id = c.episode_id
 	WHERE e.state = 'active' AND c.stable ORDER BY c.episode_id, c.created_at DESC, c.id DESC)`

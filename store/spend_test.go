@@ -112,11 +112,11 @@ func TestSpendTotals(t *testing.T) {
 		ALTER TABLE egress_fetches ADD CONSTRAINT egress_fetches_outcome_check CHECK (outcome IN ('fetched', 'cached', 'refused', 'failed'));
 		DELETE FROM schema_migrations WHERE version = 7;
 		DROP TABLE actions; DROP TABLE task_events; DROP TABLE tasks; DROP TABLE project_budgets;
-		DROP TABLE checkpoint_archive_chunks; DROP TABLE checkpoint_archives; DROP INDEX checkpoints_digest;
-		DELETE FROM schema_migrations WHERE version IN (8, 9, 10, 11, 12)`); err != nil {
+		DROP TABLE checkpoint_archive_chunks; DROP TABLE checkpoint_archives; DROP INDEX checkpoints_digest; DROP TABLE setup_layers;
+		DELETE FROM schema_migrations WHERE version IN (8, 9, 10, 11, 12, 13)`); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := migrations.Apply(ctx, admin, embedded); err != nil || n != 7 {
+	if n, err := migrations.Apply(ctx, admin, embedded); err != nil || n != 8 {
 		t.Fatalf("re-applying 0006: %d, %v", n, err)
 	}
 	if b, n := totals(); b != total || n != int64(len(sizes)) {

@@ -109,6 +109,9 @@ type Episode struct {
 	// harvest reads archives from (re-hashing each against its digest).
 	// Empty: a spec that asks for a harvest ends harvest_failed.
 	CheckpointsDir string `json:"checkpoints_dir"`
+	// MaxSetupLayers is how many setup layers the database keeps, least
+	// recently used evicted first (0: kernel/episode's default, 8).
+	MaxSetupLayers int `json:"max_setup_layers"`
 }
 
 // Episode defaults: an hour unless a spec says otherwise, a day at most.
@@ -191,6 +194,17 @@ type GitCommitTarget struct {
 	// VerifyChangeInputs runs verify_argv with the change's own tests and
 	// build files; by default the base's are put back first.
 	VerifyChangeInputs bool `json:"verify_change_inputs"`
+	// Environment names the launcher rootfs (its rootfses table) the
+	// target's agents, setup and verification run on; "" is the agent
+	// profile's own.
+	Environment string `json:"environment"`
+	// Setup runs in the workspace before the agent (npm ci, go mod
+	// download, a venv and pip install), with the episode's egress; its
+	// result is a layer kept under the environment, the argv and the
+	// blobs of SetupLockfiles at the base (empty: the usual lockfiles at
+	// the repository's root), and verification runs on it.
+	Setup          []string `json:"setup"`
+	SetupLockfiles []string `json:"setup_lockfiles"`
 }
 
 // GitRemoteTarget mirrors broker.GitRemoteTarget.

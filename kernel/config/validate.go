@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os/user"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -179,6 +180,9 @@ func (cfg *Config) validate() []Problem {
 	c.defaulted("episode.max_wall_time_ms", &cfg.Episode.MaxWallTimeMS, DefaultEpisodeMaxWallTimeMS, 1000, 30*86400000)
 	c.defaulted("episode.wall_time_ms", &cfg.Episode.WallTimeMS, min(DefaultEpisodeWallTimeMS, cfg.Episode.MaxWallTimeMS), 1000, cfg.Episode.MaxWallTimeMS)
 	c.absPath("episode.checkpoints_dir", cfg.Episode.CheckpointsDir, false)
+	if n := cfg.Episode.MaxSetupLayers; n < 0 || n > 1024 {
+		c.add("episode.max_setup_layers", "must be 0..1024")
+	}
 
 	if _, err := policy.ParseKeys(cfg.PolicyKeys); err != nil {
 		c.add("policy_keys", "%s", strings.TrimPrefix(err.Error(), "policy_keys: "))
@@ -274,6 +278,22 @@ func checkTargets(c *checker, t *Targets) {
 		c.globs(k+".allowed_paths", g.AllowedPaths)
 		c.globs(k+".forbidden_paths", g.ForbiddenPaths)
 		c.class(k+".class", g.Class, 3)
+		if g.Environment != "" && !protocol.ValidID(g.Environment) {
+			c.add(k+".environment", "%q is not a rootfs name", g.Environment)
+		}
+		if len(g.Setup) > 0 {
+			if err := protocol.ValidateArgv(g.Setup); err != nil {
+				c.add(k+".setup", "is not an argv within the launcher's limits")
+			}
+		}
+		if len(g.SetupLockfiles) > 0 && len(g.Setup) == 0 {
+			c.add(k+".setup_lockfiles", "keys a setup layer: it needs setup")
+		}
+		for _, p := range g.SetupLockfiles {
+			if p == "" || path.Clean(p) != p || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") || strings.ContainsAny(p, "\n\x00") {
+				c.add(k+".setup_lockfiles", "%q is not a clean path in the repository", p)
+			}
+		}
 	}
 	ids("git_remote", mapKeys(t.GitRemote))
 	for id, g := range t.GitRemote {

@@ -98,6 +98,11 @@ type Config struct {
 	// task runs again whole.
 	Replicas        Replicas
 	ReplicaMaxBytes int64
+	// Layers keeps the setup layers' keys for every kernel of the
+	// database (setup.go); a spec naming setup is refused without it.
+	// MaxSetupLayers bounds them (0: DefaultMaxSetupLayers).
+	Layers         SetupLayers
+	MaxSetupLayers int
 	// HarvestAdmit is what a git_commit target lets the harvest carry
 	// beyond text (its allow_binary), by target id; nil admits nothing more.
 	HarvestAdmit func(targetID string) workspace.Admit
@@ -125,6 +130,8 @@ type Controller struct {
 	episodes map[uuid.UUID]*Episode
 	// ended hears of each episode this controller stops driving (OnEnd).
 	ended func(uuid.UUID)
+	// layers: the setup layers this kernel makes, holds and reads.
+	layers layers
 }
 
 // OnEnd has f told of each episode this controller stops driving, once its
@@ -195,6 +202,10 @@ func (k *Controller) mint(spec Spec) (*policy.Policy, authority.Capability, erro
 	}
 	if k.cfg.MaxWallTime > 0 && spec.WallTime > k.cfg.MaxWallTime {
 		return nil, authority.Capability{}, protocol.Errorf(protocol.CodeInvalidField, "wall_time is above the kernel's maximum (%s)", k.cfg.MaxWallTime)
+	}
+	if spec.Setup != nil && (!k.feat.Checkpoints || k.cfg.Layers == nil) {
+		// The layer is a checkpoint archive the store keys.
+		return nil, authority.Capability{}, protocol.Errorf(protocol.CodeInvalidField, "setup needs a backend that checkpoints and a store that keeps setup layers")
 	}
 	ceiling := min(k.ceiling(), spec.RequestedCeiling)
 	if spec.RequestedCeiling == 0 {
@@ -307,7 +318,7 @@ func (k *Controller) newEpisode(id uuid.UUID, spec Spec) *Episode {
 		contain: make(chan containment, 1), exits: make(chan WorkerExit, 16), digests: map[uuid.UUID]string{},
 		log: k.log.With("episode", id)}
 	watched := governor.Episode{ID: id, Intent: spec.OriginIntent, Epoch: e.currentEpoch, Lease: e.currentLease,
-		Contain: e.containAt, VerifyEgress: e.verifyEgress, Logger: e.log}
+		Contain: e.containAt, VerifyEgress: e.verifyEgress, VerifyLayer: e.verifyLayer, Logger: e.log}
 	// The semantic sensors read the policy's scope; a spec whose policy no
 	// longer verifies has none (and Recover contains it).
 	if pol, _, _, err := spec.validate(k.policyKeys()); err == nil {

@@ -97,6 +97,21 @@
 //     with egress, the verification domain gets a proxy of its own on
 //     verify-<uuid>-egress.sock (verifyEgress): the same allow list, cap,
 //     ledger, cache and refusal signal, stopped before the verdict.
+//   - Setup (setup.go). A spec naming setup runs its argv before the
+//     worker, in a domain of the episode's workspace as the worker, on its
+//     rootfs, under its seccomp program, through its egress proxy; what it
+//     left is a layer kept under a key that hashes the repository, the
+//     rootfs name, the argv, the egress grant and the lockfiles' blobs at
+//     the base (read from the trusted repository, never the workspace).
+//     The episode's pristine base is the layer restored, made on this
+//     host's rootfs of the digest the layer was made on (another digest
+//     sets up again); an episode of a kept key runs no setup and fetches
+//     nothing. A layer is replicated before it is recorded, imported
+//     (digest-checked by the launcher) where this kernel does not know its
+//     holder holds it, bounded by MaxSetupLayers (least recently used
+//     evicted, its hold released), and restored beneath every verification
+//     of the episode's effects; a layer an episode needs and cannot find
+//     is an error, never a verification without it.
 //   - Kernel start (Recover) reconciles unsettled effects before anything
 //     else, then, per active episode, advances the epoch before destroying
 //     every generation the previous kernel launched (destroy, then inspect)

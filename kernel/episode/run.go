@@ -81,9 +81,12 @@ type Episode struct {
 	// episode did not start from the base (awaitBase).
 	base    chan struct{}
 	baseErr error
-	stop    context.CancelFunc
-	done    chan struct{}
-	exit    *supervisor.Exit
+	// layer is the setup layer (digest, hex) the episode started from; ""
+	// without setup, or before it is known here (verifyLayer finds it).
+	layer string
+	stop  context.CancelFunc
+	done  chan struct{}
+	exit  *supervisor.Exit
 	// started is when the episode was created: its wall time counts from
 	// there, across repairs and kernel restarts.
 	started time.Time
@@ -470,18 +473,26 @@ func (k *Controller) baseLauncherID(ep uuid.UUID, gen int) string {
 // (no worker code, no broker socket) is checkpointed once that process has
 // exited, then destroyed. The launcher starts a worker as it creates its
 // domain, so a checkpoint of the worker's own domain would hold whatever it
-// had written by then; this one holds the base OID's tree and nothing else.
-func (e *Episode) baseCheckpoint(ctx context.Context) (digest string, err error) {
+// had written by then; this one holds the base OID's tree and nothing else
+// — with from, a setup layer's digest, restored over it (setup.go), on the
+// spec's rootfs, which must be wantRootfs when that is set (errStaleLayer,
+// before anything is recorded). It returns the base's digest and the
+// rootfs digest the domain ran on.
+func (e *Episode) baseCheckpoint(ctx context.Context, from, wantRootfs string) (digest, rootfs string, err error) {
 	// Generation 1's, or the generation a kernel restart resumed from the
 	// workspace before that base was recorded.
 	e.mu.Lock()
 	gen := e.gen
 	e.mu.Unlock()
 	id := e.k.baseLauncherID(e.id, gen)
-	r, err := e.k.cfg.Domains.Create(ctx, domain.Spec{ID: id, Generation: gen, WorkspaceID: e.id.String(),
-		Argv: []string{"/bin/sh", "-c", ":"}, Limits: e.spec.Limits, Seccomp: e.k.cfg.Seccomp})
+	spec := domain.Spec{ID: id, Generation: gen, WorkspaceID: e.id.String(), Argv: []string{"/bin/sh", "-c", ":"},
+		Limits: e.spec.Limits, Seccomp: e.k.cfg.Seccomp}
+	if from != "" {
+		spec.Checkpoint, spec.Rootfs = from, e.spec.Rootfs
+	}
+	r, err := e.k.cfg.Domains.Create(ctx, spec)
 	if err != nil {
-		return "", fmt.Errorf("episode: base domain: %w", err)
+		return "", "", fmt.Errorf("episode: base domain: %w", err)
 	}
 	defer func() {
 		r.Close()
@@ -489,10 +500,18 @@ func (e *Episode) baseCheckpoint(ctx context.Context) (digest string, err error)
 			err = derr
 		}
 	}()
-	if err := waitExit(ctx, r, 30*time.Second); err != nil {
-		return "", fmt.Errorf("episode: base domain: %w", err)
+	rootfs = r.Started.RootfsDigest
+	if from != "" && r.Started.Restored != from {
+		return "", "", fmt.Errorf("episode: launcher restored %q, want the setup layer", r.Started.Restored)
 	}
-	return e.checkpointOf(ctx, id, gen)
+	if wantRootfs != "" && rootfs != wantRootfs {
+		return "", "", fmt.Errorf("%w (%s here, %s there)", errStaleLayer, rootfs, wantRootfs)
+	}
+	if _, err := waitExited(ctx, r, 30*time.Second); err != nil {
+		return "", "", fmt.Errorf("episode: base domain: %w", err)
+	}
+	digest, err = e.checkpointOf(ctx, id, gen)
+	return digest, rootfs, err
 }
 
 // startBase takes the pristine base checkpoint in the background, while
@@ -504,7 +523,7 @@ func (e *Episode) startBase(ctx context.Context) {
 	e.base, e.baseErr = done, nil
 	e.mu.Unlock()
 	go func() {
-		_, err := e.baseCheckpoint(ctx)
+		_, _, err := e.baseCheckpoint(ctx, "", "")
 		e.mu.Lock()
 		e.baseErr = err
 		e.mu.Unlock()
@@ -527,32 +546,18 @@ func (e *Episode) awaitBase() error {
 	return e.baseErr
 }
 
-// waitExit waits for a domain's worker to exit; a violation is an error.
-func waitExit(ctx context.Context, r *domain.Running, limit time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	for {
-		select {
-		case <-ctx.Done():
-			return errors.New("its process did not exit")
-		case ev, ok := <-r.Events():
-			switch {
-			case !ok:
-				return errors.New("its monitor ended before its process exited")
-			case ev.Violation != nil:
-				return fmt.Errorf("violation: %s", ev.Violation.Syscall)
-			case ev.Exited != nil:
-				return nil
-			}
-		}
-	}
-}
-
 // domain is the supervisor's last child: it runs the generations, one at a
 // time, and repairs between them. Whatever ends it, its domain is destroyed
 // before it returns.
 func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), started chan<- error) (err error) {
-	if checkpoint == "" && e.k.feat.Checkpoints {
+	if checkpoint == "" && e.spec.Setup != nil {
+		// The setup layer first: generation 1 restores the base made
+		// from it (setup.go).
+		if checkpoint, err = e.setupBase(ctx); err != nil {
+			started <- err
+			return err
+		}
+	} else if checkpoint == "" && e.k.feat.Checkpoints {
 		// The pristine base is checkpointed beside generation 1, which
 		// starts with an empty upper layer over the same workspace — the
 		// tree the base holds — so the worker does not wait for it.

@@ -57,6 +57,21 @@ type Spec struct {
 	// (inference.providers): the episode gets its own relay (services.go),
 	// budgeted by the signed policy's inference section. "": no relay.
 	Inference string `json:"inference,omitempty"`
+	// Setup, when set, prepares the workspace before the worker starts
+	// (setup.go): its command's result is a layer every episode of the
+	// same key starts from, and verification runs on it.
+	Setup *SetupSpec `json:"setup,omitempty"`
+}
+
+// SetupSpec is a target's setup phase (config: a git_commit target's setup
+// and setup_lockfiles).
+type SetupSpec struct {
+	// Argv runs in /workspace as the worker, on the spec's rootfs, under
+	// its seccomp profile, with the episode's egress proxy.
+	Argv []string `json:"argv"`
+	// Lockfiles are the repository paths whose blobs at the base key the
+	// layer; empty: DefaultLockfiles.
+	Lockfiles []string `json:"lockfiles,omitempty"`
 }
 
 // HarvestSpec names where a harvested change goes: a git_commit target of
@@ -125,6 +140,8 @@ func (s *Spec) validate(keys policy.Keys) (pol *policy.Policy, envelope, repair 
 		err = invalid("wall_time is negative")
 	case s.Harvest != nil && (!protocol.ValidTargetID(s.Harvest.TargetID) || !refPattern.MatchString(s.Harvest.Ref)):
 		err = invalid("harvest needs a target_id and a full ref name (refs/...)")
+	case s.Setup != nil:
+		err = s.Setup.validate()
 	}
 	for k := range s.Env {
 		if reservedEnv(k) {

@@ -125,7 +125,10 @@ type Episode struct {
 	// VerifyEgress, when set, gives a verification of this episode's
 	// effects an egress proxy of its own (nil: none).
 	VerifyEgress func() *verify.Egress
-	Logger       hclog.Logger
+	// VerifyLayer, when set, gives a verification of this episode's
+	// effects its setup layer (nil, nil: the episode has none).
+	VerifyLayer func(ctx context.Context) (*verify.Layer, error)
+	Logger      hclog.Logger
 }
 
 // Record is one episode's trajectory: its sensor queue, homeostat,

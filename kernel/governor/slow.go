@@ -62,7 +62,16 @@ func (g *Governor) verify(ctx context.Context, e *Record, eff store.Effect, payl
 	if e.ep.VerifyEgress != nil {
 		eg = e.ep.VerifyEgress()
 	}
-	return g.cfg.Verification.VerifyWith(ctx, eff, payload, eg)
+	var layer *verify.Layer
+	if e.ep.VerifyLayer != nil {
+		// A layer the episode has and cannot hand over is an error: the
+		// tests never run without what they were set up with.
+		var err error
+		if layer, err = e.ep.VerifyLayer(ctx); err != nil {
+			return "", nil, err
+		}
+	}
+	return g.cfg.Verification.VerifyWith(ctx, eff, payload, eg, layer)
 }
 
 // verificationEvents are the history entries of a verification verdict: a

@@ -237,6 +237,9 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		if r, ok := st.(episode.Replicas); ok && cfg.Queue.ReplicaMaxBytes > 0 {
 			ec.Replicas, ec.ReplicaMaxBytes = r, cfg.Queue.ReplicaMaxBytes
 		}
+		if l, ok := st.(episode.SetupLayers); ok {
+			ec.Layers, ec.MaxSetupLayers = l, cfg.Episode.MaxSetupLayers
+		}
 	}
 	// The harvest carries what the target's adapter would accept: its
 	// allow_binary, from the registry the adapter's targets come from.

@@ -94,6 +94,18 @@ type Egress struct {
 	Wrap func(argv []string) []string
 }
 
+// Layer is the setup layer of the effect's episode (its target's setup
+// command's result; kernel/episode's setup.go): the verification domain
+// runs on the episode's rootfs with the layer restored over the patched
+// clone, so the tests see the dependencies the worker saw, and fetch
+// nothing. A change to a path the layer shadows is denied: the tests would
+// see the layer's file, not the change's.
+type Layer struct {
+	Checkpoint string // the layer archive's digest (hex), in the launcher's store
+	Rootfs     string
+	Shadow     *workspace.Shadow
+}
+
 // Body is the decision body recorded with the verdict.
 type Body struct {
 	EffectID      uuid.UUID `json:"effect_id"`
@@ -121,22 +133,25 @@ type Body struct {
 	// put back as the base has them (the first 32; BaseInputCount all).
 	BaseInputs     []string `json:"base_inputs,omitempty"`
 	BaseInputCount int      `json:"base_input_count,omitempty"`
+	// Layer is the setup layer restored beneath the tests (its digest).
+	Layer string `json:"layer,omitempty"`
 }
 
 var oidPattern = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
 
 // Verify is broker.Config.Verifier.
 func (r *Runner) Verify(ctx context.Context, e store.Effect, payload []byte) (string, json.RawMessage, error) {
-	return r.VerifyWith(ctx, e, payload, nil)
+	return r.VerifyWith(ctx, e, payload, nil, nil)
 }
 
 // VerifyWith is Verify for an effect whose episode had an egress proxy
-// (eg non-nil): the verification domain gets one too.
-func (r *Runner) VerifyWith(ctx context.Context, e store.Effect, payload []byte, eg *Egress) (string, json.RawMessage, error) {
+// (eg non-nil: the verification domain gets one too) or a setup layer
+// (layer non-nil: restored beneath its tests).
+func (r *Runner) VerifyWith(ctx context.Context, e store.Effect, payload []byte, eg *Egress, layer *Layer) (string, json.RawMessage, error) {
 	start := time.Now()
 	sum := sha256.Sum256(payload)
 	b := Body{EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, PayloadDigest: e.PayloadDigest, PatchSHA256: hex.EncodeToString(sum[:])}
-	verdict, err := r.run(ctx, e, payload, &b, eg)
+	verdict, err := r.run(ctx, e, payload, &b, eg, layer)
 	b.Milliseconds = time.Since(start).Milliseconds()
 	if err != nil {
 		r.log().Error("verification failed", "effect", e.ID, "revision", e.Revision, "epoch", e.Epoch, "error", err)
@@ -162,7 +177,7 @@ func deny(b *Body, reason string) (string, error) {
 	return store.VerdictDeny, nil
 }
 
-func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Body, eg *Egress) (string, error) {
+func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Body, eg *Egress, layer *Layer) (string, error) {
 	if v, tested := r.byRule(e.Kind, b); !tested {
 		return v, nil
 	}
@@ -219,6 +234,14 @@ func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Bod
 		return "", err
 	}
 	b.TreeOID = strings.TrimSpace(tree)
+	if layer != nil {
+		if p, err := r.shadowed(ctx, dir, req.BaseOID, layer.Shadow); err != nil || p != "" {
+			if err != nil {
+				return "", err
+			}
+			return deny(b, fmt.Sprintf("the change touches %s, which the target's setup layer holds: the tests would not see it", p))
+		}
+	}
 	if !t.ChangeInputs {
 		if b.BaseInputs, b.BaseInputCount, err = r.baseInputs(ctx, dir, req.BaseOID); err != nil {
 			return "", err
@@ -250,6 +273,9 @@ func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Bod
 		defer func() { _ = stop() }()
 		b.Egress = true
 		spec.Argv, spec.Rootfs, spec.Seccomp = eg.Wrap(t.Argv), eg.Rootfs, eg.Seccomp
+	}
+	if layer != nil {
+		spec.Checkpoint, spec.Rootfs, b.Layer = layer.Checkpoint, layer.Rootfs, "sha256:"+layer.Checkpoint
 	}
 	dom, err := r.Domains.Create(ctx, spec)
 	if err != nil {
@@ -285,6 +311,24 @@ func (r *Runner) run(ctx context.Context, e store.Effect, payload []byte, b *Bod
 	}
 	b.Reason = "verify_argv passed"
 	return store.VerdictAllow, nil
+}
+
+// shadowed is the first path the staged change touches that the layer
+// shadows, "" when none does.
+func (r *Runner) shadowed(ctx context.Context, dir, base string, s *workspace.Shadow) (string, error) {
+	if s == nil {
+		return "", errors.New("verify: a layer without its shadow")
+	}
+	out, err := r.git(ctx, dir, nil, "diff", "--cached", "--name-only", "--no-renames", "-z", base)
+	if err != nil {
+		return "", err
+	}
+	for p := range strings.SplitSeq(out, "\x00") {
+		if p != "" && s.Hides(p) {
+			return p, nil
+		}
+	}
+	return "", nil
 }
 
 // wait returns the worker's exit, or reports that timeout (or ctx) ended

@@ -1,7 +1,11 @@
 package verify
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -13,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/autonomic-kernel/autonomic/kernel/domain"
+	"github.com/autonomic-kernel/autonomic/kernel/workspace"
 	"github.com/autonomic-kernel/autonomic/store"
 )
 
@@ -161,5 +166,50 @@ func gitIn(t *testing.T, dir string) func(args ...string) string {
 			t.Fatalf("git %v: %v\n%s", args, err, out)
 		}
 		return strings.TrimSpace(string(out))
+	}
+}
+
+// TestVerifyDeniesAChangeTheLayerShadows: a change to a path the episode's
+// setup layer holds (a file, or one below a directory the layer made
+// opaque) is denied before any domain exists — restored over the patched
+// clone, the layer's file is what the tests would see.
+func TestVerifyDeniesAChangeTheLayerShadows(t *testing.T) {
+	dir, base := repo(t)
+	root := t.TempDir()
+	r := &Runner{Domains: noDomains{t: t}, WorkspacesRoot: root, OwnerUID: os.Geteuid(), OwnerGID: os.Getegid(),
+		Targets: map[string]Target{"repo": {Repo: dir, Argv: []string{"/bin/true"}}}}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{{Name: "a.txt", Typeflag: tar.TypeReg, Mode: 0o644, Format: tar.FormatPAX},
+		{Name: "build/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX, PAXRecords: map[string]string{"SCHILY.xattr.user.overlay.opaque": "y"}}} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tw.Close()
+	sum := sha256.Sum256(buf.Bytes())
+	digest := hex.EncodeToString(sum[:])
+	shadow, err := workspace.ReadShadow(bytes.NewReader(buf.Bytes()), digest, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := &Layer{Checkpoint: digest, Shadow: shadow}
+	for name, patch := range map[string]string{
+		"a.txt":       "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+two\n",
+		"build/out.o": "--- /dev/null\n+++ b/build/out.o\n@@ -0,0 +1 @@\n+x\n",
+	} {
+		e := store.Effect{ID: uuid.New(), Revision: 1, Epoch: 1, Kind: "git_commit", TargetID: "repo",
+			Target: json.RawMessage(`{"base_oid":"` + base + `","ref":"refs/heads/main","message":"m"}`)}
+		verdict, body, err := r.VerifyWith(context.Background(), e, []byte(patch), nil, layer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b Body
+		if err := json.Unmarshal(body, &b); err != nil {
+			t.Fatal(err)
+		}
+		if verdict != store.VerdictDeny || !strings.Contains(b.Reason, "touches "+name+", which the target's setup layer holds") {
+			t.Errorf("%s: verdict %q, reason %q", name, verdict, b.Reason)
+		}
 	}
 }

@@ -101,12 +101,21 @@ func agentSpec(r agentRun) ([]byte, *agent.Profile, string, error) {
 		return nil, nil, "", err
 	}
 	wall := p.WallTime()
-	spec, err := json.Marshal(episode.Spec{
+	es := episode.Spec{
 		OriginIntent: r.Task, Repo: r.Target.Repo, BaseOID: r.Base, Policy: signed, Envelope: cap,
 		RequestedCeiling: class, MaxRepairs: r.Cfg.MaxRepairsValue(), LeaseTTL: wall + 10*time.Minute, Argv: argv,
 		Harvest: &episode.HarvestSpec{TargetID: r.TargetID, Ref: r.Ref, Create: r.Create}, WallTime: wall,
 		Rootfs: p.Rootfs, Seccomp: p.Seccomp, Inference: provider,
-	})
+	}
+	// The target's own environment and setup (its trusted configuration):
+	// the agent CLIs are layered onto every environment.
+	if r.Target.Environment != "" {
+		es.Rootfs = r.Target.Environment
+	}
+	if len(r.Target.Setup) > 0 {
+		es.Setup = &episode.SetupSpec{Argv: r.Target.Setup, Lockfiles: r.Target.SetupLockfiles}
+	}
+	spec, err := json.Marshal(es)
 	return spec, p, provider, err
 }
 

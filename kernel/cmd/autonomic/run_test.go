@@ -76,7 +76,11 @@ const providerKeyEnv, providerKey = "AUTONOMIC_TEST_PROVIDER_KEY", "sk-kernel-he
 // runOptions vary the run kernel: testDeps serves Codex the script that
 // runs make test after its fix and lets the registries' reserved
 // addresses here through (egress.allowed_nets).
-type runOptions struct{ testDeps bool }
+// setup is the target's setup command (its layer cached by lockfiles).
+type runOptions struct {
+	testDeps bool
+	setup    []string
+}
 
 func startRunKernel(t testing.TB, ctx context.Context, opts ...runOptions) *runKernel {
 	t.Helper()
@@ -128,6 +132,8 @@ func startRunKernel(t testing.TB, ctx context.Context, opts ...runOptions) *runK
 		if o.testDeps && wire == fixturemodel.Responses {
 			script = fixturemodel.FixCalcAndTest("/workspace")
 		}
+		// Several runs on one model: each conversation has its own turns.
+		script.PerConversation = o.setup != nil
 		m, err := fixturemodel.Start(script)
 		if err != nil {
 			t.Fatal(err)
@@ -166,7 +172,7 @@ func startRunKernel(t testing.TB, ctx context.Context, opts ...runOptions) *runK
 		"targets": map[string]any{"git_commit": map[string]any{"calc": map[string]any{"repo": rk.repo,
 			"allowed_refs":  []string{"refs/heads/agent/codex", "refs/heads/agent/claude", "refs/heads/agent/opencode"},
 			"allowed_paths": []string{"src/**", "README.md", "Makefile"}, "forbidden_paths": []string{".env", "config/**", "tests/**"},
-			"verify_argv": []string{"make", "test"}, "class": 3}}},
+			"verify_argv": []string{"make", "test"}, "class": 3, "setup": o.setup}}},
 		"automatic_verification": true,
 		"max_repairs":            1,
 		"regulator":              map[string]any{"start_level": "act"},
