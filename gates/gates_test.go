@@ -74,7 +74,7 @@ func TestGateTableIsComplete(t *testing.T) {
 		"postgresql_epoch_commit_race", "stale_epoch_race", "broker_crash_after_external_mutation_reconciliation",
 		"git_authoritative_commit_reconciliation", "db_outage_blocks_authority", "af_unix_effect_broker", "sensor_poisoning",
 		"semantic_outage_degradation", "backpressure_load", "class4_human_horizon", "coding_agent_violation_repair_epoch2",
-		"real_agent_inference_relay", "queue_takeover_exactly_once"}
+		"real_agent_inference_relay", "queue_takeover_exactly_once", "real_repositories"}
 	got := Table()
 	if len(got) != len(want) {
 		t.Fatalf("%d gates, want %d", len(got), len(want))
@@ -110,3 +110,4 @@ func Test_coding_agent_violation_repair_epoch2(t *testing.T) {
 }
 func Test_real_agent_inference_relay(t *testing.T)  { runGate(t, "real_agent_inference_relay") }
 func Test_queue_takeover_exactly_once(t *testing.T) { runGate(t, "queue_takeover_exactly_once") }
+func Test_real_repositories(t *testing.T)           { runGate(t, "real_repositories") }

@@ -142,6 +142,23 @@ func FixCalcAndTest(workdir string) Script {
 	return s
 }
 
+// FixAndTest drives Codex (Responses) through a fix in any repository,
+// as an agent does one: it runs test (exec_command), replaces the line bug
+// of file (a path relative to the working directory) with fix through
+// apply_patch, runs test again and ends with a text. Its turns are per
+// conversation: several runs may share the server.
+func FixAndTest(file, bug, fix, test string) Script {
+	u := Usage{Input: usageIn, Output: usageOut}
+	run := Turn{Tools: []ToolCall{{Name: "exec_command", Input: map[string]any{"cmd": test, "yield_time_ms": 120000}}}, Usage: u}
+	patch := "*** Begin Patch\n*** Update File: " + file + "\n@@\n-" + bug + "\n+" + fix + "\n*** End Patch\n"
+	return Script{Wire: Responses, Model: FixCalcModel, PerConversation: true, Turns: []Turn{
+		run,
+		{Tools: []ToolCall{{Name: "apply_patch", Custom: true, CustomInput: patch}}, Usage: u},
+		run,
+		{Text: "Fixed " + file + "; the tests pass.", Usage: u},
+	}}
+}
+
 // FixCalcExec is FixCalc for Responses with exec_command and a sed instead
 // of apply_patch (for a model slug Codex does not offer apply_patch to).
 func FixCalcExec() Script {

@@ -64,6 +64,14 @@ func (s *Server) Reset() {
 	s.seen, s.next = nil, 0
 }
 
+// SetScript drives another scripted task from now on (same wire API),
+// starting it over: one server, one provider, one task after another.
+func (s *Server) SetScript(script Script) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.script, s.next = script, 0
+}
+
 // Requests returns a copy of every request received so far.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()

@@ -591,8 +591,8 @@ func (s *Server) addTarget(ctx context.Context, r *http.Request) (any, error) {
 	if err := readBody(r, &req); err != nil {
 		return nil, err
 	}
-	if len(req.Test) > 32 {
-		return nil, protocol.Errorf(protocol.CodeInvalidField, "test: at most 32 arguments")
+	if len(req.Test) > 32 || len(req.Setup) > 32 {
+		return nil, protocol.Errorf(protocol.CodeInvalidField, "test, setup: at most 32 arguments")
 	}
 	added, err := s.cfg.Targets.Add(ctx, req)
 	if err != nil {

@@ -242,8 +242,18 @@ func (e *Episode) harvest(ctx context.Context) Outcome {
 	if e.k.cfg.HarvestAdmit != nil {
 		admit = e.k.cfg.HarvestAdmit(h.TargetID)
 	}
+	lim := e.k.cfg.HarvestLimits
+	if e.spec.Setup != nil {
+		// The final archive holds the setup layer too.
+		l, err := e.verifyLayer(ctx)
+		if err != nil {
+			rc.Close()
+			return failed("the setup layer: %v", err)
+		}
+		lim = lim.Widen(l.Shadow)
+	}
 	ch, err := workspace.Harvest(ctx, rc, res.SHA256, workspace.Clone{Root: e.k.cfg.WorkspacesRoot, ID: e.id.String(),
-		BaseOID: e.spec.BaseOID, Git: e.k.cfg.Git}, e.k.cfg.HarvestLimits, admit)
+		BaseOID: e.spec.BaseOID, Git: e.k.cfg.Git}, lim, admit)
 	rc.Close()
 	var refusal *workspace.Refusal
 	switch {

@@ -127,6 +127,11 @@ type Request struct {
 	ID string `json:"id,omitempty"`
 	// Test is the verification command; empty: detected (Detect).
 	Test []string `json:"test,omitempty"`
+	// Setup and Environment are the target's setup command and rootfs
+	// (config.GitCommitTarget's setup and environment); empty: none, and
+	// the agent profile's rootfs.
+	Setup       []string `json:"setup,omitempty"`
+	Environment string   `json:"environment,omitempty"`
 }
 
 // Added is what Add registered, and how it chose the test command.
@@ -180,7 +185,7 @@ func (r *Registry) Add(ctx context.Context, req Request) (Added, error) {
 		}
 	}
 	t := config.GitCommitTarget{Repo: gitDir, AllowedRefPrefixes: []string{"refs/heads/agent/"}, AllowedPaths: []string{"**"},
-		ForbiddenPaths: []string{}, VerifyArgv: argv, Class: 3}
+		ForbiddenPaths: []string{}, VerifyArgv: argv, Class: 3, Setup: req.Setup, Environment: req.Environment}
 	if err := config.CheckGitCommitTarget(id, t); err != nil {
 		return Added{}, protocol.Errorf(protocol.CodeInvalidField, "%w", err)
 	}

@@ -78,14 +78,18 @@ func TestAddRefusesWhatItCannotServe(t *testing.T) {
 	if _, err := r.Add(ctx, Request{Repo: dir, ID: "taken"}); err == nil {
 		t.Error("a configured id was taken over")
 	}
+	if _, err := r.Add(ctx, Request{Repo: dir, Environment: "../dev"}); protocol.AsWire(err).Code != protocol.CodeInvalidField {
+		t.Errorf("an environment that is no rootfs name: %v", err)
+	}
 	if hooked != 0 {
 		t.Fatalf("a refused add ran %d hooks", hooked)
 	}
 	if _, err := os.Stat(filepath.Join(state, FileName)); !os.IsNotExist(err) {
 		t.Fatal("a refused add persisted something")
 	}
-	got, err := r.Add(ctx, Request{Repo: dir})
+	got, err := r.Add(ctx, Request{Repo: dir, Setup: []string{"npm", "ci"}, Environment: "dev"})
 	if err != nil || got.ID != "proj_one" || strings.Join(got.Target.VerifyArgv, " ") != "make test" || hooked != 1 ||
+		strings.Join(got.Target.Setup, " ") != "npm ci" || got.Target.Environment != "dev" ||
 		got.Target.Repo != filepath.Join(dir, ".git") || !slices.Equal(got.Target.AllowedRefPrefixes, []string{"refs/heads/agent/"}) {
 		t.Fatalf("add: %+v, %v (hooks %d)", got, err, hooked)
 	}

@@ -54,6 +54,7 @@ func BlobIDs(ctx context.Context, git, dir, rev string, paths []string) (map[str
 type Shadow struct {
 	entries map[string]byte // 'd' a directory, 'o' an opaque one, 'f' anything else (file, symlink, whiteout)
 	digest  string
+	bytes   int64
 }
 
 // ReadShadow reads a layer archive (the launcher's format, doc.go of the
@@ -62,7 +63,8 @@ type Shadow struct {
 // are ErrDigest.
 func ReadShadow(r io.Reader, digest string, maxEntries int) (*Shadow, error) {
 	h := sha256.New()
-	tee := io.TeeReader(r, h)
+	cr := &countingReader{r: r}
+	tee := io.TeeReader(cr, h)
 	s := &Shadow{entries: map[string]byte{}, digest: digest}
 	tr := tar.NewReader(tee)
 	var bad error
@@ -102,6 +104,7 @@ func ReadShadow(r io.Reader, digest string, maxEntries int) (*Shadow, error) {
 	if bad != nil {
 		return nil, bad
 	}
+	s.bytes = cr.n
 	return s, nil
 }
 
@@ -119,6 +122,32 @@ func (s *Shadow) Hides(p string) bool {
 		}
 	}
 	return false
+}
+
+// Bytes is the size of the layer's archive.
+func (s *Shadow) Bytes() int64 { return s.bytes }
+
+// Widen is l (its defaults filled in) with room for a layer beneath the
+// change: an episode's final archive holds what its setup left as well,
+// which the repository mostly ignores (node_modules, .venv).
+func (l Limits) Widen(s *Shadow) Limits {
+	l = l.withDefaults()
+	if s != nil {
+		l.ArchiveBytes += s.bytes
+		l.Entries += len(s.entries)
+	}
+	return l
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Len is the number of entries the layer has.

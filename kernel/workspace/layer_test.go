@@ -34,8 +34,11 @@ func TestShadowHidesWhatTheLayerHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Len() != 8 || s.Digest() != d {
-		t.Fatalf("%d entries, digest %s", s.Len(), s.Digest())
+	if s.Len() != 8 || s.Digest() != d || s.Bytes() != int64(len(b)) {
+		t.Fatalf("%d entries, %d bytes, digest %s", s.Len(), s.Bytes(), s.Digest())
+	}
+	if w := (Limits{}).Widen(s); w.ArchiveBytes != 64<<20+int64(len(b)) || w.Entries != 100_000+8 {
+		t.Errorf("widened limits %+v", w)
 	}
 	for p, want := range map[string]bool{
 		"node_modules/is-number/index.js": true, "node_modules/.bin": true, "node_modules/.bin/tool": true,

@@ -16,14 +16,16 @@ import (
 // no configuration edit, no restart), with its test command given or
 // detected; `autonomic repo list` shows every target.
 func repoCmd(args []string, stdout, stderr io.Writer) int {
-	const repoUsage = "usage: autonomic repo add PATH [--test CMD] [--id ID] | repo list [--json]\n"
+	const repoUsage = "usage: autonomic repo add PATH [--test CMD] [--setup CMD] [--environment ROOTFS] [--id ID] | repo list [--json]\n"
 	if len(args) == 0 || (args[0] != "add" && args[0] != "list") {
 		fmt.Fprint(stderr, repoUsage)
 		return 2
 	}
 	o := newOpFlags("repo "+args[0], stderr)
-	var test, id *string
+	var test, id, setup, env *string
 	if args[0] == "add" {
+		setup = o.fs.String("setup", "", `a command run in the workspace before the agent, split at spaces (npm ci, go mod download): its result is kept as a layer by the repository's lockfiles and verification runs on it`)
+		env = o.fs.String("environment", "", `the launcher rootfs the target's agents, setup and tests run on (e.g. dev; default: the agent profile's)`)
 		test = o.fs.String("test", "", `the command that runs the repository's tests, split at spaces (default: detected: make test, npm test, go test ./..., cargo test or python3 -m pytest)`)
 		id = o.fs.String("id", "", "the target's id (default: the repository's directory name)")
 	}
@@ -64,7 +66,7 @@ func repoCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return opFail(stderr, err)
 	}
-	added, err := c.AddTarget(ctx, targets.Request{Repo: repo, ID: *id, Test: strings.Fields(*test)})
+	added, err := c.AddTarget(ctx, targets.Request{Repo: repo, ID: *id, Test: strings.Fields(*test), Setup: strings.Fields(*setup), Environment: *env})
 	if err != nil {
 		// The kernel's reasons stay in its log (the API carries codes
 		// only); what the operator can do about each code is said here.
@@ -87,6 +89,9 @@ func repoCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "(the kernel's own bare copy of %s, which it does not own: agents land in the copy;\n"+
 			" fetch their branches from it — once: git config --global --add safe.directory %s\n"+
 			" then: git fetch %s 'refs/heads/agent/*:refs/remotes/agent/*')\n", added.ClonedFrom, added.Target.Repo, added.Target.Repo)
+	}
+	if len(added.Target.Setup) > 0 {
+		fmt.Fprintf(stdout, "setup: %s (kept as a layer by the lockfiles at each run's base)\n", strings.Join(added.Target.Setup, " "))
 	}
 	fmt.Fprintf(stdout, "tests: %s (%s)\nagents land on new branches under %s, verified by the tests\nnext: autonomic run --repo %s --agent codex \"TASK\"\n",
 		strings.Join(added.Target.VerifyArgv, " "), added.TestChosen, strings.Join(added.Target.AllowedRefPrefixes, ", "), added.Target.Repo)

@@ -61,6 +61,41 @@ func agentsRootfs(t testing.TB, ctx context.Context, bed *testbed.Bed) (string, 
 	return agentsDir, agentsDigest
 }
 
+// devRootfs is the dev environment (rootfs-builder/specs/dev.json: Debian
+// packages by mmdebstrap, the agent CLIs on top) with this tree's
+// autonomic-entry, from the builder's cache: built once (minutes),
+// verified after.
+var (
+	devOnce           sync.Once
+	devDir, devDigest string
+	devErr            error
+)
+
+func devRootfs(t testing.TB, ctx context.Context, bed *testbed.Bed) (string, string) {
+	t.Helper()
+	devOnce.Do(func() {
+		entry, err := bed.Static(ctx, "./entry/cmd/autonomic-entry")
+		if err != nil {
+			devErr = err
+			return
+		}
+		mod, _ := testbed.ModuleRoot()
+		spec, err := rootfs.LoadSpec(filepath.Join(mod, "rootfs-builder/specs/dev.json"))
+		if err != nil {
+			devErr = err
+			return
+		}
+		start := time.Now()
+		var hit bool
+		devDir, devDigest, hit, devErr = rootfs.BuildCached(ctx, spec, "", rootfs.Options{Add: []rootfs.Add{{Src: entry, Dest: agent.EntryPath}}})
+		t.Logf("dev rootfs %s cached=%v in %v", devDir, hit, time.Since(start).Round(time.Millisecond))
+	})
+	if devErr != nil {
+		t.Fatalf("dev rootfs: %v", devErr)
+	}
+	return devDir, devDigest
+}
+
 // runKernel is a kernel serving the reference repository as target
 // "calc", with a fixture provider per wire API and the agents rootfs.
 type runKernel struct {
@@ -76,10 +111,13 @@ const providerKeyEnv, providerKey = "AUTONOMIC_TEST_PROVIDER_KEY", "sk-kernel-he
 // runOptions vary the run kernel: testDeps serves Codex the script that
 // runs make test after its fix and lets the registries' reserved
 // addresses here through (egress.allowed_nets).
-// setup is the target's setup command (its layer cached by lockfiles).
+// setup is the target's setup command (its layer cached by lockfiles);
+// targets are more git_commit targets, by id; dev names the dev rootfs.
 type runOptions struct {
 	testDeps bool
 	setup    []string
+	targets  map[string]any
+	dev      bool
 }
 
 func startRunKernel(t testing.TB, ctx context.Context, opts ...runOptions) *runKernel {
@@ -103,6 +141,12 @@ func startRunKernel(t testing.TB, ctx context.Context, opts ...runOptions) *runK
 	dir, digest := agentsRootfs(t, ctx, bed)
 	if err := bed.NameRootfs("agents", dir, digest); err != nil {
 		t.Fatal(err)
+	}
+	if o.dev {
+		dir, digest := devRootfs(t, ctx, bed)
+		if err := bed.NameRootfs("dev", dir, digest); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tmp, err := os.MkdirTemp("", "autonomic-run-")
 	if err != nil {
@@ -162,17 +206,21 @@ func startRunKernel(t testing.TB, ctx context.Context, opts ...runOptions) *runK
 	if err != nil {
 		t.Fatal(err)
 	}
+	targets := map[string]any{"calc": map[string]any{"repo": rk.repo,
+		"allowed_refs":  []string{"refs/heads/agent/codex", "refs/heads/agent/claude", "refs/heads/agent/opencode"},
+		"allowed_paths": []string{"src/**", "README.md", "Makefile"}, "forbidden_paths": []string{".env", "config/**", "tests/**"},
+		"verify_argv": []string{"make", "test"}, "class": 3, "setup": o.setup}}
+	for id, tg := range o.targets {
+		targets[id] = tg
+	}
 	doc, _ := json.Marshal(map[string]any{
 		"policy_keys": map[string]string{key.keyID: key.pub},
 		"state_dir":   filepath.Join(tmp, "state"),
 		"store":       map[string]any{"url": cluster.KernelConnString("kernel"), "admin_url": cluster.AdminConnString("kernel")},
 		"domain": map[string]any{"backend": "linux", "launcher_path": bed.Launcher, "direct": true,
 			"workspaces_root": bed.Workspaces, "sockets_root": bed.Sockets, "cgroup_parent": "/" + rel},
-		"sensor": map[string]any{"kind": "rules"},
-		"targets": map[string]any{"git_commit": map[string]any{"calc": map[string]any{"repo": rk.repo,
-			"allowed_refs":  []string{"refs/heads/agent/codex", "refs/heads/agent/claude", "refs/heads/agent/opencode"},
-			"allowed_paths": []string{"src/**", "README.md", "Makefile"}, "forbidden_paths": []string{".env", "config/**", "tests/**"},
-			"verify_argv": []string{"make", "test"}, "class": 3, "setup": o.setup}}},
+		"sensor":                 map[string]any{"kind": "rules"},
+		"targets":                map[string]any{"git_commit": targets},
 		"automatic_verification": true,
 		"max_repairs":            1,
 		"regulator":              map[string]any{"start_level": "act"},
