@@ -115,8 +115,10 @@ func (p *planner) closure(real string, strict bool, inherited []string) error {
 			}
 			return fmt.Errorf("interpreter of %s: %w", real, err)
 		}
-		if err := p.addFile(ireal, fi); err != nil {
-			return err
+		if !p.envProvides(ireal) {
+			if err := p.addFile(ireal, fi); err != nil {
+				return err
+			}
 		}
 	}
 	origin := path.Dir(real)
@@ -144,6 +146,11 @@ func (p *planner) closure(real string, strict bool, inherited []string) error {
 		if err != nil {
 			return err
 		}
+		if p.envProvides(lreal) {
+			// The environment's own copy serves the object, with the
+			// libraries the environment's packages bring beside it.
+			continue
+		}
 		if err := p.addFile(lreal, fi); err != nil {
 			return err
 		}
@@ -152,6 +159,15 @@ func (p *planner) closure(real string, strict bool, inherited []string) error {
 		}
 	}
 	return nil
+}
+
+// envProvides reports whether the environment's tree (addTree) already
+// has path rp: a file from its own tree, or a symlink. A host binary added
+// on top of an environment (the agent CLIs onto Debian or an image) then
+// loads the environment's library, never a second, host copy of it.
+func (p *planner) envProvides(rp string) bool {
+	n, ok := p.nodes[rp]
+	return ok && p.env && (n.kind == kindSymlink || (n.kind == kindFile && n.src != "" && n.src != rp))
 }
 
 func expandOrigin(dirs []string, origin string) []string {

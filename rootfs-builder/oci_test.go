@@ -328,3 +328,45 @@ func TestEnvironmentSpecValidation(t *testing.T) {
 		}
 	}
 }
+
+// A dynamically linked host binary added onto an environment (the agent
+// CLIs onto dev) loads the environment's own libraries: where the
+// environment has the loader and libc at the paths the binary's closure
+// names, the build keeps the environment's and copies no second, host
+// one over them (before, the two sources conflicted and dev never built).
+func TestAddedBinaryUsesTheEnvironmentsLibraries(t *testing.T) {
+	interp, err := filepath.EvalSymlinks("/lib64/ld-linux-x86-64.so.2")
+	if err != nil {
+		t.Skip("no x86-64 loader on this host")
+	}
+	libc, err := filepath.EvalSymlinks("/lib/x86_64-linux-gnu/libc.so.6")
+	if err != nil {
+		t.Skip("no x86-64 libc on this host")
+	}
+	var ms []member
+	seen := map[string]bool{}
+	for _, p := range []string{interp, libc} {
+		rel := strings.TrimPrefix(p, "/")
+		for d := filepath.Dir(rel); d != "."; d = filepath.Dir(d) {
+			if !seen[d] {
+				seen[d] = true
+				ms = append([]member{dir(d + "/")}, ms...)
+			}
+		}
+	}
+	ms = append(ms, reg(strings.TrimPrefix(interp, "/"), 0o755, "the environment's loader\n"), reg(strings.TrimPrefix(libc, "/"), 0o755, "the environment's libc\n"))
+	img, digest := testImage(t, ms)
+	spec := &Spec{Version: 1, Name: "img", OCI: &OCI{Path: saveLayout(t, img), Digest: digest}}
+	dest := filepath.Join(t.TempDir(), "rootfs")
+	if _, err := Build(context.Background(), spec, dest, Options{Add: []Add{{Src: "/bin/true", Dest: "/usr/local/bin/tool"}}}); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	for p, want := range map[string]string{interp: "the environment's loader\n", libc: "the environment's libc\n"} {
+		if b, err := os.ReadFile(filepath.Join(dest, p)); err != nil || string(b) != want {
+			t.Errorf("%s in the rootfs: %q %v, want the environment's", p, b, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dest, "usr/local/bin/tool")); err != nil {
+		t.Errorf("the added binary: %v", err)
+	}
+}

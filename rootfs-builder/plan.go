@@ -65,6 +65,8 @@ type planner struct {
 	// pendingLinks are symlink targets met inside directory walks; they are
 	// resolved after every entry so a link to a sibling tree finds it planned.
 	pendingLinks []string
+	// env: an environment's tree is the base (envProvides).
+	env bool
 }
 
 func newPlanner(ctx context.Context, libDirs []string) *planner {

@@ -161,6 +161,7 @@ func (t *tree) walk(fn func(p string, n *treeNode) error) error {
 // silent skip; host secrets never come from a tree, so leaving the
 // image's out is the whole of the rule here.
 func (p *planner) addTree(t *tree) error {
+	p.env = true
 	return t.walk(func(rp string, n *treeNode) error {
 		if rp == "/" {
 			return nil
