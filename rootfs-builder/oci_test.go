@@ -354,12 +354,22 @@ func TestAddedBinaryUsesTheEnvironmentsLibraries(t *testing.T) {
 			}
 		}
 	}
-	ms = append(ms, reg(strings.TrimPrefix(interp, "/"), 0o755, "the environment's loader\n"), reg(strings.TrimPrefix(libc, "/"), 0o755, "the environment's libc\n"))
+	ms = append(ms, reg(strings.TrimPrefix(interp, "/"), 0o755, "the environment's loader\n"), reg(strings.TrimPrefix(libc, "/"), 0o755, "the environment's libc\n"),
+		// A package's test key (Go's crypto/tls testdata): left out, noted.
+		dir("usr/share/"), dir("usr/share/go/"), reg("usr/share/go/example-key.pem", 0o644, "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n"),
+		reg("usr/share/go/example-cert.pem", 0o644, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"))
 	img, digest := testImage(t, ms)
 	spec := &Spec{Version: 1, Name: "img", OCI: &OCI{Path: saveLayout(t, img), Digest: digest}}
 	dest := filepath.Join(t.TempDir(), "rootfs")
-	if _, err := Build(context.Background(), spec, dest, Options{Add: []Add{{Src: "/bin/true", Dest: "/usr/local/bin/tool"}}}); err != nil {
+	var notes bytes.Buffer
+	if _, err := Build(context.Background(), spec, dest, Options{Add: []Add{{Src: "/bin/true", Dest: "/usr/local/bin/tool"}}, Notes: &notes}); err != nil {
 		t.Fatalf("build: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dest, "usr/share/go/example-key.pem")); !errors.Is(err, os.ErrNotExist) || !strings.Contains(notes.String(), "example-key.pem left out") {
+		t.Errorf("the environment's private key: %v; notes %s", err, notes.String())
+	}
+	if _, err := os.Stat(filepath.Join(dest, "usr/share/go/example-cert.pem")); err != nil {
+		t.Errorf("the environment's certificate: %v", err)
 	}
 	for p, want := range map[string]string{interp: "the environment's loader\n", libc: "the environment's libc\n"} {
 		if b, err := os.ReadFile(filepath.Join(dest, p)); err != nil || string(b) != want {

@@ -170,21 +170,22 @@ func (e *Episode) setupBase(ctx context.Context) (string, error) {
 	}
 	unlock := e.k.layers.lock(key)
 	defer unlock()
+	began := time.Now()
 	if layer, rootfs, ok := e.cachedLayer(ctx, key); ok {
 		base, _, err := e.baseCheckpoint(ctx, layer, rootfs)
 		if err == nil {
 			e.setLayer(layer)
-			e.log.Info("setup layer reused", "key", key, "layer", layer)
+			e.log.Info("setup layer reused", "repo", e.spec.Repo, "key", key, "layer", layer, "ms", time.Since(began).Milliseconds())
 			return base, nil
 		}
 		e.log.Warn("setup layer not usable; setting up again", "key", key, "layer", layer, "error", err)
 	}
-	began := time.Now()
+	began = time.Now()
 	layer, err := e.makeLayer(ctx, key, inputs)
 	if err != nil {
 		return "", err
 	}
-	e.log.Info("setup layer made", "key", key, "layer", layer, "ms", time.Since(began).Milliseconds())
+	e.log.Info("setup layer made", "repo", e.spec.Repo, "key", key, "layer", layer, "ms", time.Since(began).Milliseconds())
 	base, _, err := e.baseCheckpoint(ctx, layer, "")
 	if err != nil {
 		return "", err

@@ -83,8 +83,9 @@ func TestRealRepositories(t *testing.T) {
 			run := func(base string) (episode string, fetches []string) {
 				t.Helper()
 				var out, errb bytes.Buffer
+				began := time.Now()
 				code := runCmd([]string{"--repo", bare, "--agent", "codex", "--config", rk.cfgPath, "--key", rk.key, "--wait", "15m", task}, &out, &errb)
-				t.Logf("autonomic run: exit %d\n%s%s", code, out.String(), errb.String())
+				t.Logf("autonomic run: exit %d in %v\n%s%s", code, time.Since(began).Round(time.Millisecond), out.String(), errb.String())
 				ep := regexp.MustCompile(`(?m)^episode ([0-9a-f-]{36}):`).FindStringSubmatch(out.String())
 				landed := regexp.MustCompile(`(?m)^landed: refs/heads/agent/codex at ([0-9a-f]{40})`).FindStringSubmatch(out.String())
 				if code != 0 || ep == nil || landed == nil {
@@ -133,6 +134,11 @@ func TestRealRepositories(t *testing.T) {
 			_, second := run(strings.TrimSpace(testbed.Git(t, work, "rev-parse", "HEAD")))
 			if len(second) != 0 {
 				t.Errorf("the second run on the same lockfiles fetched: %v", second)
+			}
+			for _, l := range strings.Split(rk.logs.String(), "\n") {
+				if strings.Contains(l, `"setup layer`) && strings.Contains(l, bare) {
+					t.Logf("kernel: %s", l)
+				}
 			}
 		})
 	}
