@@ -27,7 +27,7 @@ func CacheKey(spec *Spec, adds []Add) (string, error) {
 	h := sha256.New()
 	// Bump when the builder's output for one spec changes (a new manifest
 	// field, another file layout): old entries then stop matching.
-	io.WriteString(h, "autonomic-rootfs-cache-v1\n")
+	io.WriteString(h, "autonomic-rootfs-cache-v2\n") // v2: an environment keeps its own libraries, not the build host's resolv.conf
 	sj, err := json.Marshal(spec)
 	if err != nil {
 		return "", err

@@ -333,7 +333,10 @@ func TestEnvironmentSpecValidation(t *testing.T) {
 // CLIs onto dev) loads the environment's own libraries: where the
 // environment has the loader and libc at the paths the binary's closure
 // names, the build keeps the environment's and copies no second, host
-// one over them (before, the two sources conflicted and dev never built).
+// one over them (before, the two sources conflicted and dev never built);
+// a private key the environment ships (Go's testdata) is left out with a
+// note, a certificate beside it kept; the build host's resolv.conf and
+// hostname (mmdebstrap copies them) are left out.
 func TestAddedBinaryUsesTheEnvironmentsLibraries(t *testing.T) {
 	interp, err := filepath.EvalSymlinks("/lib64/ld-linux-x86-64.so.2")
 	if err != nil {
@@ -357,7 +360,9 @@ func TestAddedBinaryUsesTheEnvironmentsLibraries(t *testing.T) {
 	ms = append(ms, reg(strings.TrimPrefix(interp, "/"), 0o755, "the environment's loader\n"), reg(strings.TrimPrefix(libc, "/"), 0o755, "the environment's libc\n"),
 		// A package's test key (Go's crypto/tls testdata): left out, noted.
 		dir("usr/share/"), dir("usr/share/go/"), reg("usr/share/go/example-key.pem", 0o644, "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n"),
-		reg("usr/share/go/example-cert.pem", 0o644, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"))
+		reg("usr/share/go/example-cert.pem", 0o644, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
+		// What mmdebstrap copies from the build host.
+		dir("etc/"), reg("etc/resolv.conf", 0o644, "nameserver 10.255.255.53\n"), reg("etc/hostname", 0o644, "buildhost\n"))
 	img, digest := testImage(t, ms)
 	spec := &Spec{Version: 1, Name: "img", OCI: &OCI{Path: saveLayout(t, img), Digest: digest}}
 	dest := filepath.Join(t.TempDir(), "rootfs")
@@ -370,6 +375,11 @@ func TestAddedBinaryUsesTheEnvironmentsLibraries(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dest, "usr/share/go/example-cert.pem")); err != nil {
 		t.Errorf("the environment's certificate: %v", err)
+	}
+	for _, p := range []string{"etc/resolv.conf", "etc/hostname"} {
+		if _, err := os.Lstat(filepath.Join(dest, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the build host's %s is in the rootfs (%v)", p, err)
+		}
 	}
 	for p, want := range map[string]string{interp: "the environment's loader\n", libc: "the environment's libc\n"} {
 		if b, err := os.ReadFile(filepath.Join(dest, p)); err != nil || string(b) != want {

@@ -153,6 +153,12 @@ func (t *tree) walk(fn func(p string, n *treeNode) error) error {
 	return rec("/", t.root)
 }
 
+// hostEtc are the files an environment's bootstrap takes from the build
+// host, which no rootfs carries.
+func hostEtc(rp string) bool {
+	return rp == "/etc/resolv.conf" || rp == "/etc/hostname" || rp == "/etc/mailname"
+}
+
 // addTree plans an environment's tree as the rootfs's base. The builder's
 // own paths win: the mountpoints stay empty (what an image keeps under
 // /proc, /dev, /tmp, /run or /workspace is dropped), the generated /etc
@@ -176,6 +182,13 @@ func (p *planner) addTree(t *tree) error {
 			if strings.HasPrefix(rp, m+"/") {
 				return nil
 			}
+		}
+		if hostEtc(rp) {
+			// mmdebstrap copies the build host's: a domain has no network
+			// (a resolver there only makes lookups trip the seccomp
+			// filter) and is no host of that name.
+			p.notef("environment's %s left out (the build host's)", rp)
+			return nil
 		}
 		if why := Denied(rp); why != "" {
 			p.notef("environment's %s left out (%s)", rp, why)

@@ -849,8 +849,10 @@ func (e *Episode) settle() {
 	}
 	e.closeServices()
 	e.mu.Lock()
-	if e.outcome != nil {
-		// Ended by itself (finish): its host objects go as End's do.
+	if e.outcome != nil || e.state == Contained {
+		// Ended by itself (finish), or contained for good (containFinal,
+		// recorded): its host objects go as End's do, and the controller
+		// drives it no more — a follower sees it ended.
 		e.mu.Unlock()
 		e.cleanupStart()
 		e.releaseCheckpoints()

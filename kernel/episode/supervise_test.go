@@ -54,7 +54,7 @@ func TestDeadAuthorityDestroysTheDomain(t *testing.T) {
 }
 
 // TestMaxRepairsContains: with max_repairs 0 a violation contains the
-// episode for good, and the store says why.
+// episode for good, the store says why, and the controller forgets it.
 func TestMaxRepairsContains(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -81,5 +81,10 @@ func TestMaxRepairsContains(t *testing.T) {
 	}
 	if err := e.End(ctx, episode.Completed, "too late"); err == nil {
 		t.Fatal("a contained episode completed")
+	}
+	// The controller drives it no more: `autonomic run` following it sees
+	// it ended (it waited forever before).
+	if _, ok := r.k.Episode(e.ID()); ok {
+		t.Error("the controller still drives a contained episode")
 	}
 }
