@@ -175,9 +175,16 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	if create {
 		onto = "new, from"
 	}
+	rootfs := prof.Rootfs
+	if target.Environment != "" {
+		rootfs = target.Environment
+	}
 	started := func(ep string) {
 		fmt.Fprintf(stdout, "episode %s: %s (rootfs %s, wall time %s) through provider %s on %s (%s %s %s)\n",
-			ep, *agentName, prof.Rootfs, prof.WallTime(), provider, targetID, *ref, onto, short(base))
+			ep, *agentName, rootfs, prof.WallTime(), provider, targetID, *ref, onto, short(base))
+		if len(target.Setup) > 0 {
+			fmt.Fprintf(stdout, "setup: %s (from its layer when the lockfiles at the base have one)\n", strings.Join(target.Setup, " "))
+		}
 		if len(lifts) > 0 {
 			fmt.Fprintf(stdout, "the signed policy lifts: %s\n", strings.Join(lifts, ", "))
 		}
