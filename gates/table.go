@@ -44,6 +44,7 @@ func Table() []Gate {
 				"TestInitHoldsNoHostDescriptors", "TestSendmmsgCostBounded", "TestExecFailureIsNotStarted"}},
 			{"./launcher/internal/notifier", []string{"TestDestinationReadsABatchAtOnce"}},
 			{"./launcher/internal/fsat", []string{"TestStateWriteIsWhole"}},
+			{"./rootfs-builder", []string{"TestAddedBinaryUsesTheEnvironmentsLibraries"}},
 		}, Scope: "this host's kernel and cgroup layout; a cgroup limit the host does not offer is proven reported, not enforced (the report's host.not_enforced), and the host matrix (hosts section) covers the other layouts"},
 		{Name: "old_process_fork_cleanup", Proves: "a forked descendant cannot survive domain destruction", Tests: []Run{
 			{"./kernel/domain", []string{"TestDestroyKillsEscapedProcesses", "TestClosingMonitorStdinKillsDomain", "TestMonitorDeathKillsDomain",
