@@ -32,7 +32,7 @@ var realRepos = []realRepo{
 		test: "./node_modules/.bin/mocha", verify: []string{"./node_modules/.bin/mocha"},
 		setup: []string{"npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--update-notifier=false"}, ignoredAfterRun: "node_modules"},
 	{name: "six", file: "six.py", bug: `        return s.encode("utf-8")`, fix: `        return s.encode("latin-1")`,
-		test: "python3 -m pytest -q test_six.py", verify: []string{"python3", "-m", "pytest", "-q", "test_six.py"}, ignoredAfterRun: "__pycache__"},
+		test: "python3 -m pytest -q test_six.py", verify: []string{"python3", "-m", "pytest", "-q", "test_six.py"}, ignoredAfterRun: ".pytest_cache"},
 	{name: "jsmn", file: "jsmn.h", bug: "      parser->toksuper = parser->toknext;", fix: "      parser->toksuper = parser->toknext - 1;",
 		test: "make test", verify: []string{"make", "test"}, ignoredAfterRun: "test/test_default"},
 }
