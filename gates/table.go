@@ -125,7 +125,7 @@ func Table() []Gate {
 			{"./store", []string{"TestEgressCapIsAtomic"}},
 			// A verification gets its own proxy, no wider than the worker's;
 			// the demo's main job fetches its test's dependency through both.
-			{"./kernel/episode", []string{"TestVerificationFetchesThroughItsOwnProxy", "TestEpisodeTrustsItsEgressCA"}},
+			{"./kernel/episode", []string{"TestVerificationFetchesThroughItsOwnProxy", "TestEpisodeTrustsItsEgressCA", "TestSaturationIsNotDrift"}},
 			{"./kernel/cmd/autonomic", []string{"TestRunFetchesTheTestsDependency", "TestSetupLayerCachedByLockfiles"}},
 			// A setup layer's fetches go through the proxy once per key;
 			// verification restores the layer and refuses a change it shadows.

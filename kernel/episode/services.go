@@ -251,6 +251,13 @@ func (e *Episode) exhausted(x relay.Exhausted) {
 // homeostat's regimes to containment while an occasional one only
 // narrows.
 func (e *Episode) refused(r egress.Refusal) {
+	if r.Code == protocol.CodeEffectBrokerSaturated {
+		// Backpressure on the episode's own fetches in flight (npm ci
+		// opens dozens of tunnels at once, and retries): recorded in the
+		// ledger, but no drift — the worker asked for nothing it may not
+		// have, and a refused harvest would punish a tool's parallelism.
+		return
+	}
 	e.signal(homeostat.Sample{Drift: 1}, "egress refused: "+string(r.Code))
 }
 

@@ -150,6 +150,63 @@ func TestEpisodeServesItsRelayAndEgress(t *testing.T) {
 	}
 }
 
+// saturatingWorker holds the proxy's one slot with an open tunnel, then
+// makes more requests than refused hosts need to contain an episode: each
+// is refused effect_broker_saturated.
+const saturatingWorker = `
+exec 5<>/dev/tcp/127.0.0.1/8788
+printf 'CONNECT registry.npmjs.org:443 HTTP/1.1\r\nHost: registry.npmjs.org:443\r\n\r\n' >&5
+read -r status <&5; echo "TUNNEL $status"
+for i in $(seq 16); do
+  exec 4<>/dev/tcp/127.0.0.1/8788 || continue
+  printf 'GET http://registry.npmjs.org/is-number HTTP/1.1\r\nHost: registry.npmjs.org\r\nConnection: close\r\n\r\n' >&4
+  cat <&4 >/dev/null; exec 4<&-
+done
+echo SATURATED
+sleep 120
+`
+
+// TestSaturationIsNotDrift: requests refused because the episode's own
+// fetches in flight fill its proxy (effect_broker_saturated: a tool's
+// parallelism, npm ci's dozens of tunnels) are recorded, but are not
+// drift on the fast loop: more of them than the refused hosts that
+// contain TestEpisodeServesItsRelayAndEgress's worker leave this one
+// running (before, a setup's npm ci could get its harvest denied).
+func TestSaturationIsNotDrift(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const host = "registry.npmjs.org"
+	r, spec := egressRig(t, ctx, "saturation", host, withConfig(func(c *episode.Config) { c.Egress.Operator.MaxConcurrent = 1 }))
+	spec.MaxRepairs = 0
+	spec.Argv = []string{entryPath, "--bridge", "127.0.0.1:8788=/run/autonomic/egress.sock", "--", "/bin/bash", "-c", saturatingWorker}
+	e, err := r.k.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saturated int
+	for saturated < 10 && ctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+		fetches, err := r.st.EgressFetches(ctx, e.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		saturated = 0
+		for _, f := range fetches {
+			if f.Outcome == store.EgressRefused && f.Code == string(protocol.CodeEffectBrokerSaturated) {
+				saturated++
+			}
+		}
+		if e.Status().State != episode.Running {
+			break
+		}
+	}
+	time.Sleep(time.Second) // the fast loop hears every refusal
+	if st := e.Status(); st.State != episode.Running || saturated < 10 {
+		t.Fatalf("after %d saturated refusals the episode is %s (%s), want still running", saturated, st.State, st.Why)
+	}
+	r.end(t, ctx, e, episode.Aborted, "test over")
+}
+
 func isSocket(p string) bool {
 	fi, err := os.Lstat(p)
 	return err == nil && fi.Mode().Type() == os.ModeSocket
@@ -375,11 +432,12 @@ func siteNets(t *testing.T, hosts ...string) []string {
 func egressRig(t *testing.T, ctx context.Context, name, host string, opts ...rigOpt) (*rig, episode.Spec) {
 	t.Helper()
 	agentProg := agentProfile(t)
-	r := newRig(t, ctx, name, append(opts, withConfig(func(c *episode.Config) {
+	// The rig's egress first: an option may adjust it.
+	r := newRig(t, ctx, name, append([]rigOpt{withConfig(func(c *episode.Config) {
 		c.Profiles = map[string][]byte{episode.ProfileAgent: agentProg}
 		c.Egress = &episode.EgressConfig{Operator: config.Egress{Allow: []string{host}, MaxBytesPerEpisode: 1 << 20,
 			AllowedNets: siteNets(t, host)}, Ledger: c.Store.(egress.Ledger)}
-	}))...)
+	})}, opts...)...)
 	spec := r.spec(nil)
 	signed, err := policy.Sign(policyKey(), policyKeyID, policy.Document{Schema: policy.Schema, ID: name, Version: 1,
 		Capability: grantSpec(), Semantic: policy.Semantic{MaxRisk: 0.5}, Egress: &policy.Egress{Allow: []string{host}}})

@@ -89,6 +89,16 @@ func TestRealRepositories(t *testing.T) {
 				ep := regexp.MustCompile(`(?m)^episode ([0-9a-f-]{36}):`).FindStringSubmatch(out.String())
 				landed := regexp.MustCompile(`(?m)^landed: refs/heads/agent/codex at ([0-9a-f]{40})`).FindStringSubmatch(out.String())
 				if code != 0 || ep == nil || landed == nil {
+					if ep != nil {
+						for _, f := range rk.fetches(t, ctx, ep[1]) {
+							t.Logf("egress: %s", f)
+						}
+					}
+					for _, l := range strings.Split(rk.logs.String(), "\n") {
+						if ep != nil && strings.Contains(l, ep[1]) && (strings.Contains(l, `"@level":"warn"`) || strings.Contains(l, "homeostat") || strings.Contains(l, "drift")) {
+							t.Logf("kernel: %s", l)
+						}
+					}
 					t.Fatalf("the run did not land")
 				}
 				if parent := strings.TrimSpace(testbed.Git(t, bare, "rev-parse", landed[1]+"^")); parent != base {
