@@ -121,7 +121,9 @@ func TestRealRepositories(t *testing.T) {
 			_, first := run(bases[r.name])
 			for _, f := range first {
 				t.Logf("first run egress: %s", f)
-				if strings.Contains(f, " refused ") {
+				// npm ci's parallel tunnels may fill the proxy's slots: a
+				// 503 it retries (backpressure, no drift), nothing refused.
+				if strings.Contains(f, " refused ") && !strings.Contains(f, " effect_broker_saturated ") {
 					t.Errorf("refused: %s", f)
 				}
 			}
