@@ -93,8 +93,18 @@ if [ -n "$agents_from" ]; then
 	[ "$agents_from" = build ] || cp -a "$agents_from"/. "$rootfs_cache"/
 	agents=$("$bin/autonomic-rootfs" build --quiet --spec rootfs-builder/specs/agents.json --cache "$rootfs_cache" \
 		--add "$bin/autonomic-effect"=/usr/local/bin/autonomic-effect --add "$bin/autonomic-entry"=/usr/local/bin/autonomic-entry)
-	rootfses="{\"agents\": {\"path\": \"${agents#* }\", \"manifest_sha256\": \"${agents%% *}\"}}"
+	rootfses="{\"agents\": {\"path\": \"${agents#* }\", \"manifest_sha256\": \"${agents%% *}\"}"
 	echo "install: agents rootfs ${agents#* }"
+	# The dev environment (rootfs-builder/specs/dev.json: Debian packages by mmdebstrap — Go, Node,
+	# Python with pytest and venv, C/C++, make — the agent CLIs on top), named "dev" for a target's
+	# `environment`. Optional, minutes cold: AUTONOMIC_DEV=1 make install.
+	if [ "${AUTONOMIC_DEV:-}" = 1 ] && [ "$agents_from" = build ]; then
+		dev=$("$bin/autonomic-rootfs" build --quiet --spec rootfs-builder/specs/dev.json --cache "$rootfs_cache" \
+			--add "$bin/autonomic-effect"=/usr/local/bin/autonomic-effect --add "$bin/autonomic-entry"=/usr/local/bin/autonomic-entry)
+		rootfses="$rootfses, \"dev\": {\"path\": \"${dev#* }\", \"manifest_sha256\": \"${dev%% *}\"}"
+		echo "install: dev rootfs ${dev#* }"
+	fi
+	rootfses="$rootfses}"
 elif [ "$bin" != bin ]; then
 	echo "install: $bin carries no rootfs-cache: the agents rootfs is skipped (autonomic run needs it; build it where npm is reachable with autonomic-rootfs build --spec rootfs-builder/specs/agents.json --cache DIR)" >&2
 else

@@ -30,71 +30,62 @@ import (
 // agentsRootfs is the agents rootfs (rootfs-builder/specs/agents.json)
 // with this tree's autonomic-entry, from the builder's content-addressed
 // cache: built once (npm, ~1.5 min), verified after.
-var (
-	agentsOnce              sync.Once
-	agentsDir, agentsDigest string
-	agentsErr               error
-)
-
 func agentsRootfs(t testing.TB, ctx context.Context, bed *testbed.Bed) (string, string) {
-	t.Helper()
-	agentsOnce.Do(func() {
-		entry, err := bed.Static(ctx, "./entry/cmd/autonomic-entry")
-		if err != nil {
-			agentsErr = err
-			return
-		}
-		mod, _ := testbed.ModuleRoot()
-		spec, err := rootfs.LoadSpec(filepath.Join(mod, "rootfs-builder/specs/agents.json"))
-		if err != nil {
-			agentsErr = err
-			return
-		}
-		start := time.Now()
-		var hit bool
-		agentsDir, agentsDigest, hit, agentsErr = rootfs.BuildCached(ctx, spec, "", rootfs.Options{Add: []rootfs.Add{{Src: entry, Dest: agent.EntryPath}}})
-		t.Logf("agents rootfs %s cached=%v in %v", agentsDir, hit, time.Since(start).Round(time.Millisecond))
-	})
-	if agentsErr != nil {
-		t.Fatalf("agents rootfs: %v", agentsErr)
-	}
-	return agentsDir, agentsDigest
+	return cachedRootfs(t, ctx, bed, "agents")
 }
 
 // devRootfs is the dev environment (rootfs-builder/specs/dev.json: Debian
 // packages by mmdebstrap, the agent CLIs on top) with this tree's
-// autonomic-entry, from the builder's cache: built once (minutes),
+// autonomic-entry, from the builder's cache: built once (~2.5 min),
 // verified after.
-var (
-	devOnce           sync.Once
-	devDir, devDigest string
-	devErr            error
-)
-
 func devRootfs(t testing.TB, ctx context.Context, bed *testbed.Bed) (string, string) {
+	return cachedRootfs(t, ctx, bed, "dev")
+}
+
+// cachedRootfs builds (once per test binary) rootfs-builder/specs/NAME.json
+// with this tree's autonomic-entry into the builder's cache.
+func cachedRootfs(t testing.TB, ctx context.Context, bed *testbed.Bed, name string) (string, string) {
 	t.Helper()
-	devOnce.Do(func() {
+	builtMu.Lock()
+	b := built[name]
+	if b == nil {
+		b = &builtRootfs{}
+		built[name] = b
+	}
+	builtMu.Unlock()
+	b.once.Do(func() {
 		entry, err := bed.Static(ctx, "./entry/cmd/autonomic-entry")
 		if err != nil {
-			devErr = err
+			b.err = err
 			return
 		}
 		mod, _ := testbed.ModuleRoot()
-		spec, err := rootfs.LoadSpec(filepath.Join(mod, "rootfs-builder/specs/dev.json"))
+		spec, err := rootfs.LoadSpec(filepath.Join(mod, "rootfs-builder/specs", name+".json"))
 		if err != nil {
-			devErr = err
+			b.err = err
 			return
 		}
 		start := time.Now()
 		var hit bool
-		devDir, devDigest, hit, devErr = rootfs.BuildCached(ctx, spec, "", rootfs.Options{Add: []rootfs.Add{{Src: entry, Dest: agent.EntryPath}}})
-		t.Logf("dev rootfs %s cached=%v in %v", devDir, hit, time.Since(start).Round(time.Millisecond))
+		b.dir, b.digest, hit, b.err = rootfs.BuildCached(ctx, spec, "", rootfs.Options{Add: []rootfs.Add{{Src: entry, Dest: agent.EntryPath}}})
+		t.Logf("%s rootfs %s cached=%v in %v", name, b.dir, hit, time.Since(start).Round(time.Millisecond))
 	})
-	if devErr != nil {
-		t.Fatalf("dev rootfs: %v", devErr)
+	if b.err != nil {
+		t.Fatalf("%s rootfs: %v", name, b.err)
 	}
-	return devDir, devDigest
+	return b.dir, b.digest
 }
+
+type builtRootfs struct {
+	once        sync.Once
+	dir, digest string
+	err         error
+}
+
+var (
+	builtMu sync.Mutex
+	built   = map[string]*builtRootfs{}
+)
 
 // runKernel is a kernel serving the reference repository as target
 // "calc", with a fixture provider per wire API and the agents rootfs.
