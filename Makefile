@@ -28,9 +28,11 @@ vet:
 # Every test, privileged ones included (they need root; under
 # AUTONOMIC_REQUIRE_PRIVILEGED=1 a skip is a failure), then the host matrix
 # alone (its guest takes both cores; it writes artifacts/hosts.json), then
-# the gates and the conformance report, which reads it.
+# the gates and the conformance report, which reads it. TestRealRepositories
+# (minutes of real agents on four repositories) runs once, in its gate
+# real_repositories, not also in the package pass.
 test: install fmt vet
-	$(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v -e '/gates$$' -e '/hosts$$')
+	$(GO) test -count=1 -timeout 40m -skip '^TestRealRepositories$$' $$($(GO) list ./... | grep -v -e '/gates$$' -e '/hosts$$')
 	$(MAKE) test-hosts
 	scripts/qc --handoff
 

@@ -309,9 +309,12 @@ func (b *Bed) build(ctx context.Context, pkg, out string, flags ...string) error
 	return buildStatic(ctx, b.mod, pkg, out, flags...)
 }
 
-// buildStatic builds a pure-Go, statically linked binary of pkg.
+// buildStatic builds a pure-Go, statically linked binary of pkg. Without
+// the commit stamped in (-buildvcs=false) the same source makes the same
+// bytes at any commit, so a rootfs built around it (the agents', dev) is
+// found in the builder's cache again by the next run.
 func buildStatic(ctx context.Context, mod, pkg, out string, flags ...string) error {
-	args := append(append([]string{"build", "-trimpath"}, flags...), "-o", out, pkg)
+	args := append(append([]string{"build", "-trimpath", "-buildvcs=false"}, flags...), "-o", out, pkg)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = mod
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
