@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os/user"
-	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/policy"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/protocol/gitref"
+	"github.com/autonomic-kernel/autonomic/protocol/pathglob"
 )
 
 var (
@@ -290,7 +290,7 @@ func checkTargets(c *checker, t *Targets) {
 			c.add(k+".setup_lockfiles", "keys a setup layer: it needs setup")
 		}
 		for _, p := range g.SetupLockfiles {
-			if p == "" || path.Clean(p) != p || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") || strings.ContainsAny(p, "\n\x00") {
+			if !pathglob.ValidPath(p) {
 				c.add(k+".setup_lockfiles", "%q is not a clean path in the repository", p)
 			}
 		}

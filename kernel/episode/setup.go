@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/verify"
 	"github.com/autonomic-kernel/autonomic/kernel/workspace"
 	"github.com/autonomic-kernel/autonomic/protocol"
+	"github.com/autonomic-kernel/autonomic/protocol/pathglob"
 	"github.com/autonomic-kernel/autonomic/store"
 )
 
@@ -73,8 +73,7 @@ func (s *SetupSpec) validate() error {
 		return protocol.Errorf(protocol.CodeInvalidField, "setup.lockfiles: more than %d", maxLockfiles)
 	}
 	for _, p := range s.Lockfiles {
-		if p == "" || len(p) > 1024 || path.Clean(p) != p || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") ||
-			strings.ContainsAny(p, "\n\x00") {
+		if !pathglob.ValidPath(p) {
 			return protocol.Errorf(protocol.CodeInvalidField, "setup.lockfiles: %q is not a clean path in the repository", p)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"io"
 	"path"
 	"strings"
+
+	"github.com/autonomic-kernel/autonomic/protocol/pathglob"
 )
 
 // BlobIDs are the object ids of the blobs at paths (exact, repository-
@@ -25,7 +27,7 @@ func BlobIDs(ctx context.Context, git, dir, rev string, paths []string) (map[str
 	}
 	want := map[string]bool{}
 	for _, p := range paths {
-		if p == "" || path.Clean(p) != p || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") || strings.ContainsAny(p, "\n\x00") {
+		if !pathglob.ValidPath(p) {
 			return nil, fmt.Errorf("%w: path %q", ErrInvalid, p)
 		}
 		want[p] = true
