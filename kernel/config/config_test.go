@@ -240,3 +240,30 @@ func TestNumericBounds(t *testing.T) {
 		t.Errorf("defaults not applied: %+v", cfg)
 	}
 }
+
+// TestSetupTargetRefusals: a target's setup keys are checked like the
+// rest of it: an environment that is no rootfs name, lockfile paths that
+// climb out, are absolute or unclean, lockfiles without a setup, and a
+// setup argv past the launcher's limits are each refused.
+func TestSetupTargetRefusals(t *testing.T) {
+	base := GitCommitTarget{Repo: "/srv/r.git", AllowedRefs: []string{"refs/heads/main"}, AllowedPaths: []string{"**"}, Class: 3}
+	ok := base
+	ok.Environment, ok.Setup, ok.SetupLockfiles = "dev", []string{"npm", "ci"}, []string{"package-lock.json", "web/package-lock.json"}
+	if err := CheckGitCommitTarget("t", ok); err != nil {
+		t.Fatalf("a valid setup target: %v", err)
+	}
+	for name, bad := range map[string]func(*GitCommitTarget){
+		"environment path":  func(g *GitCommitTarget) { g.Environment = "../dev" },
+		"lockfile climbs":   func(g *GitCommitTarget) { g.SetupLockfiles = []string{"../x.lock"} },
+		"lockfile absolute": func(g *GitCommitTarget) { g.SetupLockfiles = []string{"/etc/passwd"} },
+		"lockfile unclean":  func(g *GitCommitTarget) { g.SetupLockfiles = []string{"a/./b.lock"} },
+		"lockfile no setup": func(g *GitCommitTarget) { g.Setup = nil },
+		"setup empty arg0":  func(g *GitCommitTarget) { g.Setup = []string{""} },
+	} {
+		g := ok
+		bad(&g)
+		if err := CheckGitCommitTarget("t", g); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
