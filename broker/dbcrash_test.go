@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/store/pgcluster"
 	"github.com/autonomic-kernel/autonomic/store/storetest"
 	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -191,6 +193,8 @@ func TestHorizonSurvivesDatabaseCrash(t *testing.T) {
 	}
 	e := newEnvOn(t, d.c, "horizon", func(e *env, cfg *Config) {
 		cfg.Adapters = []Adapter{counter}
+		// Why a worker request was refused, shown when the walk fails.
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: newTestLog(t)})
 		cfg.Hooks = &Hooks{AfterIntent: hook("after_intent"), BeforeAdapter: hook("before_adapter")}
 		cfg.Hooks.AfterAdapter = func(ef store.Effect, _ Result) { hook("after_adapter")(ef) }
 	})
@@ -422,4 +426,27 @@ func TestHorizonSurvivesDatabaseCrash(t *testing.T) {
 	}
 	reconcile("fence", "")
 	consistent("fence")
+}
+
+// testLog writes a logger's lines to t.Log until the test ends (a line from
+// a goroutine that outlives it is dropped, not a panic).
+type testLog struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func newTestLog(t *testing.T) *testLog {
+	l := &testLog{t: t}
+	t.Cleanup(func() { l.mu.Lock(); l.done = true; l.mu.Unlock() })
+	return l
+}
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.done {
+		l.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
 }

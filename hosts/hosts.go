@@ -149,7 +149,14 @@ func Collect(g Guest, dir string) (*Host, error) {
 		}
 		log, _ := os.ReadFile(filepath.Join(res, name+".log"))
 		if !st.Ran || st.RC != 0 {
-			st.Tail = tail(string(log), 15)
+			// Enough for a failed scenario's whole hostile timeline and
+			// its checks, and the end of the kernel's log beside it: a
+			// flake in CI leaves nothing else behind.
+			st.Tail = tail(string(log), 80)
+			if name == "scenario" {
+				serve, _ := os.ReadFile(filepath.Join(res, "serve.log"))
+				st.Tail += "\n--- serve.log, last lines:\n" + tail(string(serve), 40)
+			}
 		}
 		sc := bufio.NewScanner(strings.NewReader(string(log)))
 		sc.Buffer(make([]byte, 1<<20), 1<<20)

@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"io"
+	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -269,4 +272,102 @@ func checkConsistent(t *testing.T, e *env, ep uuid.UUID) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestFirstCallAfterRestartSucceeds: the server restarts while the store's
+// pool holds idle connections to the old one, over TCP as to an external
+// database (a loopback forwarder to the cluster's socket: on TCP a write to
+// a dead server's connection succeeds, so pgx cannot call the failure safe
+// to retry). The first call after the restart, a mutation, gets a live
+// connection — the pool pings one idle past idlePing and drops the dead —
+// not authority_unavailable.
+func TestFirstCallAfterRestartSucceeds(t *testing.T) {
+	if testHarness.Cluster == nil {
+		privileged.Skip(t, "no PostgreSQL cluster: "+testHarness.Err.Error())
+	}
+	dir, err := os.MkdirTemp("", "autonomic-restart-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	cluster, err := storetest.StartCluster(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cluster.Stop(context.Background()) }()
+	newEnvOn(t, cluster, "restart")
+	addr := forwardTCP(t, filepath.Join(dir, "sock", ".s.PGSQL.5432"))
+	host, port, _ := net.SplitHostPort(addr)
+	s, err := Open(ctxT(t), Config{URL: cluster.KernelConnString("restart") + " host=" + host + " port=" + port,
+		InstanceID: "kernel-tcp", MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ep := (&env{t: t, cluster: cluster, db: "restart"}).episode(s).ep.ID
+	// Fill the pool with idle connections: every one of them dies with the
+	// server.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Episode(ctxT(t), ep); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := len(s.pool.idle); n < 2 {
+		t.Fatalf("%d idle connection(s) before the restart, want several", n)
+	}
+	cur, err := s.Episode(ctxT(t), ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Restart(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(idlePing)
+	if _, err := s.GrantLease(ctxT(t), LeaseGrant{EpisodeID: ep, Epoch: cur.Epoch, TTL: time.Hour}); err != nil {
+		t.Fatalf("first mutation after the restart: %v", err)
+	}
+	if _, err := commitPath(ctxT(t), s, ep); err != nil {
+		t.Fatalf("the commit path after the restart: %v", err)
+	}
+}
+
+// forwardTCP listens on loopback and joins each connection to the Unix
+// socket sock, closing both sides when either ends.
+func forwardTCP(t *testing.T, sock string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("unix", sock)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(u, c); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(c, u); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }

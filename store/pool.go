@@ -14,15 +14,27 @@ import (
 // matters here: a connection whose last use failed in a way that leaves its
 // state unknown is closed, never reused, and every idle connection is
 // dropped with it (a failure of one usually means the server restarted,
-// and a stale idle connection would only fail the next caller).
+// and a stale idle connection would only fail the next caller). For the
+// same reason a connection idle longer than idlePing is pinged before it is
+// handed out: a server restarted while nobody used the store must not fail
+// the first caller after it with authority_unavailable.
 type pool struct {
 	cfg   *pgx.ConnConfig
 	slots chan struct{} // one token per connection that may exist
 
 	mu     sync.Mutex
-	idle   []*pgx.Conn
+	idle   []idleConn
 	closed bool
 }
+
+type idleConn struct {
+	c     *pgx.Conn
+	since time.Time
+}
+
+// idlePing is how long a connection may sit idle before it is pinged
+// before reuse (pgxpool's default too): a round trip only after a pause.
+const idlePing = time.Second
 
 var errPoolClosed = errors.New("store: closed")
 
@@ -43,12 +55,26 @@ func (p *pool) acquire(ctx context.Context) (*pgx.Conn, error) {
 		return nil, errPoolClosed
 	}
 	for len(p.idle) > 0 {
-		c := p.idle[len(p.idle)-1]
+		ic := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
-		if !c.IsClosed() {
-			p.mu.Unlock()
-			return c, nil
+		if ic.c.IsClosed() {
+			continue
 		}
+		if time.Since(ic.since) < idlePing {
+			p.mu.Unlock()
+			return ic.c, nil
+		}
+		p.mu.Unlock()
+		if p.alive(ctx, ic.c) {
+			return ic.c, nil
+		}
+		// Dead: so, most likely, is every other idle connection.
+		p.mu.Lock()
+		drop := append(p.idle, ic)
+		p.idle = nil
+		p.mu.Unlock()
+		closeAll(drop)
+		p.mu.Lock()
 	}
 	p.mu.Unlock()
 	c, err := pgx.ConnectConfig(ctx, p.cfg)
@@ -65,14 +91,22 @@ func (p *pool) release(c *pgx.Conn, healthy bool) {
 	defer func() { <-p.slots }()
 	p.mu.Lock()
 	if healthy && !p.closed && !c.IsClosed() && c.PgConn().TxStatus() == 'I' {
-		p.idle = append(p.idle, c)
+		p.idle = append(p.idle, idleConn{c: c, since: time.Now()})
 		p.mu.Unlock()
 		return
 	}
-	drop := append(p.idle, c)
+	drop := append(p.idle, idleConn{c: c})
 	p.idle = nil
 	p.mu.Unlock()
 	closeAll(drop)
+}
+
+// alive pings c, bounded so a server that does not answer costs the caller
+// at most a second before a fresh connection is tried.
+func (p *pool) alive(ctx context.Context, c *pgx.Conn) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return c.Ping(ctx) == nil
 }
 
 func (p *pool) close() {
@@ -84,11 +118,11 @@ func (p *pool) close() {
 	closeAll(drop)
 }
 
-func closeAll(cs []*pgx.Conn) {
-	for _, c := range cs {
+func closeAll(cs []idleConn) {
+	for _, ic := range cs {
 		// Bounded: a dead server must not hold up the caller.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = c.Close(ctx)
+		_ = ic.c.Close(ctx)
 		cancel()
 	}
 }
