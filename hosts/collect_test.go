@@ -28,6 +28,7 @@ func goodGuest(t *testing.T) string {
 			`    limits_test.go:280: LIMIT {"limit":"cpu_millis","enforced":true,"value":100}` + "\n--- PASS: TestCPULimit (2.00s)\n" +
 			"--- PASS: TestWorkerSeesOnlyItsDomain (0.50s)\nPASS\n",
 		"broker_peer.log": "--- PASS: TestEffectBrokerFromInsideADomain (3.00s)\n",
+		"scenario.log":    "== The main job\nmain job: landed 0123456789abcdef0123456789abcdef01234567 on refs/heads/agent/codex (episode e, 91 s)\n",
 	}
 	for _, s := range Steps {
 		files[s+".rc"] = "0 10.5 12.0\n"
@@ -60,6 +61,9 @@ func TestCollectPassesOnlyWhatRan(t *testing.T) {
 	if err != nil || !h.Passed || len(h.Problems) != 0 {
 		t.Fatalf("good guest: %+v %v", h, err)
 	}
+	if !strings.HasPrefix(h.MainJob, "landed 0123456789abcdef") {
+		t.Fatalf("main job %q", h.MainJob)
+	}
 	if h.BootSeconds != 7.25 || h.CgroupLayout != "unified" || len(h.Limits) != 3 || !h.Limits[0].Enforced {
 		t.Fatalf("facts: %+v", h)
 	}
@@ -88,6 +92,7 @@ func TestCollectPassesOnlyWhatRan(t *testing.T) {
 		{"hybrid cgroups", "mountinfo", mountHybrid, "cgroup layout hybrid"},
 		{"not systemd", "pid1", "/bin/busybox\n", "PID 1 is /bin/busybox"},
 		{"diagnostic run", "diagnostic", "private-root\n", "diagnostic run (private-root)"},
+		{"main job did not land", "scenario.log", "demo: the launcher has no agents rootfs\n", "the main job (autonomic run with the real Codex CLI) landed no commit"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

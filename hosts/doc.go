@@ -7,7 +7,9 @@
 // user installs it (provision_host.sh, install.sh, binaries built here),
 // and hosts/guest/run.sh runs the test binaries of hosts/guest/plan and the
 // reference scenario (scripts/demo.sh: `autonomic serve` as the service
-// account, the launcher through sudo).
+// account, the launcher through sudo), ending with the main job:
+// `autonomic run` with the real Codex CLI on an agents rootfs built on the
+// matrix's host and carried in (the guest reaches no registry).
 //
 // Invariants:
 //   - A guest's verdict comes only from what ran in it: its facts (kernel,
@@ -20,6 +22,9 @@
 //     the worker was stopped at the limit.
 //   - The cached image is never written by a run (runs boot a qcow2
 //     overlay); a changed recipe builds a new image under a new digest.
+//   - The main job counts as done in a guest only when demo.sh printed
+//     "main job: landed", which it does once the run's commit is on its
+//     ref, parented on the base and carrying a committed effect's trailer.
 //   - TestHostMatrix skips, by name, only where QEMU or the image tools are
 //     missing, and under AUTONOMIC_REQUIRE_PRIVILEGED=1 that skip fails.
 //

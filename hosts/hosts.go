@@ -80,6 +80,7 @@ type Host struct {
 	Tests             map[string]string `json:"tests"` // test name → passed, failed, skipped
 	Limits            []Limit           `json:"limits"`
 	Gates             []Gate            `json:"gates"`
+	MainJob           string            `json:"main_job"` // the scenario's "main job: landed …" line: autonomic run with Codex
 	Problems          []string          `json:"problems,omitempty"`
 	Passed            bool              `json:"passed"`
 }
@@ -97,6 +98,9 @@ var (
 	testLine  = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (Test\S+)`)
 	limitLine = regexp.MustCompile(`^\s+\S+\.go:\d+: LIMIT (\{.*\})$`)
 	bootLine  = regexp.MustCompile(`AUTONOMIC-GUEST booted uptime=([0-9.]+)`)
+	// scripts/demo.sh prints it once the commit of `autonomic run` is on
+	// its ref, parented on the base and carrying a committed effect's trailer.
+	mainJobLine = regexp.MustCompile(`^main job: landed [0-9a-f]{40} .*$`)
 )
 
 // Collect reads one guest's run directory (as scripts/host_matrix.sh left
@@ -164,6 +168,9 @@ func Collect(g Guest, dir string) (*Host, error) {
 			if m := testLine.FindStringSubmatch(sc.Text()); m != nil {
 				h.Tests[m[2]] = map[string]string{"PASS": "passed", "FAIL": "failed", "SKIP": "skipped"}[m[1]]
 			}
+			if name == "scenario" && mainJobLine.MatchString(sc.Text()) {
+				h.MainJob = strings.TrimPrefix(sc.Text(), "main job: ")
+			}
 			if m := limitLine.FindStringSubmatch(sc.Text()); m != nil {
 				var fig map[string]any
 				if json.Unmarshal([]byte(m[1]), &fig) == nil {
@@ -198,6 +205,9 @@ func Collect(g Guest, dir string) (*Host, error) {
 		}
 	}
 	h.Gates = GateStatus(h.Tests, scenarioStatus(h.Steps))
+	if h.MainJob == "" {
+		h.Problems = append(h.Problems, "the main job (autonomic run with the real Codex CLI) landed no commit: see the scenario step's log")
+	}
 	switch {
 	case !strings.HasPrefix(h.Kernel, "6.1."):
 		h.Problems = append(h.Problems, "kernel "+h.Kernel+" is not Debian 12's 6.1")

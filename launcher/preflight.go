@@ -71,6 +71,7 @@ func (l *launcher) preflight() error {
 		if err == nil {
 			unix.Close(fd)
 			if digest == l.cfg.Rootfses[name].ManifestSHA256 {
+				rep.Rootfses = append(rep.Rootfses, name)
 				continue
 			}
 			err = protocol.Errorf(protocol.CodeRootfsMismatch, "manifest digest %s, configured %s", digest, l.cfg.Rootfses[name].ManifestSHA256)

@@ -404,8 +404,11 @@ type PreflightReport struct {
 	RootfsDigest      string   `json:"rootfs_digest"`
 	RootfsExpected    string   `json:"rootfs_expected"`
 	RootfsMatches     bool     `json:"rootfs_matches"`
-	FloorSHA256       string   `json:"floor_sha256"`
-	LauncherSHA256    string   `json:"launcher_sha256"`
+	// Rootfses names the rootfses of the launcher's table a create may
+	// name now: each opened and verified against its manifest.
+	Rootfses       []string `json:"rootfses,omitempty"`
+	FloorSHA256    string   `json:"floor_sha256"`
+	LauncherSHA256 string   `json:"launcher_sha256"`
 	// Features lists every host feature the product uses, by name, each
 	// found or missing; a missing required one makes the verdict refused.
 	Features []Feature `json:"features,omitempty"`

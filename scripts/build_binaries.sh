@@ -13,6 +13,8 @@ go build -o "$dir/autonomic" ./kernel/cmd/autonomic
 go build -o "$dir/autonomic-rootfs" ./rootfs-builder/cmd/autonomic-rootfs
 go build -o "$dir/autonomic-scenario" ./gates/cmd/autonomic-scenario
 # The in-domain effect client: static, it runs inside the worker rootfs.
-CGO_ENABLED=0 go build -trimpath -o "$dir/autonomic-effect" ./broker/cmd/autonomic-effect
+# Both in-domain binaries are layered into cached rootfses keyed by their bytes: built without
+# the commit stamped in, a commit that does not change them keeps the cache entries.
+CGO_ENABLED=0 go build -trimpath -buildvcs=false -o "$dir/autonomic-effect" ./broker/cmd/autonomic-effect
 # The agent domains' first program (bridges to the relay): static, in the agents rootfs.
-CGO_ENABLED=0 go build -trimpath -o "$dir/autonomic-entry" ./entry/cmd/autonomic-entry
+CGO_ENABLED=0 go build -trimpath -buildvcs=false -o "$dir/autonomic-entry" ./entry/cmd/autonomic-entry

@@ -109,29 +109,34 @@ model=$(cat "$demo/model.url")
 echo "model endpoint: $model"
 
 # The main job needs the agents rootfs, which install.sh builds only where npm is reachable.
+# AUTONOMIC_DEMO_OFFLINE=1 (a host-matrix guest: no network, its agents rootfs carried in):
+# the main job runs on the reference repository as seeded, whose tests need no registry.
+offline=${AUTONOMIC_DEMO_OFFLINE:-}
 agents= allowed_nets=
 if grep -q '"agents"' /etc/autonomic/launcher.json; then
 	say "A fixture model for Codex (OpenAI Responses, the 'fix the reference repository' script) on loopback"
 	rm -f "$demo/agent-model.url"
-	# --test: after its fix Codex runs make test, whose Node test needs a dependency from npm.
+	# --test: after its fix Codex runs make test (online, its Node test needs a dependency from npm).
 	spawn_as_service autonomic-scenario agent-model --wire responses --test --addr-file "$demo/agent-model.url" >"$demo/agent-model.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 100); do [ -s "$demo/agent-model.url" ] && break; sleep 0.1; done
 	agents=$(cat "$demo/agent-model.url")
 	echo "agent model upstream: $agents"
 
-	say "Egress: the package registries an episode may fetch from, as this host resolves them"
-	# The proxy pins only public unicast addresses by default. Where this
-	# site resolves the registries into a reserved range (a gateway or
-	# mirror), the demo's own configuration lists exactly those addresses in
-	# egress.allowed_nets, and says so; an operator's configuration is never
-	# changed, and a host where they resolve publicly gets none.
-	site_nets=$(as_kernel autonomic egress nets)
-	allowed_nets=$(printf '%s\n' $site_nets | sed '/^$/d; s/.*/"&"/' | paste -sd, -)
-	if [ -n "$allowed_nets" ]; then
-		echo "WARNING: the registries resolve to reserved addresses on this host; this demo's kernel allows exactly $(echo $site_nets) in egress.allowed_nets" >&2
-	else
-		echo "no registry resolves to a reserved address here: egress.allowed_nets stays empty (public unicast only)"
+	if [ -z "$offline" ]; then
+		say "Egress: the package registries an episode may fetch from, as this host resolves them"
+		# The proxy pins only public unicast addresses by default. Where this
+		# site resolves the registries into a reserved range (a gateway or
+		# mirror), the demo's own configuration lists exactly those addresses in
+		# egress.allowed_nets, and says so; an operator's configuration is never
+		# changed, and a host where they resolve publicly gets none.
+		site_nets=$(as_kernel autonomic egress nets)
+		allowed_nets=$(printf '%s\n' $site_nets | sed '/^$/d; s/.*/"&"/' | paste -sd, -)
+		if [ -n "$allowed_nets" ]; then
+			echo "WARNING: the registries resolve to reserved addresses on this host; this demo's kernel allows exactly $(echo $site_nets) in egress.allowed_nets" >&2
+		else
+			echo "no registry resolves to a reserved address here: egress.allowed_nets stays empty (public unicast only)"
+		fi
 	fi
 else
 	echo "demo: the launcher has no agents rootfs (install.sh skips it without npm): the Codex episode is skipped" >&2
@@ -187,36 +192,51 @@ as_kernel autonomic-scenario run --config "$cfg" --repo "$demo/calc.git" --key "
 if [ -n "$agents" ]; then
 	say "The main job: autonomic run — the real Codex CLI fixes the reference repository through the relay"
 	# Codex starts from refs/heads/agent/codex, reset each demo to the seeded
-	# base plus one commit (scripts/demo/deps): a Node test that needs
+	# base (offline) or to it plus one commit (scripts/demo/deps): a Node test that needs
 	# is-number from the npm registry. Its tests run in Codex's domain and
 	# again in the verification domain, each fetching through its own egress
 	# proxy (the second normally from the host's cache).
-	deps=$(as_kernel mktemp -d)
-	as_kernel git clone -q "$demo/calc.git" "$deps/w"
-	as_kernel cp -r scripts/demo/deps/. "$deps/w/"
-	fixed_git() { as_kernel env GIT_AUTHOR_DATE=2026-01-02T00:00:00Z GIT_COMMITTER_DATE=2026-01-02T00:00:00Z git -C "$deps/w" \
-		-c user.name="Autonomic fixture" -c user.email=fixture@autonomic.invalid -c core.hooksPath=/dev/null "$@"; }
-	fixed_git add -A
-	fixed_git commit -q --no-verify -m "tests: a Node test whose dependency (is-number 7.0.0) comes from the npm registry"
-	deps_base=$(as_kernel git -C "$deps/w" rev-parse HEAD)
-	as_kernel git -C "$deps/w" push -q "$demo/calc.git" "$deps_base:refs/heads/agent/codex" --force
-	rm -rf "$deps"
-	echo "refs/heads/agent/codex at $deps_base: main + package.json, package-lock.json, tests/calc.test.js, Makefile"
+	if [ -z "$offline" ]; then
+		deps=$(as_kernel mktemp -d)
+		as_kernel git clone -q "$demo/calc.git" "$deps/w"
+		as_kernel cp -r scripts/demo/deps/. "$deps/w/"
+		fixed_git() { as_kernel env GIT_AUTHOR_DATE=2026-01-02T00:00:00Z GIT_COMMITTER_DATE=2026-01-02T00:00:00Z git -C "$deps/w" \
+			-c user.name="Autonomic fixture" -c user.email=fixture@autonomic.invalid -c core.hooksPath=/dev/null "$@"; }
+		fixed_git add -A
+		fixed_git commit -q --no-verify -m "tests: a Node test whose dependency (is-number 7.0.0) comes from the npm registry"
+		codex_base=$(as_kernel git -C "$deps/w" rev-parse HEAD)
+		as_kernel git -C "$deps/w" push -q "$demo/calc.git" "$codex_base:refs/heads/agent/codex" --force
+		rm -rf "$deps"
+		echo "refs/heads/agent/codex at $codex_base: main + package.json, package-lock.json, tests/calc.test.js, Makefile"
+	else
+		codex_base=$(as_kernel git -C "$demo/calc.git" rev-parse refs/heads/main)
+		as_kernel git -C "$demo/calc.git" update-ref refs/heads/agent/codex "$codex_base"
+		echo "refs/heads/agent/codex at $codex_base: main, as seeded (offline: no registry)"
+	fi
+	main_start=$(date +%s)
 	run_log=$(mktemp)
 	as_kernel autonomic run --config "$cfg" --key "$demo/policy.pem" --repo "$demo/calc.git" --agent codex \
 		"Fix the failing test: src/calc.sh adds one too many. Do not change the tests." | tee "$run_log"
 	as_kernel git -C "$demo/calc.git" --no-pager show --stat --format='%h %s%n%n%b' refs/heads/agent/codex
 	episode=$(sed -n 's/^episode \([0-9a-f-]\{36\}\):.*/\1/p' "$run_log" | head -n 1)
 	rm -f "$run_log"
-	say "Its dependency fetches, from the ledger (the worker's, then the verification's)"
-	fetches=$(as_kernel autonomic events egress "$episode" --config "$cfg")
-	echo "$fetches"
-	grep -q 'registry.npmjs.org/is-number/-/is-number-7.0.0.tgz  200 ' <<<"$fetches" ||
-		{ echo "the ledger has no fetch of the test's dependency"; exit 1; }
-	# npm reached the registry over HTTPS: the tunnel was terminated with
-	# the episode's CA, and the tarball above is the request read inside it.
-	grep -q 'CONNECT registry.npmjs.org  200 ' <<<"$fetches" ||
-		{ echo "the dependency did not come through a terminated tunnel"; exit 1; }
+	# Landed: the ref moved from its base by one commit that carries a committed effect's trailer.
+	head=$(as_kernel git -C "$demo/calc.git" rev-parse refs/heads/agent/codex)
+	[ "$head" != "$codex_base" ] && [ "$(as_kernel git -C "$demo/calc.git" rev-parse "$head^")" = "$codex_base" ] &&
+		as_kernel git -C "$demo/calc.git" log -1 --format=%B "$head" | grep -q '^Autonomic-Effect: ' ||
+		{ echo "the main job did not land a commit on refs/heads/agent/codex"; exit 1; }
+	echo "main job: landed $head on refs/heads/agent/codex (episode $episode, $(($(date +%s) - main_start)) s)"
+	if [ -z "$offline" ]; then
+		say "Its dependency fetches, from the ledger (the worker's, then the verification's)"
+		fetches=$(as_kernel autonomic events egress "$episode" --config "$cfg")
+		echo "$fetches"
+		grep -q 'registry.npmjs.org/is-number/-/is-number-7.0.0.tgz  200 ' <<<"$fetches" ||
+			{ echo "the ledger has no fetch of the test's dependency"; exit 1; }
+		# npm reached the registry over HTTPS: the tunnel was terminated with
+		# the episode's CA, and the tarball above is the request read inside it.
+		grep -q 'CONNECT registry.npmjs.org  200 ' <<<"$fetches" ||
+			{ echo "the dependency did not come through a terminated tunnel"; exit 1; }
+	fi
 fi
 
 say "Where to look"

@@ -31,6 +31,27 @@ t_image=$(date +%s.%N)
 p=$out/payload
 mkdir -p "$p/bin" "$p/tests" "$p/testbed" "$p/src"
 scripts/build_binaries.sh "$p/bin" >/dev/null
+# The agents environment for the guest's main job (`autonomic run` with
+# Codex; the guest reaches no npm registry): the agents spec with Codex
+# alone (all three CLIs are 1.3 GB, costly to carry and to hash under TCG),
+# built here against the payload's binaries into the matrix's own cache
+# (an install's eviction never sees it; it keeps its newest entry) and
+# carried as DIR/rootfs-cache beside its spec DIR/agents.json, which
+# install.sh --prebuilt builds from (a cache hit).
+python3 - rootfs-builder/specs/agents.json >"$p/bin/agents.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["description"] = "The agents spec with Codex alone, for the host matrix's guests: " + s["description"]
+s["npm"]["packages"] = [k for k in s["npm"]["packages"] if k["name"] == "@openai/codex"]
+s["npm"]["files"] = [f for f in s["npm"]["files"] if f["from"].startswith("@openai/codex-")]
+json.dump(s, sys.stdout, indent=2)
+PY
+cache=/var/cache/autonomic/host-matrix-rootfs
+agents=$("$p/bin/autonomic-rootfs" build --quiet --spec "$p/bin/agents.json" --cache "$cache" \
+	--add "$p/bin/autonomic-effect"=/usr/local/bin/autonomic-effect --add "$p/bin/autonomic-entry"=/usr/local/bin/autonomic-entry)
+"$p/bin/autonomic-rootfs" evict --cache "$cache" --keep 1 >/dev/null
+mkdir -p "$p/bin/rootfs-cache"
+cp -a "${agents#* }" "$p/bin/rootfs-cache/"
 # internal/testbed.PrebuiltConfigPath (hosts.TestHostMatrix passes it).
 cfg=${AUTONOMIC_TESTBED_CONFIG:-/run/autonomic-testbed/launcher.json}
 scripts/build_launcher.sh "$p/testbed/autonomic-launcher" "-X main.configPath=$cfg" >/dev/null

@@ -91,18 +91,28 @@ fi
 if [ -n "$agents_from" ]; then
 	install -d -o root -g root -m 0755 /var/cache/autonomic "$rootfs_cache"
 	[ "$agents_from" = build ] || cp -a "$agents_from"/. "$rootfs_cache"/
-	agents=$("$bin/autonomic-rootfs" build --quiet --spec rootfs-builder/specs/agents.json --cache "$rootfs_cache" \
+	# A payload's cache carries the spec it was built from (host_matrix.sh: Codex alone).
+	agents_spec=rootfs-builder/specs/agents.json
+	[ "$agents_from" = build ] || [ ! -f "$bin/agents.json" ] || agents_spec=$bin/agents.json
+	agents=$("$bin/autonomic-rootfs" build --quiet --spec "$agents_spec" --cache "$rootfs_cache" \
 		--add "$bin/autonomic-effect"=/usr/local/bin/autonomic-effect --add "$bin/autonomic-entry"=/usr/local/bin/autonomic-entry)
 	rootfses="{\"agents\": {\"path\": \"${agents#* }\", \"manifest_sha256\": \"${agents%% *}\"}"
 	echo "install: agents rootfs ${agents#* }"
 	# The dev environment (rootfs-builder/specs/dev.json: Debian packages by mmdebstrap — Go, Node,
-	# Python with pytest and venv, C/C++, make — the agent CLIs on top), named "dev" for a target's
-	# `environment`. Optional, minutes cold: AUTONOMIC_DEV=1 make install.
-	if [ "${AUTONOMIC_DEV:-}" = 1 ] && [ "$agents_from" = build ]; then
-		dev=$("$bin/autonomic-rootfs" build --quiet --spec rootfs-builder/specs/dev.json --cache "$rootfs_cache" \
-			--add "$bin/autonomic-effect"=/usr/local/bin/autonomic-effect --add "$bin/autonomic-entry"=/usr/local/bin/autonomic-entry)
-		rootfses="$rootfses, \"dev\": {\"path\": \"${dev#* }\", \"manifest_sha256\": \"${dev%% *}\"}"
-		echo "install: dev rootfs ${dev#* }"
+	# Python with pytest and venv, C/C++, make — the agent CLIs on top), named "dev": `autonomic run`
+	# runs on it when a target names no environment. Minutes cold, then cached like agents; skipped
+	# with AUTONOMIC_DEV=0, and (with a warning: runs then use the agents rootfs) where mmdebstrap
+	# is missing or cannot reach the Debian mirror.
+	if [ "${AUTONOMIC_DEV:-1}" != 0 ] && [ "$agents_from" = build ]; then
+		if ! command -v mmdebstrap >/dev/null; then
+			echo "install: mmdebstrap is not installed: the dev environment is skipped (autonomic run uses the agents rootfs)" >&2
+		elif dev=$("$bin/autonomic-rootfs" build --quiet --spec rootfs-builder/specs/dev.json --cache "$rootfs_cache" \
+			--add "$bin/autonomic-effect"=/usr/local/bin/autonomic-effect --add "$bin/autonomic-entry"=/usr/local/bin/autonomic-entry); then
+			rootfses="$rootfses, \"dev\": {\"path\": \"${dev#* }\", \"manifest_sha256\": \"${dev%% *}\"}"
+			echo "install: dev rootfs ${dev#* }"
+		else
+			echo "install: the dev environment did not build (above): skipped; autonomic run uses the agents rootfs" >&2
+		fi
 	fi
 	rootfses="$rootfses}"
 elif [ "$bin" != bin ]; then

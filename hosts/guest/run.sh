@@ -84,8 +84,10 @@ while read -r name pkg run; do
 done <"$payload/tests/plan"
 
 # The reference scenario end to end: `autonomic serve` as the service
-# account, the launcher through sudo, the normal and the hostile episode.
-step scenario "$src" scripts/demo.sh
+# account, the launcher through sudo, the normal and the hostile episode,
+# then the main job: `autonomic run` with the real Codex CLI on the agents
+# rootfs the payload carries (offline: the guest has no package registry).
+step scenario "$src" env AUTONOMIC_DEMO_OFFLINE=1 scripts/demo.sh
 cp /var/lib/autonomic/demo/runs/*.json "$res/" 2>/dev/null
 cp /var/lib/autonomic/demo/serve.log "$res/serve.log" 2>/dev/null
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -555,6 +556,11 @@ func TestPreflightVerifiesEveryRootfs(t *testing.T) {
 	}
 	if !found || rep.Verdict == "ok" {
 		t.Errorf("preflight with a rootfs that is not its manifest: verdict %s, problems %q", rep.Verdict, rep.Problems)
+	}
+	// What a create may name (autonomic run's choice of environment reads
+	// it): the rootfs that verified, never the one that did not.
+	if !slices.Contains(rep.Rootfses, "warm") || slices.Contains(rep.Rootfses, "stale") {
+		t.Errorf("preflight lists rootfses %q, want warm and not stale", rep.Rootfses)
 	}
 }
 

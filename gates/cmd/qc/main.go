@@ -167,6 +167,9 @@ func main() {
 		}
 		fmt.Printf("host %-12s kernel %-22s cgroup %-8s / %-8s limits enforced [%s] passed=%v\n", h.Name, h.Kernel, h.CgroupLayout,
 			h.RootPropagation, strings.Join(enforced, " "), h.Passed)
+		if h.MainJob != "" {
+			fmt.Printf("host %-12s main job: %s\n", h.Name, h.MainJob)
+		}
 		for _, p := range h.Problems {
 			fmt.Printf("host %-12s %s\n", h.Name, p)
 		}

@@ -42,7 +42,8 @@ var realRepos = []realRepo{
 // modules, a Node package tested with its mocha devDependency, a Python
 // package tested with pytest from Debian, a C library built and tested
 // with make; each leaves ignored output in its tree), every one on the dev
-// environment (Debian packages). For each, the base breaks a test; the
+// environment (Debian packages), which `autonomic run` chooses for a
+// target that names none. For each, the base breaks a test; the
 // real Codex CLI, driven by a scripted fixture model, runs the tests,
 // fixes the line, runs them again and exits; the harvest lands the fix —
 // the ignored output left out — after verification ran the target's
@@ -67,7 +68,7 @@ func TestRealRepositories(t *testing.T) {
 		bases[r.name] = strings.TrimSpace(testbed.Git(t, bare, "rev-parse", "refs/heads/main"))
 		testbed.Git(t, bare, "update-ref", "refs/heads/agent/codex", bases[r.name])
 		tg := map[string]any{"repo": bare, "allowed_refs": []string{"refs/heads/agent/codex"}, "allowed_paths": []string{"**"},
-			"verify_argv": r.verify, "class": 3, "environment": "dev"}
+			"verify_argv": r.verify, "class": 3}
 		if r.setup != nil {
 			tg["setup"] = r.setup
 		}
@@ -100,6 +101,11 @@ func TestRealRepositories(t *testing.T) {
 						}
 					}
 					t.Fatalf("the run did not land")
+				}
+				// No target names an environment: dev is the run's default
+				// where the launcher has it.
+				if !strings.Contains(out.String(), "(rootfs dev, the default environment,") {
+					t.Errorf("the run did not choose the dev environment by default")
 				}
 				if parent := strings.TrimSpace(testbed.Git(t, bare, "rev-parse", landed[1]+"^")); parent != base {
 					t.Errorf("landed on %s, want the base %s", parent, base)

@@ -150,6 +150,13 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "autonomic: --repo: %v (create %s at the commit the agent should start from)\n", err, *ref)
 		return 2
 	}
+	// The environment: the target's own, else dev when this host's
+	// launcher has it (verified against its manifest), else the agent
+	// profile's rootfs.
+	envNote := ""
+	if target.Environment == "" && launcherHas(*o.socket, DefaultEnvironment) {
+		target.Environment, envNote = DefaultEnvironment, ", the default environment"
+	}
 	spec, prof, provider, err := agentSpec(agentRun{Agent: *agentName, Task: task, Repo: real, Base: base, Ref: *ref,
 		TargetID: targetID, Target: target, Key: key, Model: *model, Cfg: cfg, Lifts: lifts, Create: create})
 	if err != nil {
@@ -180,8 +187,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		rootfs = target.Environment
 	}
 	started := func(ep string) {
-		fmt.Fprintf(stdout, "episode %s: %s (rootfs %s, wall time %s) through provider %s on %s (%s %s %s)\n",
-			ep, *agentName, rootfs, prof.WallTime(), provider, targetID, *ref, onto, short(base))
+		fmt.Fprintf(stdout, "episode %s: %s (rootfs %s%s, wall time %s) through provider %s on %s (%s %s %s)\n",
+			ep, *agentName, rootfs, envNote, prof.WallTime(), provider, targetID, *ref, onto, short(base))
 		if len(target.Setup) > 0 {
 			fmt.Fprintf(stdout, "setup: %s (from its layer when the lockfiles at the base have one)\n", strings.Join(target.Setup, " "))
 		}
@@ -190,6 +197,24 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return followTask(ctx, c, t.ID.String(), *o.json, started, stdout, stderr)
+}
+
+// DefaultEnvironment is the rootfs `autonomic run` chooses for a target
+// that names none, where the launcher has it: rootfs-builder/specs/dev.json
+// (Go, Node with npm, Python 3 with pytest and venv, C/C++, make, git, the
+// agent CLIs on top), which install.sh builds where mmdebstrap reaches a
+// Debian mirror.
+const DefaultEnvironment = "dev"
+
+// launcherHas reports whether the kernel's launcher lists rootfs name as
+// one a create may name now (its preflight, through the kernel's API). An
+// unanswered preflight is a no: the run falls back to the profile's rootfs
+// rather than to one it cannot know is there.
+func launcherHas(socket, name string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := api.NewClient(socket).Preflight(ctx)
+	return err == nil && v.Host != nil && slices.Contains(v.Host.Rootfses, name)
 }
 
 // projectOf is the queue project a target's runs belong to: its id,

@@ -54,6 +54,14 @@ func cachedRootfs(t testing.TB, ctx context.Context, bed *testbed.Bed, name stri
 	}
 	builtMu.Unlock()
 	b.once.Do(func() {
+		// The effect client and the entry, added as install.sh adds them
+		// (built alike, the same bytes): the test finds the entries an
+		// install made, and an install the tests'.
+		effect, err := bed.Static(ctx, "./broker/cmd/autonomic-effect")
+		if err != nil {
+			b.err = err
+			return
+		}
 		entry, err := bed.Static(ctx, "./entry/cmd/autonomic-entry")
 		if err != nil {
 			b.err = err
@@ -67,7 +75,8 @@ func cachedRootfs(t testing.TB, ctx context.Context, bed *testbed.Bed, name stri
 		}
 		start := time.Now()
 		var hit bool
-		b.dir, b.digest, hit, b.err = rootfs.BuildCached(ctx, spec, "", rootfs.Options{Add: []rootfs.Add{{Src: entry, Dest: agent.EntryPath}}})
+		b.dir, b.digest, hit, b.err = rootfs.BuildCached(ctx, spec, "", rootfs.Options{Add: []rootfs.Add{
+			{Src: effect, Dest: "/usr/local/bin/autonomic-effect"}, {Src: entry, Dest: agent.EntryPath}}})
 		t.Logf("%s rootfs %s cached=%v in %v", name, b.dir, hit, time.Since(start).Round(time.Millisecond))
 	})
 	if b.err != nil {
@@ -264,6 +273,10 @@ func TestRunLandsEachAgentsFix(t *testing.T) {
 			ep := regexp.MustCompile(`(?m)^episode ([0-9a-f-]{36}):`).FindStringSubmatch(out.String())
 			if ep == nil {
 				t.Fatal("the command named no episode")
+			}
+			// This launcher has no dev environment: the profile's rootfs.
+			if !strings.Contains(out.String(), "(rootfs "+p.Rootfs+", wall time") {
+				t.Errorf("the run did not fall back to the profile's rootfs %s", p.Rootfs)
 			}
 			for _, f := range rk.fetches(t, ctx, ep[1]) {
 				t.Logf("egress: %s", f)
