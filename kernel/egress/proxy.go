@@ -63,7 +63,8 @@ type Config struct {
 	// (default 5 min).
 	Timeout time.Duration
 	// MaxConcurrent bounds the requests and tunnels in flight (default
-	// 64); beyond it a request is refused as effect_broker_saturated.
+	// 64); beyond it a request is refused as effect_broker_saturated. A
+	// tunnel's slot covers the requests inside it, one at a time.
 	MaxConcurrent int
 	Ledger        Ledger
 	Cache         *Cache // nil: no cache
@@ -280,7 +281,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ref = capRefusal(err)
 		}
 	}
-	if ref == nil {
+	if inner, _ := r.Context().Value(inTunnel{}).(bool); ref == nil && !inner {
 		select {
 		case p.slots <- struct{}{}:
 			defer func() { <-p.slots }()

@@ -98,6 +98,11 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
+// inTunnel marks a request served inside a terminated tunnel: the
+// tunnel's concurrency slot covers it, since its connection serves one
+// request at a time (HTTP/1.1 only, no pipelining past the server).
+type inTunnel struct{}
+
 // innerHandler serves one request inside a terminated tunnel: it must name
 // the CONNECT host and is then handed to ServeHTTP in absolute form, so
 // admission (GET/HEAD, no body, canonical path), the cache, the caps and
@@ -119,7 +124,7 @@ func (p *Proxy) innerHandler(host string) http.Handler {
 		}
 		r.URL.Scheme, r.URL.Host = "http", host
 		r.Host = host
-		p.ServeHTTP(w, r)
+		p.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), inTunnel{}, true)))
 	})
 }
 

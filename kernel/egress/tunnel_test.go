@@ -205,3 +205,36 @@ func TestTunnelInnerRequestsAdmitted(t *testing.T) {
 		t.Fatalf("inner rows %q, want %q", inner, want)
 	}
 }
+
+// TestTunnelHoldsOneSlot: a terminated tunnel takes one of the episode's
+// concurrency slots, and the requests inside it ride on that slot (one at
+// a time), not on a second: with one slot, a tunnel's GET is served, while
+// a second tunnel meanwhile is refused as saturated. (Counted twice, npm's
+// parallel tunnels saturated the proxy at half its bound.)
+func TestTunnelHoldsOneSlot(t *testing.T) {
+	s := openStore(t)
+	body := modZip(t, "golang.org/x/m", "v1.0.0", 4<<10)
+	up := newUpstream(t, registry(body))
+	cfg := up.config("example.com")
+	cfg.MaxConcurrent = 1
+	r := start(t, s, cfg)
+	c := tunnelClient(r)
+	const zip = "https://example.com/golang.org/x/m/@v/v1.0.0.zip"
+	for i := 0; i < 2; i++ {
+		if code, b, _ := get(t, c, zip); code != 200 || !bytes.Equal(b, body) {
+			t.Fatalf("GET %d inside the only slot's tunnel: %d, %d bytes", i, code, len(b))
+		}
+	}
+	// The first tunnel is still open (kept alive): it holds the slot.
+	other, err := net.Dial("tcp", strings.TrimPrefix(r.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	io.WriteString(other, "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(other), nil)
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a second tunnel beyond the one slot: %v %v", err, resp)
+	}
+	c.CloseIdleConnections()
+}
