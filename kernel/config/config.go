@@ -201,8 +201,8 @@ type GitCommitTarget struct {
 	// Setup runs in the workspace before the agent (npm ci, go mod
 	// download, a venv and pip install), with the episode's egress; its
 	// result is a layer kept under the environment, the argv and the
-	// blobs of SetupLockfiles at the base (empty: the usual lockfiles at
-	// the repository's root), and verification runs on it.
+	// blobs of SetupLockfiles at the base (empty: the usual lockfiles and
+	// manifests at the repository's root), and verification runs on it.
 	Setup          []string `json:"setup"`
 	SetupLockfiles []string `json:"setup_lockfiles"`
 }

@@ -39,12 +39,16 @@ import (
 // Verification restores the layer beneath the patched clone
 // (verifyLayer); a change to a path the layer shadows is denied there.
 
-// DefaultLockfiles are the lockfiles that key a setup layer when the
-// target names none: those of the repository's root that exist at the
-// base.
-var DefaultLockfiles = []string{"package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "go.sum",
-	"uv.lock", "poetry.lock", "Pipfile.lock", "requirements.txt", "requirements-dev.txt", "requirements-test.txt",
-	"Cargo.lock", "Gemfile.lock", "composer.lock"}
+// DefaultLockfiles are the files that key a setup layer when the target
+// names none: those of the repository's root that exist at the base — the
+// lockfiles, and the manifests beside them, since what a setup installs
+// follows them too (go mod vendor reads go.mod, pip install -e . reads
+// pyproject.toml or setup.py, npm ci refuses a package.json its lock does
+// not match): a changed manifest makes the layer again, never a stale one.
+var DefaultLockfiles = []string{"package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "package.json",
+	"go.sum", "go.mod", "uv.lock", "poetry.lock", "Pipfile.lock", "Pipfile", "pyproject.toml", "setup.py", "setup.cfg",
+	"requirements.txt", "requirements-dev.txt", "requirements-test.txt", "Cargo.lock", "Cargo.toml",
+	"Gemfile.lock", "Gemfile", "composer.lock", "composer.json"}
 
 const (
 	// SetupTimeout bounds one setup run; the episode's wall time bounds it
