@@ -393,17 +393,19 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(ctx)
-	// Kill host C while it runs two tasks with a domain: a task
-	// only claimed, or whose episode had no domain yet, has nothing to
-	// resume (it runs again whole). What each held is read again once C
+	// Kill host C while it runs two tasks with a stable checkpoint
+	// replicated: a task only claimed, or whose episode had no such
+	// checkpoint yet (a domain alone is not enough: killed before its
+	// pristine base was recorded, it has nothing to restore), runs again
+	// whole. What each held is read again once C
 	// is dead, when nothing of it changes until the takeover.
 	var heldByC []string
 	started := map[string]bool{} // the task's first episode had begun
-	withDomain := map[string]bool{}
+	withCheckpoint := map[string]bool{}
 	held := func() {
 		heldByC = heldByC[:0]
 		clear(started)
-		clear(withDomain)
+		clear(withCheckpoint)
 		list, err := a.c.Tasks(ctx, string(store.TaskRunning), "", 0)
 		if err != nil {
 			t.Fatal(err)
@@ -418,26 +420,26 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 				continue
 			}
 			started[id] = true
-			var gens int
-			if err := db.QueryRow(ctx, `SELECT count(*) FROM domain_generations g JOIN domains d ON d.id = g.domain_id
-				WHERE d.episode_id = $1`, tk.Episodes[0]).Scan(&gens); err != nil {
+			var stable int
+			if err := db.QueryRow(ctx, `SELECT count(*) FROM checkpoints c JOIN checkpoint_archives a ON a.digest = c.digest
+				WHERE c.episode_id = $1 AND c.stable`, tk.Episodes[0]).Scan(&stable); err != nil {
 				t.Fatal(err)
 			}
-			if gens > 0 {
-				withDomain[id] = true
+			if stable > 0 {
+				withCheckpoint[id] = true
 			}
 		}
 	}
-	for held(); len(withDomain) < 2; held() {
+	for held(); len(withCheckpoint) < 2; held() {
 		if ctx.Err() != nil {
-			t.Fatal("host C never ran two tasks with a domain at once")
+			t.Fatal("host C never ran two tasks with a stable checkpoint at once")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	c.kill()
 	held()
 	killed := time.Now()
-	t.Logf("host C killed (SIGKILL) while it ran %d tasks (%d with a domain): %v", len(heldByC), len(withDomain), heldByC)
+	t.Logf("host C killed (SIGKILL) while it ran %d tasks (%d with a stable checkpoint): %v", len(heldByC), len(withCheckpoint), heldByC)
 	time.Sleep(3 * time.Second)
 	d := r.start(t, ctx, "host-d")
 
@@ -590,11 +592,11 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 			if len(tk.Episodes) != 1 {
 				t.Errorf("task %s resumed but ran episodes %v", id, tk.Episodes)
 			}
-		case withDomain[id] && len(tk.Episodes) != 1:
-			t.Errorf("task %s had a domain on the killed host but ran again whole: episodes %v", id, tk.Episodes)
+		case withCheckpoint[id] && len(tk.Episodes) != 1:
+			t.Errorf("task %s had a stable checkpoint on the killed host but ran again whole: episodes %v", id, tk.Episodes)
 		}
 	}
-	t.Logf("%d of the lost host's %d tasks (%d with a domain) resumed from their checkpoints on another host", nResumed, len(heldByC), len(withDomain))
+	t.Logf("%d of the lost host's %d tasks (%d with a stable checkpoint) resumed from their checkpoints on another host", nResumed, len(heldByC), len(withCheckpoint))
 	if nResumed == 0 {
 		t.Error("no task of the lost host resumed from its checkpoint")
 	}
