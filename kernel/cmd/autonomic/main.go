@@ -214,6 +214,9 @@ func preflight(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "overlay/userns  %v, idmapped mounts %v\n", rep.OverlayInUserns, rep.IdmappedMounts)
 		fmt.Fprintf(stdout, "seccomp         %s (user notification: %v)\n", strings.Join(rep.SeccompActions, " "), rep.SeccompUserNotif)
 		fmt.Fprintf(stdout, "rootfs          %s (matches configuration: %v)\n", rep.RootfsDigest, rep.RootfsMatches)
+		if len(rep.Rootfses) > 0 {
+			fmt.Fprintf(stdout, "rootfses        %s (named, verified against their manifests)\n", strings.Join(rep.Rootfses, " "))
+		}
 		fmt.Fprintf(stdout, "floor           %s\nlauncher        %s\n", rep.FloorSHA256, rep.LauncherSHA256)
 		for _, f := range rep.Features {
 			state := "ok"
