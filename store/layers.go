@@ -80,7 +80,57 @@ func (p *Postgres) RecordSetupLayer(ctx context.Context, l SetupLayer, keep int)
 			var s SetupLayer
 			return s, r.Scan(&s.Key, &s.Digest)
 		})
+		if err != nil {
+			return err
+		}
 		out = append(out, gone...)
+		// The other kernels learn of what went from its tombstones; the
+		// layer recorded now is no longer gone, wherever it went before.
+		if _, err := tx.Exec(ctx, `DELETE FROM setup_layer_tombstones WHERE (key = $1 AND digest = $2) OR evicted_at < now() - $3::interval`,
+			l.Key, l.Digest, tombstoneTTL); err != nil {
+			return err
+		}
+		for _, g := range out {
+			if _, err := tx.Exec(ctx, `INSERT INTO setup_layer_tombstones (key, digest) VALUES ($1, $2)
+				ON CONFLICT (key, digest) DO UPDATE SET evicted_at = clock_timestamp()`, g.Key, g.Digest); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// tombstoneTTL is how long an evicted layer's tombstone is kept: a kernel
+// down longer than that keeps its holds on it until its launcher store is
+// cleaned by hand.
+const tombstoneTTL = "7 days"
+
+// EvictedLayer is an evicted layer's archive: every kernel that imported
+// it lets its hold on it go.
+type EvictedLayer struct {
+	Key, Digest string
+	At          time.Time
+}
+
+// EvictedPage is how many tombstones EvictedSetupLayers returns at most.
+const EvictedPage = 1000
+
+// EvictedSetupLayers lists the tombstones of layers evicted (or replaced)
+// after since, oldest first, at most EvictedPage; the zero time lists all
+// that are kept.
+func (p *Postgres) EvictedSetupLayers(ctx context.Context, since time.Time) ([]EvictedLayer, error) {
+	var out []EvictedLayer
+	err := p.read(ctx, "evicted_setup_layers", func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT key, digest, evicted_at FROM setup_layer_tombstones WHERE evicted_at > $1
+			ORDER BY evicted_at, key, digest LIMIT $2`, since, EvictedPage)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (EvictedLayer, error) {
+			var e EvictedLayer
+			return e, r.Scan(&e.Key, &e.Digest, &e.At)
+		})
 		return err
 	})
 	return out, err

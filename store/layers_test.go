@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
 )
@@ -63,6 +64,30 @@ func TestSetupLayers(t *testing.T) {
 		t.Fatalf("re-record: %+v %v", gone, err)
 	}
 
+	// Every kernel learns what went from the tombstones: layer 1 evicted,
+	// layer 0's first archive replaced, oldest first; since the first, only
+	// the second.
+	evicted, err := s.EvictedSetupLayers(ctx, time.Time{})
+	if err != nil || len(evicted) != 2 || evicted[0].Key != key(1) || evicted[0].Digest != layer(1).Digest ||
+		evicted[1].Key != key(0) || evicted[1].Digest != layer(0).Digest {
+		t.Fatalf("tombstones %+v %v, want layer 1's, then layer 0's first", evicted, err)
+	}
+	if later, err := s.EvictedSetupLayers(ctx, evicted[0].At); err != nil || len(later) != 1 || later[0].Digest != layer(0).Digest {
+		t.Fatalf("tombstones after the first: %+v %v", later, err)
+	}
+	// Layer 1 made again, same archive: it is no longer gone; layer 2
+	// (least recently used) goes in its place.
+	if _, err := s.RecordSetupLayer(ctx, layer(1), 2); err != nil {
+		t.Fatal(err)
+	}
+	evicted, err = s.EvictedSetupLayers(ctx, time.Time{})
+	if err != nil || len(evicted) != 2 || evicted[0].Key != key(0) || evicted[1].Key != key(2) {
+		t.Fatalf("after layer 1 came back: tombstones %+v %v, want layer 0's first archive and layer 2", evicted, err)
+	}
+	if _, err := s.RecordSetupLayer(ctx, layer(2), 2); err != nil { // back, for the pruning below
+		t.Fatal(err)
+	}
+
 	// Pruning (aged past in flight) spares what a row names.
 	if _, err := e.admin().Exec(ctx, `UPDATE checkpoint_archives SET created_at = now() - interval '1 hour'`); err != nil {
 		t.Fatal(err)
@@ -70,7 +95,7 @@ func TestSetupLayers(t *testing.T) {
 	if _, err := s.PruneArchives(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range map[int]bool{0: false, 1: false, 2: true} {
+	for i, want := range map[int]bool{0: false, 1: true, 2: true} {
 		_, err := s.ReadArchive(ctx, archiveDigest(archive(i)), &bytes.Buffer{})
 		if (err == nil) != want {
 			t.Errorf("archive of layer %d kept %v, want %v", i, err == nil, want)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -67,6 +68,7 @@ const (
 type SetupLayers interface {
 	SetupLayer(ctx context.Context, key string) (store.SetupLayer, error)
 	RecordSetupLayer(ctx context.Context, l store.SetupLayer, keep int) ([]store.SetupLayer, error)
+	EvictedSetupLayers(ctx context.Context, since time.Time) ([]store.EvictedLayer, error)
 }
 
 func (s *SetupSpec) validate() error {
@@ -125,6 +127,10 @@ type layers struct {
 	making  map[string]*sync.Mutex
 	held    map[string]string // key → digest (hex)
 	shadows map[string]*workspace.Shadow
+
+	sweeping sync.Mutex       // one sweep of the tombstones at a time
+	swept    time.Time        // the newest tombstone swept; zero before the first sweep
+	kept     []heldCheckpoint // evicted, but an episode here still verifies on it
 }
 
 func (l *layers) lock(key string) func() {
@@ -157,6 +163,94 @@ func (l *layers) holds(key, digest string) bool {
 	return l.held[key] == digest
 }
 
+// sweepEvicted lets this host's holds on the layers any kernel evicted go:
+// the store's tombstones since the last sweep (with a margin for
+// transactions that committed out of order), or every kept one at this
+// kernel process's first sweep, since it cannot know which layers its
+// predecessor on this host imported. Releasing an archive this host never
+// held changes nothing; one it holds under that key and digest is deleted
+// from its launcher store once no other holder keeps it, and is imported
+// again if the layer is ever recorded again. A layer an episode here still
+// verifies on is kept, and let go at a sweep after that episode.
+func (e *Episode) sweepEvicted(ctx context.Context) {
+	l := &e.k.layers
+	l.sweeping.Lock()
+	defer l.sweeping.Unlock()
+	l.mu.Lock()
+	since := l.swept
+	l.mu.Unlock()
+	if !since.IsZero() {
+		since = since.Add(-sweepMargin)
+	}
+	inUse := e.k.layersInUse()
+	for {
+		gone, err := e.k.cfg.Layers.EvictedSetupLayers(ctx, since)
+		if err != nil {
+			e.log.Warn("evicted setup layers not read; their holds stay until the next sweep", "error", err)
+			return
+		}
+		var release []heldCheckpoint
+		l.mu.Lock()
+		for _, g := range gone {
+			digest := strings.TrimPrefix(g.Digest, "sha256:")
+			c := heldCheckpoint{layerHolder(g.Key), digest}
+			if g.At.After(l.swept) {
+				l.swept = g.At
+			}
+			if inUse[digest] {
+				l.kept = append(l.kept, c)
+				continue
+			}
+			if l.held[g.Key] == digest {
+				delete(l.held, g.Key)
+			}
+			release = append(release, c)
+		}
+		// Those kept for an episode before, unless one still uses them.
+		kept := l.kept[:0]
+		for _, c := range l.kept {
+			switch {
+			case inUse[c.digest]:
+				kept = append(kept, c)
+			case !slices.Contains(release, c):
+				release = append(release, c)
+			}
+		}
+		l.kept = kept
+		l.mu.Unlock()
+		e.release(release)
+		if len(gone) < store.EvictedPage {
+			return
+		}
+		since = gone[len(gone)-1].At
+	}
+}
+
+// sweepMargin is how far before its last tombstone a sweep reads again: a
+// tombstone written by a transaction that committed after a later one was
+// read. Releases are idempotent.
+const sweepMargin = time.Minute
+
+// layersInUse are the setup layers (hex digests) the episodes this
+// controller runs restore beneath their verifications.
+func (k *Controller) layersInUse() map[string]bool {
+	k.mu.Lock()
+	eps := make([]*Episode, 0, len(k.episodes))
+	for _, e := range k.episodes {
+		eps = append(eps, e)
+	}
+	k.mu.Unlock()
+	out := map[string]bool{}
+	for _, e := range eps {
+		e.mu.Lock()
+		if e.layer != "" {
+			out[e.layer] = true
+		}
+		e.mu.Unlock()
+	}
+	return out
+}
+
 // errStaleLayer: the layer was made on another rootfs than this host's.
 var errStaleLayer = errors.New("the setup layer was made on another rootfs")
 
@@ -171,6 +265,9 @@ func (e *Episode) setupBase(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// What other kernels evicted goes from this host's store first: the
+	// store holds only what some layer row still names, plus this key's.
+	e.sweepEvicted(ctx)
 	unlock := e.k.layers.lock(key)
 	defer unlock()
 	began := time.Now()
@@ -277,11 +374,12 @@ func (e *Episode) makeLayer(ctx context.Context, key string, inputs json.RawMess
 		return "", fmt.Errorf("episode: record the setup layer: %w", err)
 	}
 	e.k.layers.hold(key, res.SHA256)
-	var evicted []heldCheckpoint
-	for _, g := range gone {
-		evicted = append(evicted, heldCheckpoint{layerHolder(g.Key), strings.TrimPrefix(g.Digest, "sha256:")})
+	// What the record evicted left its tombstones: let this host's holds
+	// go as every other kernel's sweep will (an episode here still
+	// verifying on one keeps it until later).
+	if len(gone) > 0 {
+		e.sweepEvicted(ctx)
 	}
-	e.release(evicted)
 	return res.SHA256, nil
 }
 

@@ -98,6 +98,8 @@ type queueRig struct {
 	// slots and intervalMS override the hosts' queue.slots (4) and
 	// queue.interval_ms (200).
 	slots, intervalMS int
+	// maxSetupLayers overrides the hosts' episode.max_setup_layers.
+	maxSetupLayers int
 	// codex, when set, gives every host the agents rootfs, a target
 	// "calc" (the reference repository) and a provider: the real Codex
 	// CLI runs tasks there (codexSpec).
@@ -256,8 +258,9 @@ func (r *queueRig) start(t testing.TB, ctx context.Context, name string) *host {
 		"max_repairs":  1,
 		"owner_ttl_ms": 3000,
 		"regulator":    map[string]any{"start_level": "act"},
-		"episode":      map[string]any{"checkpoints_dir": filepath.Join(bed.State, "checkpoints")},
-		"api":          map[string]any{"socket": sock},
+		"episode": map[string]any{"checkpoints_dir": filepath.Join(bed.State, "checkpoints"),
+			"max_setup_layers": cmp.Or(r.maxSetupLayers, 8)},
+		"api": map[string]any{"socket": sock},
 		// p0's tasks reserve an hour of wall time each (the kernel's
 		// default): its cap lets five hold at once across every host.
 		"queue": map[string]any{"slots": cmp.Or(r.slots, 4), "interval_ms": cmp.Or(r.intervalMS, 200),
