@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -372,7 +373,30 @@ func (b *Bed) Close() error {
 	if b.ConfigPath == PrebuiltConfigPath {
 		_ = os.Remove(b.ConfigPath)
 	}
+	b.unmountAll()
 	return os.RemoveAll(b.Dir)
+}
+
+// unmountAll detaches every mount left under the bed's directory, deepest
+// first: the tmpfs of a domain no launcher destroyed (its kernel was
+// killed, as a lost host's is), which RemoveAll cannot remove and which
+// would otherwise outlive the test in the host's mount table.
+func (b *Bed) unmountAll() {
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(info), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], b.Dir+"/") {
+			points = append(points, f[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	for _, p := range points {
+		_ = syscall.Unmount(p, syscall.MNT_DETACH)
+	}
 }
 
 // RemoveCgroups kills whatever a test left running in the bed's domains
