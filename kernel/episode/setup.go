@@ -198,7 +198,10 @@ func (e *Episode) sweepEvicted(ctx context.Context) {
 				l.swept = g.At
 			}
 			if inUse[digest] {
-				l.kept = append(l.kept, c)
+				// Once: the margin reads a tombstone again.
+				if !slices.Contains(l.kept, c) {
+					l.kept = append(l.kept, c)
+				}
 				continue
 			}
 			if l.held[g.Key] == digest {
