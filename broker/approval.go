@@ -111,8 +111,8 @@ func (b *Broker) Approve(ctx context.Context, effectID uuid.UUID, a *protocol.Ap
 	if err != nil {
 		return store.Effect{}, err
 	}
-	if e.Class != 4 {
-		return store.Effect{}, protocol.Errorf(protocol.CodeApprovalInvalid, "class %d effects take no human approval", e.Class)
+	if !e.AwaitsHuman() {
+		return store.Effect{}, protocol.Errorf(protocol.CodeApprovalInvalid, "class %d effects within their lease take no human approval", e.Class)
 	}
 	// An effect past evaluating takes no new answer; the same answer again
 	// (a replay, a second operator's identical approval, a retry after a

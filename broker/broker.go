@@ -29,6 +29,13 @@ type Config struct {
 	AwaitingHuman func(e store.Effect)
 	// DecisionKeys verify class 4 human approvals, by key id.
 	DecisionKeys map[string]ed25519.PublicKey
+	// EscalateOutsideLease: a proposal the episode's lease does not grant
+	// (kind, target or class) is recorded to wait on a human — an Action
+	// naming it and what the lease lacks — instead of being refused. Only
+	// that approved Action lifts the grant, for that one revision; the
+	// lease's ceiling, paths and budgets still hold at the commit. Off, the
+	// lease is a hard wall and such a proposal is forbidden at prepare.
+	EscalateOutsideLease bool
 	// Trajectory reports the homeostat's current trajectory version and
 	// regime for an episode (default: version 1, "stable").
 	Trajectory func(ctx context.Context, episodeID uuid.UUID) (int64, string)
@@ -131,6 +138,10 @@ type Capability struct {
 	MaxClass int    `json:"max_class"`
 }
 
+// errNoGrant marks grants' refusal of a readable lease: what
+// EscalateOutsideLease may put to a human.
+var errNoGrant = errors.New("no grant")
+
 func grants(raw json.RawMessage, kind, target string, class int) error {
 	var c Capabilities
 	if err := json.Unmarshal(raw, &c); err != nil {
@@ -141,7 +152,7 @@ func grants(raw json.RawMessage, kind, target string, class int) error {
 			return nil
 		}
 	}
-	return protocol.Errorf(protocol.CodeForbidden, "lease does not grant %s on %s at class %d", kind, target, class)
+	return fmt.Errorf("%w: %w", errNoGrant, protocol.Errorf(protocol.CodeForbidden, "lease does not grant %s on %s at class %d", kind, target, class))
 }
 
 // Handle answers one admitted request from the worker of episodeID. It is
@@ -239,7 +250,7 @@ func (b *Broker) handle(ctx context.Context, episodeID uuid.UUID, req *protocol.
 // awaiting tells AwaitingHuman of a class 4 effect left waiting on its
 // human approval.
 func (b *Broker) awaiting(e store.Effect) {
-	if b.cfg.AwaitingHuman != nil && e.Class == 4 && e.State == store.Evaluating {
+	if b.cfg.AwaitingHuman != nil && e.AwaitsHuman() && e.State == store.Evaluating {
 		b.cfg.AwaitingHuman(e)
 	}
 }
@@ -320,7 +331,7 @@ func (b *Broker) prepare(ctx context.Context, episodeID uuid.UUID, req *protocol
 	if err != nil {
 		return store.Effect{}, err
 	}
-	lease, err := b.fence(ctx, episodeID, req, class)
+	lease, outside, err := b.fence(ctx, episodeID, req, class)
 	if err != nil {
 		return store.Effect{}, err
 	}
@@ -335,6 +346,11 @@ func (b *Broker) prepare(ctx context.Context, episodeID uuid.UUID, req *protocol
 		}
 		if old.Kind != req.Kind || old.TargetID != req.TargetID || old.LeaseID != lease.ID {
 			return store.Effect{}, protocol.Errorf(protocol.CodeInvalidField, "a revision keeps kind, target_id and lease_id")
+		}
+		if (old.OutsideLease != "") != (outside != "") {
+			// The lease is the same, so this kernel's reading of it differs
+			// from the one that proposed the effect: ask nothing new.
+			return store.Effect{}, protocol.Errorf(protocol.CodeForbidden, "a revision keeps the effect within, or outside, its lease")
 		}
 	}
 	digest := Digest(payload)
@@ -374,7 +390,7 @@ func (b *Broker) prepare(ctx context.Context, episodeID uuid.UUID, req *protocol
 	} else {
 		e, err = b.cfg.Store.ProposeEffect(ctx, store.Proposal{EpisodeID: episodeID, Epoch: req.Epoch, LeaseID: lease.ID,
 			Kind: req.Kind, Class: class, TargetID: req.TargetID, Target: req.Target, PayloadDigest: digest, TTL: b.cfg.EffectTTL,
-			Prepare: tr})
+			OutsideLease: outside, Prepare: tr})
 	}
 	if perr := <-put; perr != nil {
 		if err == nil {
@@ -399,8 +415,26 @@ func (b *Broker) abandon(ctx context.Context, e store.Effect, reason string) {
 // fence is prepare's first check, read-only: the request's epoch is the
 // episode's current one and the episode is active; the lease is the
 // episode's, of this epoch, neither revoked nor expired, and grants kind on
-// target at class.
-func (b *Broker) fence(ctx context.Context, episodeID uuid.UUID, req *protocol.WorkerRequest, class int) (store.Lease, error) {
+// target at class — or, under EscalateOutsideLease, outside names what it
+// lacks and the effect will wait on a human.
+func (b *Broker) fence(ctx context.Context, episodeID uuid.UUID, req *protocol.WorkerRequest, class int) (store.Lease, string, error) {
+	lease, err := b.fenceLease(ctx, episodeID, req)
+	if err != nil {
+		return store.Lease{}, "", err
+	}
+	if err := grants(lease.Capabilities, req.Kind, req.TargetID, class); err != nil {
+		if !b.cfg.EscalateOutsideLease || !errors.Is(err, errNoGrant) {
+			return store.Lease{}, "", err
+		}
+		// The target is configured (its adapter gave the class), so the
+		// text is the operator's own words.
+		return lease, fmt.Sprintf("no grant of %s on %s at class %d", req.Kind, req.TargetID, class), nil
+	}
+	return lease, "", nil
+}
+
+// fenceLease is fence up to the grant: epoch, episode and lease.
+func (b *Broker) fenceLease(ctx context.Context, episodeID uuid.UUID, req *protocol.WorkerRequest) (store.Lease, error) {
 	leaseID, err := uuid.Parse(req.LeaseID)
 	if err != nil {
 		return store.Lease{}, protocol.Errorf(protocol.CodeInvalidField, "lease_id")
@@ -428,9 +462,6 @@ func (b *Broker) fence(ctx context.Context, episodeID uuid.UUID, req *protocol.W
 	case !time.Now().Before(lease.ExpiresAt):
 		return store.Lease{}, protocol.Errorf(protocol.CodeStaleAuthority, "lease expired")
 	}
-	if err := grants(lease.Capabilities, req.Kind, req.TargetID, class); err != nil {
-		return store.Lease{}, err
-	}
 	return lease, nil
 }
 
@@ -457,7 +488,7 @@ func (b *Broker) planEvaluation(e store.Effect, revision int, epoch int64, appro
 		return store.EvaluationPlan{}, errSlowEvaluation
 	}
 	pl := store.EvaluationPlan{Evaluation: store.Evaluation{EffectID: e.ID, Revision: revision, Epoch: epoch, Ready: true}}
-	if e.Class != 4 {
+	if !e.AwaitsHuman() {
 		return pl, nil
 	}
 	switch {
@@ -521,7 +552,7 @@ func (b *Broker) Evaluate(ctx context.Context, e store.Effect, revision int, epo
 		}
 	}
 	ev := store.Evaluation{EffectID: e.ID, Revision: revision, Epoch: epoch, Ready: true}
-	if e.Class == 4 {
+	if e.AwaitsHuman() {
 		switch {
 		case approval == nil && e.State == store.Evaluating:
 			return e, nil
@@ -546,7 +577,7 @@ func (b *Broker) Evaluate(ctx context.Context, e store.Effect, revision int, epo
 	if e, err = s.Evaluate(ctx, ev); err != nil {
 		return store.Effect{}, err
 	}
-	if approval != nil && e.Class == 4 && !ev.Ready {
+	if approval != nil && e.AwaitsHuman() && !ev.Ready {
 		return store.Effect{}, protocol.Errorf(protocol.CodeForbidden, "a human denied the effect")
 	}
 	return e, nil
@@ -561,7 +592,9 @@ func (b *Broker) commitCheck(a Adapter, ar *Request, touches []Touch) store.Comm
 		if !b.cfg.PolicyCompatible(e.VersionVector.PolicyVersion, v.Episode.PolicyVersion) {
 			return protocol.Errorf(protocol.CodeStaleAuthority, "policy version %d → %d", e.VersionVector.PolicyVersion, v.Episode.PolicyVersion)
 		}
-		if err := grants(v.Lease.Capabilities, e.Kind, e.TargetID, e.Class); err != nil {
+		// An effect outside its lease passes here only to meet check 7,
+		// which wants its approved Action.
+		if err := grants(v.Lease.Capabilities, e.Kind, e.TargetID, e.Class); err != nil && e.OutsideLease == "" {
 			return err
 		}
 		_, regime := b.cfg.Trajectory(ctx, e.EpisodeID)
@@ -611,10 +644,10 @@ func (b *Broker) decisionsSuffice(e store.Effect, ds []store.Decision, action *s
 	if b.cfg.Verifier != nil && e.Class >= 3 && !verified {
 		return protocol.Errorf(protocol.CodeStaleAuthority, "no verification of this revision")
 	}
-	if e.Class == 4 && !approved {
+	if e.AwaitsHuman() && !approved {
 		return protocol.Errorf(protocol.CodeApprovalRequired, "no verified approval of this revision")
 	}
-	if e.Class == 4 && (action == nil || action.State != store.ActionApproved || action.DecisionID == nil ||
+	if e.AwaitsHuman() && (action == nil || action.State != store.ActionApproved || action.DecisionID == nil ||
 		*action.DecisionID != approval || !action.Binds(e)) {
 		return protocol.Errorf(protocol.CodeApprovalRequired, "no approved action names this exact operation")
 	}
@@ -628,8 +661,8 @@ func commitCheckable(e store.Effect, revision int) error {
 	if revision != e.Revision {
 		return protocol.Errorf(protocol.CodeStaleAuthority, "revision %d superseded by %d", revision, e.Revision)
 	}
-	if e.Class == 4 && e.State == store.Evaluating {
-		return protocol.Errorf(protocol.CodeApprovalRequired, "class 4 effect awaits its approval")
+	if e.AwaitsHuman() && e.State == store.Evaluating {
+		return protocol.Errorf(protocol.CodeApprovalRequired, "the effect awaits its approval")
 	}
 	return nil
 }

@@ -27,6 +27,9 @@ type LeaseQuery struct {
 	Spent   store.Spend
 	// Ref is the ref the effect names (EffectRef), "" for none.
 	Ref string
+	// OutsideLease: the effect is outside the lease and commits only with
+	// its approved Action (checked apart): the grant is not asked.
+	OutsideLease bool
 }
 
 // EffectRef is the ref an effect's target document names (the git kinds'
@@ -88,5 +91,6 @@ func (b *Broker) leaseCheck(ctx context.Context, v store.CommitView, touches []T
 	}
 	e := v.Effect
 	return b.cfg.LeaseCheck(ctx, LeaseQuery{EpisodeID: e.EpisodeID, Lease: v.Lease.Capabilities, Kind: e.Kind,
-		TargetID: e.TargetID, Class: e.Class, Touches: touches, Bytes: bytes, Spent: v.Spent, Ref: EffectRef(e.Target)})
+		TargetID: e.TargetID, Class: e.Class, Touches: touches, Bytes: bytes, Spent: v.Spent, Ref: EffectRef(e.Target),
+		OutsideLease: e.OutsideLease != ""})
 }

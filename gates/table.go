@@ -150,11 +150,13 @@ func Table() []Gate {
 		{Name: "backpressure_load", Proves: "saturation rejects rather than queues unboundedly", Tests: []Run{
 			{"./broker", []string{"TestBackpressureLoad", "TestPrepareQuota", "TestPayloadRetention"}},
 		}, Scope: "one broker under concurrent load on this host"},
-		{Name: "class4_human_horizon", Proves: "class 4 cannot cross without an exact signed approval", Tests: []Run{
-			{"./broker", []string{"TestClass4HumanHorizon", "TestActionThreeChecks", "TestReplayedApprovalMintsOnce", "TestActionSnoozeAndDismiss", "TestActionsAreBounded"}},
+		{Name: "class4_human_horizon", Proves: "class 4 (and, where escalated, what the lease does not grant) cannot cross without an exact signed approval", Tests: []Run{
+			{"./broker", []string{"TestClass4HumanHorizon", "TestActionThreeChecks", "TestReplayedApprovalMintsOnce", "TestActionSnoozeAndDismiss", "TestActionsAreBounded",
+				"TestEffectOutsideLeaseOpensAction"}},
 			{"./kernel/cmd/autonomic", []string{"TestActionCommands"}},
-			{"./kernel/episode", []string{"TestVerificationPerKindOnTheProductionPath"}},
-		}, Scope: "Ed25519 approvals checked by the broker; a real worker's unverified kinds and approved class 4 artifact through the production governor"},
+			{"./kernel/episode", []string{"TestVerificationPerKindOnTheProductionPath", "TestEpisodeParksWhileItsActionWaits", "TestEffectOutsideLeaseParksItsEpisode",
+				"TestHarvestWaitsOnItsAction"}},
+		}, Scope: "Ed25519 approvals checked by the broker; a real worker's unverified kinds, approved class 4 artifact and escalated proposal outside its lease, and a harvest waiting on its Action, through the production governor"},
 		{Name: "coding_agent_violation_repair_epoch2", Proves: "full hostile scenario: seccomp trip, fence, destroy, restore, commit under epoch 2", Tests: []Run{
 			{"./gates", []string{"TestCodingAgentScenario"}},
 			{"./kernel/episode", []string{"TestEpisodeLifecycle", "TestViolationRepairEpoch2", "TestRepairNarrowingEnforcedOnTheProductionPath", "TestViolationStormRepairsOnce", "TestRepairRestoresThePristineBase", "TestMaxRepairsContains",

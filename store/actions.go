@@ -163,6 +163,18 @@ func (m *mtx) openAction(e Effect, reason string) (*Action, error) {
 // reasonClass4 is why a class 4 effect's Action is opened.
 const reasonClass4 = "a class 4 effect awaits a human approval"
 
+// maxOutsideLease bounds Proposal.OutsideLease (the column's check).
+const maxOutsideLease = 512
+
+// actionReason is why e's Action is opened: what its lease lacks, for an
+// effect outside it, before its class.
+func actionReason(e Effect) string {
+	if e.OutsideLease != "" {
+		return "outside the lease, which an approval lifts for this one operation: " + e.OutsideLease
+	}
+	return reasonClass4
+}
+
 // resolveAction records a's resolution by the human decision d (recorded
 // in this transaction), with its dedup key.
 func (m *mtx) resolveAction(a *Action, d Decision) {

@@ -158,7 +158,7 @@ func beginCommitFn(ctx context.Context, req CommitRequest, check CommitCheck, vi
 		}
 		spent := m.spent
 		*view = CommitView{Episode: m.ep, Effect: e, Lease: l, Decisions: decisions, Now: m.now, Spent: spent}
-		if e.Class == 4 {
+		if e.AwaitsHuman() {
 			a, err := scanAction(m.tx.QueryRow(m.ctx, `SELECT `+actionCols+` FROM actions WHERE effect_id = $1 AND revision = $2 AND epoch = $3`,
 				e.ID, e.Revision, e.Epoch))
 			switch {

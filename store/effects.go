@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"unicode/utf8"
 
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/google/uuid"
@@ -88,8 +89,8 @@ func (m *mtx) saveEffect(e *Effect, to EffectState, extra map[string]any) error 
 		body[k] = v
 	}
 	m.emit("effect_transition", body)
-	if to == Evaluating && e.Class == 4 {
-		_, err := m.openAction(*e, reasonClass4)
+	if to == Evaluating && e.AwaitsHuman() {
+		_, err := m.openAction(*e, actionReason(*e))
 		return err
 	}
 	return nil
@@ -131,6 +132,8 @@ func (p *Postgres) ProposeEffect(ctx context.Context, req Proposal) (Effect, err
 		return Effect{}, invalid("payload digest")
 	case req.TTL < 0:
 		return Effect{}, invalid("ttl")
+	case len(req.OutsideLease) > maxOutsideLease || !utf8.ValidString(req.OutsideLease):
+		return Effect{}, invalid("outside_lease")
 	}
 	if err := req.Prepare.check(); err != nil {
 		return Effect{}, err
@@ -158,21 +161,21 @@ func (p *Postgres) ProposeEffect(ctx context.Context, req Proposal) (Effect, err
 		}
 		e := Effect{ID: newID(), EpisodeID: m.ep.ID, LeaseID: l.ID, Kind: req.Kind, Class: req.Class,
 			State: Proposed, Revision: 1, Epoch: m.ep.Epoch, TargetID: req.TargetID, Target: target,
-			PayloadDigest: req.PayloadDigest, CreatedAt: m.now, UpdatedAt: m.now}
+			PayloadDigest: req.PayloadDigest, CreatedAt: m.now, UpdatedAt: m.now, OutsideLease: req.OutsideLease}
 		if req.TTL > 0 {
 			exp := m.now.Add(req.TTL)
 			e.ExpiresAt = &exp
 		}
 		m.write(`INSERT INTO effects (`+effectCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-			NULL, $12, $13, $13, NULL, NULL, NULL)`,
+			NULL, $12, $13, $13, NULL, NULL, NULL, $14)`,
 			e.ID, e.EpisodeID, e.LeaseID, e.Kind, e.Class, string(e.State), e.Revision, e.Epoch, e.TargetID,
-			e.Target, e.PayloadDigest, e.ExpiresAt, m.now)
+			e.Target, e.PayloadDigest, e.ExpiresAt, m.now, nullString(e.OutsideLease))
 		m.write(`INSERT INTO effect_revisions (effect_id, revision, epoch, target, payload_digest, version_vector, created_at)
 			VALUES ($1, 1, $2, $3, $4, NULL, $5)`, e.ID, e.Epoch, e.Target, e.PayloadDigest, m.now)
 		m.emit("effect_proposed", map[string]any{
 			"effect_id": e.ID, "revision": 1, "kind": e.Kind, "class": e.Class, "target_id": e.TargetID,
 			"target_digest": digestOf(target), "payload_digest": e.PayloadDigest, "lease_id": e.LeaseID,
-			"expires_at": e.ExpiresAt,
+			"expires_at": e.ExpiresAt, "outside_lease": nullString(e.OutsideLease),
 		})
 		if req.Prepare != nil {
 			m.lock(e)
@@ -594,8 +597,8 @@ func (m *mtx) evaluate(req Evaluation, bodies []json.RawMessage, out *Effect) er
 	// resolves it here, in the same transaction — once: an Action already
 	// answered takes no second decision.
 	var action *Action
-	if e.Class == 4 {
-		if action, err = m.openAction(e, reasonClass4); err != nil {
+	if e.AwaitsHuman() {
+		if action, err = m.openAction(e, actionReason(e)); err != nil {
 			return err
 		}
 	}
@@ -624,6 +627,13 @@ func (m *mtx) evaluate(req Evaluation, bodies []json.RawMessage, out *Effect) er
 	}
 	*out = e
 	return nil
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 func nullJSON(b []byte) any {

@@ -47,24 +47,28 @@ func scanEpisode(row pgx.Row, withSpec bool, extra ...any) (Episode, error) {
 }
 
 const effectCols = `id, episode_id, lease_id, kind, class, state, revision, epoch, target_id, target,
-	payload_digest, version_vector, expires_at, created_at, updated_at, commit_intent_at, outcome_at, receipt`
+	payload_digest, version_vector, expires_at, created_at, updated_at, commit_intent_at, outcome_at, receipt, outside_lease`
 
 // effectColsNoVector is effectCols with the version vector read as NULL,
 // for the reads that never compare it: only the commit horizon does, from
 // the row it locks, and decoding it strictly is most of a row's scan.
 const effectColsNoVector = `id, episode_id, lease_id, kind, class, state, revision, epoch, target_id, target,
-	payload_digest, NULL::jsonb, expires_at, created_at, updated_at, commit_intent_at, outcome_at, receipt`
+	payload_digest, NULL::jsonb, expires_at, created_at, updated_at, commit_intent_at, outcome_at, receipt, outside_lease`
 
 func scanEffect(row pgx.Row) (Effect, error) {
 	var e Effect
 	var state string
 	var class int16
 	var vv []byte
+	var outside *string
 	err := row.Scan(&e.ID, &e.EpisodeID, &e.LeaseID, &e.Kind, &class, &state, &e.Revision, &e.Epoch,
 		&e.TargetID, &e.Target, &e.PayloadDigest, &vv, &e.ExpiresAt, &e.CreatedAt, &e.UpdatedAt,
-		&e.CommitIntentAt, &e.OutcomeAt, &e.Receipt)
+		&e.CommitIntentAt, &e.OutcomeAt, &e.Receipt, &outside)
 	if err != nil {
 		return Effect{}, err
+	}
+	if outside != nil {
+		e.OutsideLease = *outside
 	}
 	e.Class = int(class)
 	if e.State, err = parseState(state); err != nil {

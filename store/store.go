@@ -181,6 +181,10 @@ type Proposal struct {
 	Target        json.RawMessage
 	PayloadDigest string        // "sha256:<64 hex>"
 	TTL           time.Duration // 0: the effect does not expire
+	// OutsideLease, when set, records that the lease does not grant this
+	// kind, target and class, and what it lacks (at most 512 bytes): the
+	// effect is proposed only to wait on a human (Effect.AwaitsHuman).
+	OutsideLease string
 	// Prepare, when set, also prepares the new effect in the same
 	// transaction, exactly as PrepareEffect would next (proposed →
 	// prepared, version vector captured): the proposal is recorded
@@ -279,7 +283,16 @@ type Effect struct {
 	CommitIntentAt *time.Time
 	OutcomeAt      *time.Time
 	Receipt        json.RawMessage
+	// OutsideLease, when set, is what the episode's lease lacks for this
+	// effect (Proposal.OutsideLease): it waits on a human whatever its
+	// class, and only its approved Action lifts the grant.
+	OutsideLease string
 }
+
+// AwaitsHuman says whether e crosses the horizon only with a human's
+// approval of its exact revision: a class 4 effect, or one outside its
+// lease.
+func (e Effect) AwaitsHuman() bool { return e.Class == 4 || e.OutsideLease != "" }
 
 // Decision kinds and verdicts.
 const (

@@ -18,7 +18,12 @@ type Request struct {
 	Path string
 	// Executable: the effect leaves Path an executable file that was not
 	// one before (a new 100755 file or a mode change to it).
-	Executable    bool
+	Executable bool
+	// GrantLifted: the effect is outside the lease (store.Effect.
+	// OutsideLease) and may cross only with a human's approval of it, which
+	// the commit horizon requires apart: the grant (and its refs) is not
+	// asked; the ceiling, paths and budgets are.
+	GrantLifted   bool
 	Bytes         int64 // payload size of this effect
 	Spent         int64 // bytes of brokered effects already made under the lease
 	RecentEffects int64 // brokered effects made in the last minute
@@ -82,7 +87,7 @@ func (c *Capability) Check(r *Request) Reason {
 	if r.Class > c.maxClass {
 		return DenyClass
 	}
-	if r.Class.Brokered() {
+	if r.Class.Brokered() && !r.GrantLifted {
 		g := c.grant(r.Target, r.Kind)
 		if g == nil || r.Class > g.MaxClass {
 			return DenyNoGrant

@@ -27,6 +27,10 @@ type Broker struct {
 	// DiskReserveBytes is the free space the payload store's and the
 	// repositories' filesystems keep; nil: the default, 0: none.
 	DiskReserveBytes *int `json:"disk_reserve_bytes"`
+	// EscalateOutsideLease puts a proposal its episode's lease does not
+	// grant to a human (broker.Config.EscalateOutsideLease) instead of
+	// refusing it. Off by default: the lease is a hard wall.
+	EscalateOutsideLease bool `json:"escalate_outside_lease"`
 }
 
 // Broker defaults.

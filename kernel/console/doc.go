@@ -1,8 +1,9 @@
 // Package console is the kernel's web console: a read-mostly page over
 // the operator API — the kernel's autonomy and faults, episodes with their
 // live timelines, effects with their decisions and patches, ledger
-// verification, and the Actions waiting for a human (class 4 effects
-// awaiting approval) with the exact operation each names and the exact
+// verification, and the Actions waiting for a human (class 4 effects, and
+// those outside their lease where escalated, awaiting approval; budget
+// holds) with the exact operation each names and the exact
 // command that approves it.
 //
 // Invariants:

@@ -205,9 +205,11 @@ func endInStore(ctx context.Context, st store.Store, req store.EndEpisode) error
 // way across the horizon (verification included).
 const harvestTimeout = 10 * time.Minute
 
-// harvest takes the exited worker's change and proposes it.
-func (e *Episode) harvest(ctx context.Context) Outcome {
-	ctx, cancel := context.WithTimeout(ctx, harvestTimeout)
+// harvest takes the exited worker's change and proposes it. Its steps
+// are bounded by harvestTimeout; a wait on the change's Action is bounded
+// by the episode's wall time instead (awaitAnswer).
+func (e *Episode) harvest(parent context.Context) Outcome {
+	ctx, cancel := context.WithTimeout(parent, harvestTimeout)
 	defer cancel()
 	h := e.spec.Harvest
 	failed := func(format string, args ...any) Outcome {
@@ -268,7 +270,7 @@ func (e *Episode) harvest(ctx context.Context) Outcome {
 	if len(ch.Patch) == 0 {
 		o = Outcome{Kind: OutcomeNothing}
 	} else {
-		o = e.propose(ctx, h, ch.Patch)
+		o = e.propose(ctx, parent, h, ch.Patch)
 	}
 	o.Ignored, o.IgnoredSample = ch.Ignored.Count, ch.Ignored.Sample
 	return o
@@ -340,8 +342,10 @@ func (e *Episode) harvested(ctx context.Context) (Outcome, bool, error) {
 // (verification and the sensors when configured) and Commit (the whole
 // commit check) — under the episode's current epoch and lease. It calls
 // them directly rather than through the socket dispatch so a denial keeps
-// its reason (the wire form keeps only the catalogue code).
-func (e *Episode) propose(ctx context.Context, h *HarvestSpec, patch []byte) Outcome {
+// its reason (the wire form keeps only the catalogue code). A change that
+// waits on a human (a class 4 target, or one outside the lease under
+// escalate_outside_lease) waits for its Action's answer, under parent.
+func (e *Episode) propose(ctx, parent context.Context, h *HarvestSpec, patch []byte) Outcome {
 	t := map[string]any{"base_oid": e.spec.BaseOID, "ref": h.Ref, "message": commitMessage(e.spec.OriginIntent, e.id)}
 	if h.Create {
 		t["create"] = true
@@ -372,11 +376,20 @@ func (e *Episode) propose(ctx context.Context, h *HarvestSpec, patch []byte) Out
 	if eff, err = b.Evaluate(ctx, eff, eff.Revision, epoch, nil); err != nil {
 		return denied("evaluate", id, err)
 	}
+	if eff.State == store.Evaluating && eff.AwaitsHuman() {
+		var o *Outcome
+		if eff, o = e.awaitAnswer(parent, eff); o != nil {
+			return *o
+		}
+		// The answer may have come long after the harvest began: its
+		// commit has its own bound.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(parent, harvestTimeout)
+		defer cancel()
+	}
 	if eff.State != store.Ready {
-		// A class 4 target waits for a human approval the harvest cannot
-		// give: the change stays unlanded.
 		return Outcome{Kind: OutcomeDenied, Code: string(protocol.CodeApprovalRequired), Effect: eff.ID.String(),
-			Reason: "evaluate: the effect awaits a human approval"}
+			Reason: "evaluate: the effect is " + string(eff.State)}
 	}
 	if why := e.semanticDenial(ctx, eff); why != "" {
 		// The commit would be refused for it (and the slow loop may have
@@ -392,6 +405,63 @@ func (e *Episode) propose(ctx context.Context, h *HarvestSpec, patch []byte) Out
 	}
 	_ = json.Unmarshal(eff.Receipt, &receipt)
 	return Outcome{Kind: OutcomeLanded, Ref: receipt.Ref, Commit: receipt.OID, Effect: eff.ID.String()}
+}
+
+// awaitAnswer waits, parked, for the answer to the Action of the
+// harvest's change eff: the worker has exited, so there is nothing to
+// freeze, and the episode's wall time bounds the wait (its timer is not
+// read while the harvest runs). It returns the effect once approved, or
+// the outcome of any other answer — denied, dismissed, superseded — or of
+// no answer in time. An answer through any kernel counts: it is read from
+// the store.
+func (e *Episode) awaitAnswer(parent context.Context, eff store.Effect) (store.Effect, *Outcome) {
+	ctx := parent
+	if w := e.k.wallTime(e.spec); w > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, e.started.Add(w))
+		defer cancel()
+	}
+	e.mu.Lock()
+	e.parked = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.parked = false
+		e.mu.Unlock()
+	}()
+	e.log.Info("parked: the harvest's change waits on its Action", "effect", eff.ID, "revision", eff.Revision)
+	unanswered := func(why string) *Outcome {
+		return &Outcome{Kind: OutcomeDenied, Code: string(protocol.CodeApprovalRequired), Effect: eff.ID.String(), Reason: "evaluate: " + why}
+	}
+	t := time.NewTicker(parkPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if parent.Err() != nil {
+				return eff, &Outcome{Kind: OutcomeFailed, Effect: eff.ID.String(), Reason: "the kernel stopped while the change's Action waited"}
+			}
+			return eff, unanswered("no answer to its Action within the episode's wall time")
+		case <-t.C:
+		}
+		a, err := e.k.cfg.Store.ActionFor(ctx, eff.ID, eff.Revision, eff.Epoch)
+		if err != nil || a.State == store.ActionPending {
+			continue
+		}
+		e.log.Info("resumed: the harvest's Action was answered", "effect", eff.ID, "action_state", a.State)
+		switch a.State {
+		case store.ActionApproved:
+			got, err := e.k.cfg.Store.Effect(ctx, eff.ID)
+			if err != nil {
+				return eff, &Outcome{Kind: OutcomeFailed, Effect: eff.ID.String(), Reason: fmt.Sprintf("reading the approved effect: %v", err)}
+			}
+			return got, nil
+		case store.ActionDenied:
+			return eff, &Outcome{Kind: OutcomeDenied, Code: string(protocol.CodeForbidden), Effect: eff.ID.String(),
+				Reason: "evaluate: a human denied the change"}
+		}
+		return eff, unanswered("its Action was " + string(a.State))
+	}
 }
 
 // semanticDenial is why the slow loop's decision on eff's revision

@@ -2,6 +2,7 @@ package episode_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -519,5 +520,81 @@ except OSError: pass`), episode.OutcomeDenied, "FIFO"},
 	}
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Fatal("worker-planted code ran on the host")
+	}
+}
+
+// TestHarvestWaitsOnItsAction (issue 25 §2): a harvest the lease does not
+// grant (its git_commit target outside the policy, under
+// escalate_outside_lease) is not ended denied: its change waits on an
+// Action naming it exactly, the episode parked, and the operator's answer
+// decides. Denied, the episode ends denied and nothing lands; approved,
+// the change lands on main.
+func TestHarvestWaitsOnItsAction(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	_, opKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := harvestRig(t, ctx, "harvest_action", withBroker(func(r *rig, bc *broker.Config) {
+		bc.DecisionKeys = map[string]ed25519.PublicKey{"operator": opKey.Public().(ed25519.PublicKey)}
+		bc.EscalateOutsideLease = true
+	}))
+	// The policy grants git_commit on another target only.
+	grant := authority.Spec{MaxClass: 3, Grants: []authority.Grant{{Target: "elsewhere", Kind: "git_commit", MaxClass: 3}},
+		Allow: []string{"**"}, Forbid: []string{"tests/**"}, Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 24, EffectsPerMinute: 60}}
+	answer := func(verdict string) (*episode.Episode, store.Effect) {
+		spec := r.harvestSpec(harvestFix)
+		spec.Policy, spec.Envelope = signPolicy(grant), grant
+		e, err := r.k.Start(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var waiting store.Effect
+		for waiting.ID == [16]byte{} || !e.Status().Parked {
+			if ctx.Err() != nil || e.Status().State.Final() {
+				t.Fatalf("the harvest's change did not come to wait on its Action: %+v", e.Status())
+			}
+			time.Sleep(100 * time.Millisecond)
+			effs, err := r.st.ListEffects(ctx, e.ID(), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range effs {
+				if f.Kind == "git_commit" && f.State == store.Evaluating && f.OutsideLease != "" {
+					waiting = f
+				}
+			}
+		}
+		a, err := r.st.ActionFor(ctx, waiting.ID, waiting.Revision, waiting.Epoch)
+		if err != nil || !a.Binds(waiting) || !strings.Contains(a.Reason, "no grant of git_commit on repo") {
+			t.Fatalf("the change's Action: %+v, %v", a, err)
+		}
+		time.Sleep(2 * time.Second)
+		if s := e.Status(); s.State.Final() || !s.Parked {
+			t.Fatalf("the episode did not wait for the answer: %+v", s)
+		}
+		sig, err := broker.SignApproval(opKey, "operator", broker.ApprovalFor(waiting, verdict))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.b.Approve(ctx, waiting.ID, sig); err != nil {
+			t.Fatal(err)
+		}
+		return e, waiting
+	}
+
+	e, _ := answer(store.VerdictDeny)
+	if o := r.ended(t, ctx, e, episode.OutcomeDenied); !strings.Contains(o.Reason, "a human denied") {
+		t.Fatalf("outcome %+v", o)
+	}
+	if head := testbed.Git(t, r.repo, "rev-parse", "refs/heads/main"); head != r.base {
+		t.Fatalf("main moved to %s on a denied change", head)
+	}
+
+	e, waiting := answer(store.VerdictAllow)
+	o := r.ended(t, ctx, e, episode.OutcomeLanded)
+	if head := testbed.Git(t, r.repo, "rev-parse", "refs/heads/main"); o.Commit != head || head == r.base || o.Effect != waiting.ID.String() {
+		t.Fatalf("outcome %+v, main at %s", o, head)
 	}
 }

@@ -17,14 +17,14 @@ import (
 	"github.com/autonomic-kernel/autonomic/store"
 )
 
-// parkWorker proposes a class 4 artifact, evaluates it, and then tries
+// parkWorker proposes an artifact on TARGET, evaluates it, and then tries
 // its commit every tenth of a second until it lands, counting the tries.
 const parkWorker = `
 set -u
 E=` + effectClient + `
 pick() { [[ $1 =~ \"$2\":\"?([^\",}]+) ]] && echo "${BASH_REMATCH[1]}"; }
 printf 'v1' > /tmp/artifact
-p=$($E prepare -kind artifact -target-id releases -target '{"name":"v1.bin"}' -payload /tmp/artifact) || { echo "PREPARE-FAILED $p"; exit 1; }
+p=$($E prepare -kind artifact -target-id $TARGET -target '{"name":"v1.bin"}' -payload /tmp/artifact) || { echo "PREPARE-FAILED $p"; exit 1; }
 id=$(pick "$p" id); rev=$(pick "$p" revision)
 $E evaluate -effect "$id" -revision "$rev" >/dev/null || { echo EVALUATE-REFUSED; exit 1; }
 n=0
@@ -42,6 +42,21 @@ echo COMMITTED
 // the worker polls nothing — and resumes when the operator answers: the
 // worker's first commit after the answer lands.
 func TestEpisodeParksWhileItsActionWaits(t *testing.T) {
+	parkAndResume(t, "releases", false)
+}
+
+// TestEffectOutsideLeaseParksItsEpisode (issue 25 §2): under
+// escalate_outside_lease, a worker's proposal its lease does not grant (a
+// class 3 artifact target outside it) passes the slow loop's lease
+// reading with the grant lifted, waits on its Action with the episode
+// parked, and lands once the operator approves it.
+func TestEffectOutsideLeaseParksItsEpisode(t *testing.T) {
+	parkAndResume(t, "drafts", true)
+}
+
+// parkAndResume runs parkWorker on target under a lease granting
+// artifacts on "releases" (class 4) only; "drafts" is class 3.
+func parkAndResume(t *testing.T, target string, escalate bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, opKey, err := ed25519.GenerateKey(nil)
@@ -50,13 +65,15 @@ func TestEpisodeParksWhileItsActionWaits(t *testing.T) {
 	}
 	pub := t.TempDir()
 	r := newRig(t, ctx, "episode_park", withBroker(func(r *rig, bc *broker.Config) {
-		bc.Adapters = append(bc.Adapters, r.gov.Wrap(&broker.Artifact{Targets: map[string]broker.ArtifactTarget{"releases": {Dir: pub}}}))
+		bc.Adapters = append(bc.Adapters, r.gov.Wrap(&broker.Artifact{Targets: map[string]broker.ArtifactTarget{
+			"releases": {Dir: pub}, "drafts": {Dir: pub, Class: 3}}}))
 		bc.DecisionKeys = map[string]ed25519.PublicKey{"operator": opKey.Public().(ed25519.PublicKey)}
+		bc.EscalateOutsideLease = escalate
 	}))
 	grant := authority.Spec{MaxClass: 4, Grants: []authority.Grant{{Target: "releases", Kind: "artifact", MaxClass: 4}},
 		Allow: []string{"**"}, Budget: authority.Budget{BytesPerEffect: 1 << 20, BytesTotal: 1 << 24, EffectsPerMinute: 600}}
 	spec := r.spec(nil)
-	spec.Argv = []string{"/bin/bash", "-c", parkWorker}
+	spec.Argv = []string{"/bin/bash", "-c", "TARGET=" + target + "\n" + parkWorker}
 	spec.Policy, spec.Envelope, spec.Repair = signPolicy(grant), grant, nil
 	e, err := r.k.Start(ctx, spec)
 	if err != nil {
@@ -70,7 +87,7 @@ func TestEpisodeParksWhileItsActionWaits(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, f := range effs {
-			if f.Class == 4 && f.State == store.Evaluating {
+			if f.AwaitsHuman() && f.State == store.Evaluating {
 				waiting = f
 			}
 		}

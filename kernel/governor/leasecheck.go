@@ -33,7 +33,7 @@ func LeaseCheckWith(verdict func(episodeID uuid.UUID) authority.Verdict) broker.
 			touches[i] = authority.Touch{Path: t.Path, Executable: t.Executable}
 		}
 		r := authority.Request{Class: authority.Class(q.Class), Kind: q.Kind, Target: q.TargetID, Ref: q.Ref, Bytes: q.Bytes,
-			Spent: q.Spent.Bytes, RecentEffects: q.Spent.LastMinute}
+			Spent: q.Spent.Bytes, RecentEffects: q.Spent.LastMinute, GrantLifted: q.OutsideLease}
 		return authority.CheckCommit(q.Lease, verdict(q.EpisodeID), r, touches).Err()
 	}
 }

@@ -113,7 +113,7 @@ func (e *Record) containForbiddenWrites(eff store.Effect, payload []byte) {
 	paths, _ := patchPaths(payload)
 	lease := e.ep.Lease()
 	req := authority.Request{Class: authority.Class(eff.Class), Kind: eff.Kind, Target: eff.TargetID, Ref: broker.EffectRef(eff.Target),
-		Bytes: int64(len(payload))}
+		GrantLifted: eff.OutsideLease != "", Bytes: int64(len(payload))}
 	for _, p := range paths {
 		req.Path = p
 		if lease.Check(&req) == authority.DenyPathForbidden {
@@ -193,7 +193,7 @@ func (e *Record) semantic(ctx context.Context, eff store.Effect, payload []byte,
 	// The durable spend as of now: the commit horizon reads it again under
 	// its locks and decides; here it lets the evaluation say so early.
 	req := authority.Request{Class: class, Kind: eff.Kind, Target: eff.TargetID, Ref: broker.EffectRef(eff.Target), Bytes: int64(len(payload)),
-		Spent: spent.Bytes, RecentEffects: spent.LastMinute}
+		Spent: spent.Bytes, RecentEffects: spent.LastMinute, GrantLifted: eff.OutsideLease != ""}
 	leaseDenial := "" // the first thing the lease refused, if any
 	if r := lease.Check(&req); r == authority.Allowed {
 		signals = append(signals, authority.Signal{Source: authority.SourcePolicy, Grant: true, Code: "lease"})

@@ -185,7 +185,7 @@ func New(a API) *sdk.Server {
 			}
 			return wrap(map[string]any{"effect_id": v.EffectID, "state": v.State, "patch": string(b)}, nil)
 		})
-	sdk.AddTool(s, &sdk.Tool{Name: "actions_list", Description: "Decisions waiting for a human: class 4 effects at the horizon, each one exact operation " +
+	sdk.AddTool(s, &sdk.Tool{Name: "actions_list", Description: "Decisions waiting for a human: class 4 effects at the horizon (and, where escalated, effects outside their lease), each one exact operation " +
 		"(effect, revision, epoch, payload digest, kind, target) with the command an operator runs to sign its approval. No tool approves."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, in ListIn) (*sdk.CallToolResult, any, error) {
 			n, err := limit(in.Limit)

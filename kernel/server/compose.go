@@ -205,12 +205,13 @@ func compose(cfg *config.Config, st store.Store, log hclog.Logger, hooks Hooks) 
 		// speculation_ms is the window between prepare and the commit
 		// horizon: an effect not committed within it expires, so a worker
 		// cannot bank an old evaluation for later.
-		EffectTTL: time.Duration(cfg.SpeculationMSValue()) * time.Millisecond, Quota: brokerQuota(cfg.Broker)}
+		EffectTTL: time.Duration(cfg.SpeculationMSValue()) * time.Millisecond, Quota: brokerQuota(cfg.Broker),
+		EscalateOutsideLease: cfg.Broker.EscalateOutsideLease}
 	// The slow loop (the rule bank, Decide) weighs every class 3+ effect;
 	// verification is its first step only when automatic_verification is on.
 	bc.Verifier = gov.Evaluate
 	bc.Hooks = hooks.Broker
-	// A class 4 effect waiting on its human parks its episode; the
+	// An effect waiting on its human parks its episode; the
 	// controller is made after the broker it drives.
 	var park atomic.Pointer[episode.Controller]
 	bc.AwaitingHuman = func(e store.Effect) {
