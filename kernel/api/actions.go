@@ -37,6 +37,11 @@ type Action struct {
 	// project's emergency reserve once, denying it cancels the task.
 	Task    *TaskView `json:"task,omitempty"`
 	Command string    `json:"command,omitempty"`
+	// Evidence (action show only): the decisions recorded on the exact
+	// revision the Action names — verification, the semantic bank's
+	// readings and what the lease refused — beside Reason, the rule that
+	// fired. A git_commit's diff is `autonomic episode patch`.
+	Evidence []DecisionView `json:"evidence,omitempty"`
 }
 
 // ApproveCommand is the command that signs and records the approval of
@@ -127,7 +132,21 @@ func (s *Server) action(ctx context.Context, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.actionView(ctx, a)
+	v, err := s.actionView(ctx, a)
+	if err != nil || a.TaskID != nil {
+		return v, err
+	}
+	ds, err := s.cfg.Store.Decisions(ctx, a.EffectID)
+	if err != nil {
+		return nil, err
+	}
+	v.Evidence = []DecisionView{}
+	for _, d := range ds {
+		if d.Revision == a.Revision && d.Epoch == a.Epoch && d.Kind != store.DecisionHuman {
+			v.Evidence = append(v.Evidence, decisionView(d))
+		}
+	}
+	return v, nil
 }
 
 // SnoozeRequest is POST /v1/actions/{id}/snooze's body.

@@ -495,8 +495,7 @@ func (s *Server) effect(ctx context.Context, r *http.Request) (any, error) {
 	v := effectView(e)
 	v.Decisions = []DecisionView{}
 	for _, d := range ds {
-		v.Decisions = append(v.Decisions, DecisionView{Revision: d.Revision, Epoch: d.Epoch, Kind: d.Kind, Verdict: d.Verdict,
-			KeyID: d.KeyID, Body: d.Body, At: d.CreatedAt})
+		v.Decisions = append(v.Decisions, decisionView(d))
 	}
 	return v, nil
 }

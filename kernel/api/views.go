@@ -70,6 +70,9 @@ type EffectView struct {
 	CommitIntentAt *time.Time           `json:"commit_intent_at,omitempty"`
 	OutcomeAt      *time.Time           `json:"outcome_at,omitempty"`
 	Receipt        json.RawMessage      `json:"receipt,omitempty"`
+	// OutsideLease is what the lease lacks for an effect proposed outside
+	// it (broker.escalate_outside_lease), which waits on a human.
+	OutsideLease string `json:"outside_lease,omitempty"`
 	// Decisions (effect show only): every decision on the effect, all
 	// revisions — verification, the semantic bank's readings with the
 	// sensor's identity, human approvals (their signed bytes stay in the
@@ -142,12 +145,16 @@ type DecisionView struct {
 	At       time.Time       `json:"at"`
 }
 
+func decisionView(d store.Decision) DecisionView {
+	return DecisionView{Revision: d.Revision, Epoch: d.Epoch, Kind: d.Kind, Verdict: d.Verdict, KeyID: d.KeyID, Body: d.Body, At: d.CreatedAt}
+}
+
 func effectView(e store.Effect) EffectView {
 	return EffectView{ID: e.ID.String(), EpisodeID: e.EpisodeID.String(), LeaseID: e.LeaseID.String(), Kind: e.Kind,
 		Class: e.Class, State: string(e.State), Revision: e.Revision, Epoch: e.Epoch, TargetID: e.TargetID,
 		Target: e.Target, PayloadDigest: e.PayloadDigest, VersionVector: e.VersionVector, ExpiresAt: e.ExpiresAt,
 		CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt, CommitIntentAt: e.CommitIntentAt, OutcomeAt: e.OutcomeAt,
-		Receipt: e.Receipt}
+		Receipt: e.Receipt, OutsideLease: e.OutsideLease}
 }
 
 func eventView(e ledger.Entry) EventView {

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"cmp"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -141,8 +145,81 @@ func actionCmd(args []string, stdout, stderr io.Writer) int {
 	if out.SnoozedUntil != nil {
 		fmt.Fprintf(stdout, "snoozed until %s\n", out.SnoozedUntil.Format(time.RFC3339))
 	}
+	if verb == "show" {
+		var patch []byte
+		if out.Effect.Kind == "git_commit" {
+			// The exact change the Action names; its paths only.
+			if p, err := c.Patch(ctx, out.Effect.ID); err == nil {
+				patch, _ = base64.StdEncoding.DecodeString(p.PatchB64)
+			}
+		}
+		printEvidence(stdout, out, patch)
+	}
 	if out.Command != "" && verb == "show" {
 		fmt.Fprintf(stdout, "approve: %s\n", out.Command)
 	}
 	return 0
 }
+
+// printEvidence prints why the Action was opened and the decisions
+// recorded on the revision it names: verification, and the semantic
+// bank's verdict with what the lease refused and each reading above low.
+// Every text is quoted (strconv.QuoteToASCII): a reason may carry what a
+// worker chose, and no control character reaches the terminal.
+func printEvidence(w io.Writer, a api.Action, patch []byte) {
+	q := strconv.QuoteToASCII
+	fmt.Fprintf(w, "why: %s\n", q(a.Reason))
+	for _, d := range a.Evidence {
+		var b struct {
+			Reason      string `json:"reason"`
+			Rule        string `json:"rule"`
+			Decider     string `json:"decider"`
+			LeaseDenied string `json:"lease_denied"`
+			Readings    []struct {
+				Observations []map[string]string `json:"observations"`
+			} `json:"readings"`
+		}
+		_ = json.Unmarshal(d.Body, &b)
+		switch d.Kind {
+		case store.DecisionSemantic:
+			fmt.Fprintf(w, "semantic: %s (decided by %s)", d.Verdict, q(b.Decider))
+			if b.LeaseDenied != "" {
+				fmt.Fprintf(w, ", the lease refused %s", q(b.LeaseDenied))
+			}
+			fmt.Fprintln(w)
+			for _, r := range b.Readings {
+				for _, o := range r.Observations {
+					if o["level"] != "low" {
+						fmt.Fprintf(w, "  sensor %s: %s, %s\n", q(o["sensor"]), q(o["level"]), q(o["reason"]))
+					}
+				}
+			}
+		default:
+			fmt.Fprintf(w, "%s: %s %s\n", d.Kind, d.Verdict, q(cmp.Or(b.Reason, b.Rule)))
+		}
+	}
+	if a.Effect.Kind != "git_commit" {
+		return
+	}
+	if patch == nil {
+		fmt.Fprintln(w, "the change: its patch is no longer stored")
+		return
+	}
+	var files []string
+	for _, line := range strings.Split(string(patch), "\n") {
+		if path, ok := strings.CutPrefix(line, "diff --git "); ok {
+			files = append(files, path)
+		}
+	}
+	fmt.Fprintf(w, "the change: %d bytes of patch, %d files (autonomic episode patch %s prints it)\n", len(patch), len(files), a.Episode.ID)
+	for i, f := range files {
+		if i == maxEvidencePaths {
+			fmt.Fprintf(w, "  and %d more\n", len(files)-i)
+			break
+		}
+		fmt.Fprintf(w, "  %s\n", q(f))
+	}
+}
+
+// maxEvidencePaths bounds the paths action show lists.
+const maxEvidencePaths = 50

@@ -19,6 +19,7 @@ import (
 	"github.com/autonomic-kernel/autonomic/kernel/server/servertest"
 	"github.com/autonomic-kernel/autonomic/protocol"
 	"github.com/autonomic-kernel/autonomic/store"
+	"github.com/google/uuid"
 )
 
 // TestApproveSignsExactlyOneRevision: keygen, then approve; the signature
@@ -116,8 +117,8 @@ func TestApproveThroughTheKernel(t *testing.T) {
 	if out := approve(0, "--key", keyFile, "--key-id", "operator"); !strings.Contains(out, "now ready") {
 		t.Fatalf("second approval: %s", out)
 	}
-	if ds, _ := st.Decisions(ctx, eff.ID); len(ds) != 1 {
-		t.Fatalf("%d decisions after a replayed approval, want 1", len(ds))
+	if n := humanDecisions(t, st, eff.ID); n != 1 {
+		t.Fatalf("%d human decisions after a replayed approval, want 1", n)
 	}
 	if out := approve(1, "--key", keyFile, "--key-id", "operator", "--decision", "deny"); !strings.Contains(out, "illegal_transition") {
 		t.Fatalf("a deny after the approval: %s", out)
@@ -185,6 +186,14 @@ func awaitingKernel(t *testing.T, ctx context.Context, db string) approvalKernel
 	if eff, err = st.Transition(ctx, store.Transition{EffectID: eff.ID, Revision: 1, Epoch: 1, To: store.Evaluating}); err != nil {
 		t.Fatal(err)
 	}
+	// The slow loop's reading of it, which action show gives as evidence;
+	// a reason carrying an escape sequence, as a worker's text might.
+	sem := `{"decider":"bank","lease_denied":"","readings":[{"observations":[` +
+		`{"sensor":"authority_escalation","level":"high","reason":"repeated_denials \u001b[31m"},{"sensor":"scope_drift","level":"low","reason":"in_scope"}]}]}`
+	if _, err := st.RecordDecision(ctx, store.NewDecision{EffectID: eff.ID, Revision: 1, Epoch: 1, Kind: store.DecisionSemantic,
+		Verdict: store.VerdictAllow, Body: []byte(sem)}); err != nil {
+		t.Fatal(err)
+	}
 	if err := st.ReleaseOwnership(ctx, ep.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -216,8 +225,17 @@ func TestActionCommands(t *testing.T) {
 	if a.Effect.ID != k.eff.ID.String() || a.Revision != k.eff.Revision || a.Digest != k.eff.PayloadDigest || a.State != "pending" {
 		t.Fatalf("the action does not name the effect: %+v", a)
 	}
-	if out := cmd(0, "show", a.ID); !strings.Contains(out, "autonomic action approve "+a.ID) {
-		t.Fatalf("action show: %s", out)
+	// show gives the evidence: why, and the decisions on that revision,
+	// every text quoted (no escape sequence reaches the terminal).
+	out := cmd(0, "show", a.ID)
+	for _, want := range []string{"autonomic action approve " + a.ID, `why: "a class 4 effect awaits a human approval"`,
+		`semantic: allow (decided by "bank")`, `sensor "authority_escalation": "high", "repeated_denials \x1b[31m"`} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("action show lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b") || strings.Contains(out, "scope_drift") {
+		t.Fatalf("action show printed an escape or a low reading:\n%s", out)
 	}
 	if out := cmd(1, "approve", a.ID, "--key", k.strangerFile, "--key-id", "operator"); !strings.Contains(out, "approval_invalid") {
 		t.Fatalf("wrong key: %s", out)
@@ -228,8 +246,8 @@ func TestActionCommands(t *testing.T) {
 	if e, _ := k.st.Effect(ctx, k.eff.ID); e.State != store.Ready {
 		t.Fatalf("after approval: %s", e.State)
 	}
-	if ds, _ := k.st.Decisions(ctx, k.eff.ID); len(ds) != 1 {
-		t.Fatalf("%d decisions", len(ds))
+	if n := humanDecisions(t, k.st, k.eff.ID); n != 1 {
+		t.Fatalf("%d human decisions", n)
 	}
 	if out := cmd(0, "list"); strings.Contains(out, a.ID) {
 		t.Fatalf("the approved action is still open:\n%s", out)
@@ -237,4 +255,20 @@ func TestActionCommands(t *testing.T) {
 	if out := cmd(1, "dismiss", a.ID, "--feedback", "wrong_call"); !strings.Contains(out, "illegal_transition") {
 		t.Fatalf("dismissing an approved action: %s", out)
 	}
+}
+
+// humanDecisions counts the human decisions recorded on effect id.
+func humanDecisions(t *testing.T, st *store.Postgres, id uuid.UUID) int {
+	t.Helper()
+	ds, err := st.Decisions(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range ds {
+		if d.Kind == store.DecisionHuman {
+			n++
+		}
+	}
+	return n
 }
