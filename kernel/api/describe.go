@@ -74,6 +74,20 @@ func DescribeEvent(kind string, body json.RawMessage) string {
 			s += ": " + quoted(r.String())
 		}
 		return s
+	case "action_opened":
+		// The full id: the operator answers it.
+		return fmt.Sprintf("waiting on a human: action %s, %s on %s: %s (autonomic action show %s)", str("action_id"), str("kind"),
+			quoted(str("target_id")), quoted(str("reason")), str("action_id"))
+	case "action_resolved":
+		s := fmt.Sprintf("action %s answered: %s", short("action_id"), str("state"))
+		if k := str("key_id"); k != "" {
+			s += " (key " + quoted(k) + ")"
+		}
+		return s
+	case "action_dismissed":
+		return fmt.Sprintf("action %s dismissed: %s", short("action_id"), str("feedback"))
+	case "action_snoozed":
+		return fmt.Sprintf("action %s snoozed until %s", short("action_id"), str("until"))
 	case "decision_recorded":
 		return fmt.Sprintf("decision on effect %s: %s by %s", short("effect_id"), str("verdict"), str("kind"))
 	case "episode_ended":

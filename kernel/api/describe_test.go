@@ -18,6 +18,9 @@ func TestTimelineReadsAsWords(t *testing.T) {
 		{"episode_ended", `{"state":"completed","reason":"{\"outcome\":\"landed\",\"ref\":\"refs/heads/agent/codex/1\"}"}`, "episode ended completed: landed on refs/heads/agent/codex/1"},
 		{"episode_ended", `{"state":"aborted","reason":"operator uid 0: \u001b]0;pwned\u0007"}`, `episode ended aborted: "operator uid 0: \x1b]0;pwned\a"`},
 		{"inference_budget_set", `{"max_tokens":4000000,"max_spend_micro_usd":20000000}`, "inference budget: 4000000 tokens, $20.00"},
+		{"action_opened", `{"action_id":"01a2b3c4-bbbb","kind":"git_commit","target_id":"calc","reason":"outside the lease: no grant of git_commit on calc at class 3"}`,
+			`waiting on a human: action 01a2b3c4-bbbb, git_commit on calc: "outside the lease: no grant of git_commit on calc at class 3" (autonomic action show 01a2b3c4-bbbb)`},
+		{"action_resolved", `{"action_id":"01a2b3c4-bbbb","state":"approved","key_id":"ops-1"}`, "action 01a2b3c4 answered: approved (key ops-1)"},
 		{"unknown_kind", `{"a": 1}`, `{"a": 1}`},
 	} {
 		got := DescribeEvent(c.kind, []byte(c.body))
