@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -297,9 +298,15 @@ func TestActionsAreBounded(t *testing.T) {
 	// A prepared effect whose id the waiting rows borrow (each another
 	// revision of it, so each is its own pending Action).
 	filler := mustOK(t, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "f.bin"}, []byte("f"))))
+	// They wait in another episode, so this one's own bound is not what
+	// refuses.
+	others, err := e.store.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"intent":"others"}`), PolicyVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	adminExec(t, e, `INSERT INTO actions (id, episode_id, effect_id, revision, epoch, payload_digest, kind, target_id, target, reason,
 		priority, state, created_at) SELECT gen_random_uuid(), $1, $2, 100 + g, 1, $3, 'artifact', 'releases', '{}', 'filler', 0,
-		'pending', now() FROM generate_series(1, $4) g`, e.ep.ID, mustUUID(filler.ID), Digest([]byte("f")), store.MaxPendingActions-1)
+		'pending', now() FROM generate_series(1, $4) g`, others.ID, mustUUID(filler.ID), Digest([]byte("f")), store.MaxPendingActions-1)
 	last := mustOK(t, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "l.bin"}, []byte("l"))))
 	mustOK(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, last)))
 	over := mustOK(t, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": "o.bin"}, []byte("o"))))
@@ -316,4 +323,32 @@ func TestActionsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustOK(t, e.do(byEffectReq(e, protocol.WorkerEvaluate, over)))
+}
+
+// TestActionsAreBoundedPerEpisode: one episode's worker opens at most
+// store.MaxPendingActionsPerEpisode Actions; the next of its class 4
+// effects is refused at evaluate as effect_broker_saturated and stays
+// prepared, while another episode still opens its own.
+func TestActionsAreBoundedPerEpisode(t *testing.T) {
+	e, _ := artifactEnv(t)
+	ctx := ctxT(t)
+	evaluate := func(name string) *protocol.WorkerResponse {
+		p := mustOK(t, e.do(prepareReq(e, "artifact", "releases", map[string]string{"name": name}, []byte(name))))
+		return e.do(byEffectReq(e, protocol.WorkerEvaluate, p))
+	}
+	for i := range store.MaxPendingActionsPerEpisode {
+		mustOK(t, evaluate(fmt.Sprintf("p%d.bin", i)))
+	}
+	wantErr(t, evaluate("over.bin"), protocol.CodeEffectBrokerSaturated)
+	if open, err := e.store.Actions(ctx, e.ep.ID, false); err != nil || len(open) != store.MaxPendingActionsPerEpisode {
+		t.Fatalf("%d open actions, %v", len(open), err)
+	}
+	// Another episode, its own lease: not refused for this one's.
+	other, err := e.store.CreateEpisode(ctx, store.NewEpisode{Spec: []byte(`{"intent":"other"}`), PolicyVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ep = other
+	e.grant(1)
+	mustOK(t, evaluate("other.bin"))
 }

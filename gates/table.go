@@ -152,7 +152,7 @@ func Table() []Gate {
 		}, Scope: "one broker under concurrent load on this host"},
 		{Name: "class4_human_horizon", Proves: "class 4 (and, where escalated, what the lease does not grant) cannot cross without an exact signed approval", Tests: []Run{
 			{"./broker", []string{"TestClass4HumanHorizon", "TestActionThreeChecks", "TestReplayedApprovalMintsOnce", "TestActionSnoozeAndDismiss", "TestActionsAreBounded",
-				"TestEffectOutsideLeaseOpensAction"}},
+				"TestActionsAreBoundedPerEpisode", "TestEffectOutsideLeaseOpensAction"}},
 			{"./kernel/cmd/autonomic", []string{"TestActionCommands"}},
 			{"./kernel/episode", []string{"TestVerificationPerKindOnTheProductionPath", "TestEpisodeParksWhileItsActionWaits", "TestEffectOutsideLeaseParksItsEpisode",
 				"TestHarvestWaitsOnItsAction"}},

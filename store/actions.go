@@ -68,6 +68,11 @@ const priorityClass4 = 50
 // rather than a queue of decisions no one can read growing without end.
 const MaxPendingActions = 1000
 
+// MaxPendingActionsPerEpisode bounds the decisions one episode may have
+// waiting: its worker, however hostile, cannot fill the queue every other
+// episode's humans read (beyond, effect_broker_saturated, as above).
+const MaxPendingActionsPerEpisode = 16
+
 // Binds says whether a names exactly e as it stands.
 func (a *Action) Binds(e Effect) bool {
 	return a.EffectID == e.ID && a.EpisodeID == e.EpisodeID && a.Revision == e.Revision && a.Epoch == e.Epoch &&
@@ -142,12 +147,16 @@ func (m *mtx) openAction(e Effect, reason string) (*Action, error) {
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
 	}
-	var pending int
-	if err := m.tx.QueryRow(m.ctx, `SELECT count(*) FROM actions WHERE state = 'pending' AND effect_id IS DISTINCT FROM $1`, e.ID).Scan(&pending); err != nil {
+	var pending, mine int
+	if err := m.tx.QueryRow(m.ctx, `SELECT count(*), count(*) FILTER (WHERE episode_id = $2) FROM actions
+		WHERE state = 'pending' AND effect_id IS DISTINCT FROM $1`, e.ID, e.EpisodeID).Scan(&pending, &mine); err != nil {
 		return nil, err
 	}
 	if pending >= MaxPendingActions {
 		return nil, protocol.Errorf(protocol.CodeEffectBrokerSaturated, "%d decisions already wait for a human", pending)
+	}
+	if mine >= MaxPendingActionsPerEpisode {
+		return nil, protocol.Errorf(protocol.CodeEffectBrokerSaturated, "%d decisions of this episode already wait for a human", mine)
 	}
 	m.write(`UPDATE actions SET state = 'superseded', resolved_at = $2 WHERE effect_id = $1 AND state = 'pending'`, e.ID, m.now)
 	a = Action{ID: newID(), EpisodeID: e.EpisodeID, EffectID: e.ID, Revision: e.Revision, Epoch: e.Epoch, PayloadDigest: e.PayloadDigest,
