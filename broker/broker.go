@@ -138,21 +138,25 @@ type Capability struct {
 	MaxClass int    `json:"max_class"`
 }
 
-// errNoGrant marks grants' refusal of a readable lease: what
-// EscalateOutsideLease may put to a human.
-var errNoGrant = errors.New("no grant")
-
-func grants(raw json.RawMessage, kind, target string, class int) error {
+// grants reports whether the lease document raw grants kind on target at
+// class; err only when the document is unreadable.
+func grants(raw json.RawMessage, kind, target string, class int) (bool, error) {
 	var c Capabilities
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return protocol.Errorf(protocol.CodeForbidden, "lease capabilities unreadable")
+		return false, protocol.Errorf(protocol.CodeForbidden, "lease capabilities unreadable")
 	}
 	for _, g := range c.Effects {
 		if g.Kind == kind && (g.TargetID == target || g.TargetID == "*") && class <= g.MaxClass {
-			return nil
+			return true, nil
 		}
 	}
-	return fmt.Errorf("%w: %w", errNoGrant, protocol.Errorf(protocol.CodeForbidden, "lease does not grant %s on %s at class %d", kind, target, class))
+	return false, nil
+}
+
+// noGrant is what a lease lacks for kind on target at class: the refusal,
+// or, under EscalateOutsideLease, the effect's outside_lease.
+func noGrant(kind, target string, class int) string {
+	return fmt.Sprintf("no grant of %s on %s at class %d", kind, target, class)
 }
 
 // Handle answers one admitted request from the worker of episodeID. It is
@@ -422,15 +426,18 @@ func (b *Broker) fence(ctx context.Context, episodeID uuid.UUID, req *protocol.W
 	if err != nil {
 		return store.Lease{}, "", err
 	}
-	if err := grants(lease.Capabilities, req.Kind, req.TargetID, class); err != nil {
-		if !b.cfg.EscalateOutsideLease || !errors.Is(err, errNoGrant) {
-			return store.Lease{}, "", err
-		}
-		// The target is configured (its adapter gave the class), so the
-		// text is the operator's own words.
-		return lease, fmt.Sprintf("no grant of %s on %s at class %d", req.Kind, req.TargetID, class), nil
+	ok, err := grants(lease.Capabilities, req.Kind, req.TargetID, class)
+	switch {
+	case err != nil:
+		return store.Lease{}, "", err
+	case ok:
+		return lease, "", nil
+	case !b.cfg.EscalateOutsideLease:
+		return store.Lease{}, "", protocol.Errorf(protocol.CodeForbidden, "lease: %s", noGrant(req.Kind, req.TargetID, class))
 	}
-	return lease, "", nil
+	// The target is configured (its adapter gave the class), so the text
+	// is the operator's own words.
+	return lease, noGrant(req.Kind, req.TargetID, class), nil
 }
 
 // fenceLease is fence up to the grant: epoch, episode and lease.
@@ -594,8 +601,10 @@ func (b *Broker) commitCheck(a Adapter, ar *Request, touches []Touch) store.Comm
 		}
 		// An effect outside its lease passes here only to meet check 7,
 		// which wants its approved Action.
-		if err := grants(v.Lease.Capabilities, e.Kind, e.TargetID, e.Class); err != nil && e.OutsideLease == "" {
+		if ok, err := grants(v.Lease.Capabilities, e.Kind, e.TargetID, e.Class); err != nil {
 			return err
+		} else if !ok && e.OutsideLease == "" {
+			return protocol.Errorf(protocol.CodeForbidden, "lease: %s", noGrant(e.Kind, e.TargetID, e.Class))
 		}
 		_, regime := b.cfg.Trajectory(ctx, e.EpisodeID)
 		if max, ok := b.cfg.RegimeMaxClass[regime]; !ok || e.Class > max {

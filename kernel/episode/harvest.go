@@ -416,19 +416,13 @@ func (e *Episode) propose(ctx, parent context.Context, h *HarvestSpec, patch []b
 // the store.
 func (e *Episode) awaitAnswer(parent context.Context, eff store.Effect) (store.Effect, *Outcome) {
 	ctx := parent
-	if w := e.k.wallTime(e.spec); w > 0 {
+	if end, ok := e.wallDeadline(); ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, e.started.Add(w))
+		ctx, cancel = context.WithDeadline(ctx, end)
 		defer cancel()
 	}
-	e.mu.Lock()
-	e.parked = true
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		e.parked = false
-		e.mu.Unlock()
-	}()
+	e.setParked(true)
+	defer e.setParked(false)
 	e.log.Info("parked: the harvest's change waits on its Action", "effect", eff.ID, "revision", eff.Revision)
 	unanswered := func(why string) *Outcome {
 		return &Outcome{Kind: OutcomeDenied, Code: string(protocol.CodeApprovalRequired), Effect: eff.ID.String(), Reason: "evaluate: " + why}

@@ -36,11 +36,7 @@ func (e *Episode) park(eff store.Effect) {
 	gen, done := e.gen, e.done
 	e.mu.Unlock()
 	id := e.k.launcherID(e.id, gen)
-	unpark := func() {
-		e.mu.Lock()
-		e.parked = false
-		e.mu.Unlock()
-	}
+	unpark := func() { e.setParked(false) }
 	ctx := context.Background()
 	if _, err := e.k.cfg.Domains.Freeze(ctx, id); err != nil {
 		e.log.Warn("could not park the episode while its Action waits", "effect", eff.ID, "error", err)
@@ -76,4 +72,19 @@ func (e *Episode) park(eff store.Effect) {
 			return
 		}
 	}()
+}
+
+// setParked records whether the episode waits, parked, on an Action
+// (Status.Parked).
+func (e *Episode) setParked(p bool) {
+	e.mu.Lock()
+	e.parked = p
+	e.mu.Unlock()
+}
+
+// wallDeadline is when the episode's wall time ends; ok is false when it
+// has none.
+func (e *Episode) wallDeadline() (t time.Time, ok bool) {
+	w := e.k.wallTime(e.spec)
+	return e.started.Add(w), w > 0
 }

@@ -597,8 +597,8 @@ func (e *Episode) domain(ctx context.Context, checkpoint string, ready func(), s
 	ready()
 	started <- nil
 	var wall <-chan time.Time
-	if w := e.k.wallTime(e.spec); w > 0 {
-		t := time.NewTimer(time.Until(e.started.Add(w)))
+	if end, ok := e.wallDeadline(); ok {
+		t := time.NewTimer(time.Until(end))
 		defer t.Stop()
 		wall = t.C
 	}
