@@ -90,10 +90,7 @@ func TestTakeoverRestoresOnAnotherHost(t *testing.T) {
 		}
 		if v.EpisodeID != nil {
 			ep = *v.EpisodeID
-			err := db.QueryRow(ctx, `SELECT c.id FROM checkpoints c JOIN checkpoint_archives a ON a.digest = c.digest
-				JOIN effects f ON f.episode_id = c.episode_id AND f.state = 'committed' AND c.created_at > f.updated_at
-				WHERE c.episode_id = $1 AND c.stable ORDER BY c.created_at DESC LIMIT 1`, ep).Scan(&ckpt)
-			if err == nil {
+			if lastReplicated(ctx, db, ep, &ckpt) == nil {
 				break
 			}
 		}
@@ -101,6 +98,11 @@ func TestTakeoverRestoresOnAnotherHost(t *testing.T) {
 	}
 	a.kill()
 	killed := time.Now()
+	// Host A may have made (and replicated) a later stable checkpoint
+	// between that read and its death: the takeover restores the last one.
+	if err := lastReplicated(ctx, db, ep, &ckpt); err != nil {
+		t.Fatal(err)
+	}
 	b := r.start(t, ctx, "host-b")
 
 	// Host B drives the same episode in a new generation, no repair spent.
@@ -208,4 +210,12 @@ func TestTakeoverRestoresOnAnotherHost(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// lastReplicated reads into ckpt the episode's last stable checkpoint
+// taken after a committed effect whose archive is in the database.
+func lastReplicated(ctx context.Context, db *pgx.Conn, ep uuid.UUID, ckpt *uuid.UUID) error {
+	return db.QueryRow(ctx, `SELECT c.id FROM checkpoints c JOIN checkpoint_archives a ON a.digest = c.digest
+		JOIN effects f ON f.episode_id = c.episode_id AND f.state = 'committed' AND c.created_at > f.updated_at
+		WHERE c.episode_id = $1 AND c.stable ORDER BY c.created_at DESC LIMIT 1`, ep).Scan(ckpt)
 }
