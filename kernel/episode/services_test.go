@@ -150,17 +150,24 @@ func TestEpisodeServesItsRelayAndEgress(t *testing.T) {
 	}
 }
 
-// saturatingWorker holds the proxy's one slot with an open tunnel, then
-// makes more requests than refused hosts need to contain an episode: each
-// is refused effect_broker_saturated.
+// saturatingWorker holds the proxy's one slot with an open tunnel (a
+// CONNECT refused, say because the opening row could not be written in
+// time on a loaded host, is tried again: a freed slot would send the
+// requests upstream), then makes more requests than refused hosts need
+// to contain an episode: each is refused effect_broker_saturated. No
+// read waits unbounded, so the worker always reaches its end.
 const saturatingWorker = `
-exec 5<>/dev/tcp/127.0.0.1/8788
-printf 'CONNECT registry.npmjs.org:443 HTTP/1.1\r\nHost: registry.npmjs.org:443\r\n\r\n' >&5
-read -r status <&5; echo "TUNNEL $status"
+for try in $(seq 10); do
+  exec 5<>/dev/tcp/127.0.0.1/8788 || { sleep 1; continue; }
+  printf 'CONNECT registry.npmjs.org:443 HTTP/1.1\r\nHost: registry.npmjs.org:443\r\n\r\n' >&5
+  read -r -t 20 status <&5; echo "TUNNEL $status"
+  case "$status" in *" 200 "*) break;; esac
+  exec 5<&-; sleep 1
+done
 for i in $(seq 16); do
   exec 4<>/dev/tcp/127.0.0.1/8788 || continue
   printf 'GET http://registry.npmjs.org/is-number HTTP/1.1\r\nHost: registry.npmjs.org\r\nConnection: close\r\n\r\n' >&4
-  cat <&4 >/dev/null; exec 4<&-
+  timeout 10 cat <&4 >/dev/null; exec 4<&-
 done
 echo SATURATED
 sleep 120
@@ -184,24 +191,27 @@ func TestSaturationIsNotDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 	var saturated int
-	for saturated < 10 && ctx.Err() == nil {
+	var fetches []store.EgressFetch
+	for saturated < 10 && e.Status().State == episode.Running {
 		time.Sleep(200 * time.Millisecond)
-		fetches, err := r.st.EgressFetches(ctx, e.ID())
+		got, err := r.st.EgressFetches(ctx, e.ID())
 		if err != nil {
-			t.Fatal(err)
+			t.Errorf("reading the fetches: %v", err)
+			break
 		}
+		fetches = got
 		saturated = 0
 		for _, f := range fetches {
 			if f.Outcome == store.EgressRefused && f.Code == string(protocol.CodeEffectBrokerSaturated) {
 				saturated++
 			}
 		}
-		if e.Status().State != episode.Running {
-			break
-		}
 	}
 	time.Sleep(time.Second) // the fast loop hears every refusal
 	if st := e.Status(); st.State != episode.Running || saturated < 10 {
+		for _, f := range fetches {
+			t.Logf("fetch: %s %s %s %s %s %q", f.Kind, f.Method, f.Host, f.Outcome, f.Code, f.Reason)
+		}
 		t.Fatalf("after %d saturated refusals the episode is %s (%s), want still running", saturated, st.State, st.Why)
 	}
 	r.end(t, ctx, e, episode.Aborted, "test over")
