@@ -345,6 +345,42 @@ func (k *Controller) wallTime(spec Spec) time.Duration {
 	return w
 }
 
+// Drain waits, until ctx ends, for the episodes whose end is recorded to
+// let go of what they hold on this host — their checkpoint archives in
+// the launcher's store, their workspace and sockets — and reports whether
+// every one did. A kernel stopping (SIGTERM) right after an episode ended
+// calls it before it exits: nothing drives an ended episode again, so an
+// archive it still held would stay in the store for good (and keep an
+// evicted setup layer there). Episodes still running are left as they
+// are: the next kernel recovers them.
+func (k *Controller) Drain(ctx context.Context) bool {
+	for {
+		k.mu.Lock()
+		eps := make([]*Episode, 0, len(k.episodes))
+		for _, e := range k.episodes {
+			eps = append(eps, e)
+		}
+		k.mu.Unlock()
+		settling := 0
+		for _, e := range eps {
+			e.mu.Lock()
+			if e.closing || e.outcome != nil || e.state.Final() {
+				settling++
+			}
+			e.mu.Unlock()
+		}
+		if settling == 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			k.log.Warn("stopping before every ended episode let go of its host objects; their archives stay in the launcher's store", "episodes", settling)
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func (k *Controller) forget(id uuid.UUID) {
 	k.mu.Lock()
 	delete(k.episodes, id)

@@ -213,6 +213,10 @@ func withVerification(argv ...string) rigOpt {
 type crashable struct {
 	domain.ExecutionDomain
 	dead atomic.Bool
+	// releaseDelay (nanoseconds) slows every release down, and released
+	// counts those done: TestDrainLetsEndedEpisodesGo widens the window
+	// between an episode's recorded end and its archives going.
+	releaseDelay, released atomic.Int64
 
 	mu      sync.Mutex
 	running map[string]*domain.Running // by launcher id, as created
@@ -262,6 +266,8 @@ func (c *crashable) Release(ctx context.Context, id, digest string) (*protocol.C
 	if c.dead.Load() {
 		return nil, errKernelGone
 	}
+	time.Sleep(time.Duration(c.releaseDelay.Load()))
+	defer c.released.Add(1)
 	return c.ExecutionDomain.(*domain.Linux).Release(ctx, id, digest)
 }
 

@@ -144,8 +144,10 @@ func (e *Episode) finish(ctx context.Context, o Outcome) error {
 		return err
 	}
 	why := o.encode()
-	if err := endInStore(context.WithoutCancel(ctx), e.k.cfg.Store, store.EndEpisode{EpisodeID: e.id, Epoch: epoch,
-		State: to.storeState(), Reason: why}); err != nil {
+	if err := e.recordEnd(func() error {
+		return endInStore(context.WithoutCancel(ctx), e.k.cfg.Store, store.EndEpisode{EpisodeID: e.id, Epoch: epoch,
+			State: to.storeState(), Reason: why})
+	}); err != nil {
 		e.log.Error("the episode ended by itself but the store could not record it; the next kernel start settles it",
 			"outcome", string(o.Kind), "error", err)
 		return fmt.Errorf("episode: recording the end (%s): %w", o.Kind, err)

@@ -66,6 +66,7 @@ type Episode struct {
 	repairs   int
 	workspace bool
 	ending    bool // End is stopping the supervisor: do not suspend
+	closing   bool // its end is being recorded: Drain waits for it (recordEnd)
 	parked    bool // its domain is frozen while an Action waits (park.go)
 	ln        *net.UnixListener
 	lns       []*net.UnixListener // the relay's and the egress proxy's
@@ -827,7 +828,10 @@ func (e *Episode) containFinal(ctx context.Context, old *domain.Running, why str
 	if derr != nil {
 		return derr
 	}
-	if _, err := e.k.cfg.Store.EndEpisode(ctx, store.EndEpisode{EpisodeID: e.id, Epoch: epoch, State: store.EpisodeContained, Reason: why}); err != nil {
+	if err := e.recordEnd(func() error {
+		_, err := e.k.cfg.Store.EndEpisode(ctx, store.EndEpisode{EpisodeID: e.id, Epoch: epoch, State: store.EpisodeContained, Reason: why})
+		return err
+	}); err != nil {
 		return err
 	}
 	e.releaseCheckpoints()
@@ -852,10 +856,11 @@ func (e *Episode) settle() {
 	if e.outcome != nil || e.state == Contained {
 		// Ended by itself (finish), or contained for good (containFinal,
 		// recorded): its host objects go as End's do, and the controller
-		// drives it no more — a follower sees it ended.
+		// drives it no more — a follower sees it ended. The archives go
+		// before the controller forgets it, so Drain waits for both.
 		e.mu.Unlock()
-		e.cleanupStart()
 		e.releaseCheckpoints()
+		e.cleanupStart()
 		return
 	}
 	if !e.ending && !e.state.Final() && Allowed(e.state, Suspended) {
@@ -888,14 +893,35 @@ func (e *Episode) End(ctx context.Context, to State, reason string) error {
 	e.mu.Lock()
 	epoch := e.epoch
 	e.mu.Unlock()
-	if _, err := e.k.cfg.Store.EndEpisode(ctx, store.EndEpisode{EpisodeID: e.id, Epoch: epoch, State: to.storeState(), Reason: reason}); err != nil {
+	if err := e.recordEnd(func() error {
+		_, err := e.k.cfg.Store.EndEpisode(ctx, store.EndEpisode{EpisodeID: e.id, Epoch: epoch, State: to.storeState(), Reason: reason})
+		return err
+	}); err != nil {
 		return err
 	}
 	e.mu.Lock()
 	err := e.moveLocked(to, reason)
 	e.mu.Unlock()
-	e.cleanupStart()
 	e.releaseCheckpoints()
+	e.cleanupStart()
+	return err
+}
+
+// recordEnd records the episode's end in the store by record, the
+// episode marked closing meanwhile: from the moment its end may be
+// recorded until it has let go of its host objects, a stopping kernel's
+// Drain waits for it. A failed record unmarks it (it stays active in the
+// store, and the next kernel settles it).
+func (e *Episode) recordEnd(record func() error) error {
+	e.mu.Lock()
+	e.closing = true
+	e.mu.Unlock()
+	err := record()
+	if err != nil {
+		e.mu.Lock()
+		e.closing = false
+		e.mu.Unlock()
+	}
 	return err
 }
 

@@ -156,8 +156,21 @@ func Serve(ctx context.Context, cfg *config.Config, log hclog.Logger, hooks Hook
 	if hooks.Ready != nil {
 		hooks.Ready()
 	}
-	return srv.Serve(ctx, ln)
+	err = srv.Serve(ctx, ln)
+	if k.episodes != nil {
+		// An episode that ended just before the signal gives its archives
+		// back first; one still running is the next kernel's to recover.
+		dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		k.episodes.Drain(dctx)
+		cancel()
+	}
+	return err
 }
+
+// drainTimeout bounds how long a stopping kernel waits for its ended
+// episodes to let go of their host objects (well inside systemd's
+// TimeoutStopSec).
+const drainTimeout = 30 * time.Second
 
 // queueEpisodes is the episode controller as the queue runs it.
 type queueEpisodes struct {
