@@ -355,16 +355,12 @@ func (k *Controller) wallTime(spec Spec) time.Duration {
 // are: the next kernel recovers them.
 func (k *Controller) Drain(ctx context.Context) bool {
 	for {
-		k.mu.Lock()
-		eps := make([]*Episode, 0, len(k.episodes))
-		for _, e := range k.episodes {
-			eps = append(eps, e)
-		}
-		k.mu.Unlock()
 		settling := 0
-		for _, e := range eps {
+		for _, e := range k.driven() {
+			// Every end this controller records goes through recordEnd,
+			// so closing covers the recorded ones too.
 			e.mu.Lock()
-			if e.closing || e.outcome != nil || e.state.Final() {
+			if e.closing {
 				settling++
 			}
 			e.mu.Unlock()
@@ -379,6 +375,17 @@ func (k *Controller) Drain(ctx context.Context) bool {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// driven are the episodes this controller drives now.
+func (k *Controller) driven() []*Episode {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	eps := make([]*Episode, 0, len(k.episodes))
+	for _, e := range k.episodes {
+		eps = append(eps, e)
+	}
+	return eps
 }
 
 func (k *Controller) forget(id uuid.UUID) {

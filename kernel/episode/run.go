@@ -66,7 +66,7 @@ type Episode struct {
 	repairs   int
 	workspace bool
 	ending    bool // End is stopping the supervisor: do not suspend
-	closing   bool // its end is being recorded: Drain waits for it (recordEnd)
+	closing   bool // its end is being recorded, or is: Drain waits for it (recordEnd)
 	parked    bool // its domain is frozen while an Action waits (park.go)
 	ln        *net.UnixListener
 	lns       []*net.UnixListener // the relay's and the egress proxy's

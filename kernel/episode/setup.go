@@ -237,14 +237,8 @@ const sweepMargin = time.Minute
 // layersInUse are the setup layers (hex digests) the episodes this
 // controller runs restore beneath their verifications.
 func (k *Controller) layersInUse() map[string]bool {
-	k.mu.Lock()
-	eps := make([]*Episode, 0, len(k.episodes))
-	for _, e := range k.episodes {
-		eps = append(eps, e)
-	}
-	k.mu.Unlock()
 	out := map[string]bool{}
-	for _, e := range eps {
+	for _, e := range k.driven() {
 		e.mu.Lock()
 		if e.layer != "" {
 			out[e.layer] = true
