@@ -11,8 +11,10 @@ const maxHello = 16 << 10
 
 var (
 	errNotHello = errors.New("the first bytes in the tunnel are not a TLS ClientHello")
-	errECH      = errors.New("encrypted ClientHello is refused: the proxy must read the name")
-	errNoSNI    = errors.New("the ClientHello names no server")
+	// errHungUp: the tool closed the tunnel before sending a byte.
+	errHungUp = errors.New("the tunnel was closed before its first byte")
+	errECH    = errors.New("encrypted ClientHello is refused: the proxy must read the name")
+	errNoSNI  = errors.New("the ClientHello names no server")
 )
 
 // readHello reads the first TLS record from r and returns it whole with
@@ -21,7 +23,9 @@ var (
 // be the one the proxy admitted, readable before any key is used.
 func readHello(r io.Reader) (record []byte, sni string, err error) {
 	hdr := make([]byte, 5)
-	if _, err := io.ReadFull(r, hdr); err != nil {
+	if _, err := io.ReadFull(r, hdr); err == io.EOF {
+		return nil, "", errHungUp // nothing at all: ReadFull's EOF
+	} else if err != nil {
 		return nil, "", errNotHello
 	}
 	n := int(hdr[3])<<8 | int(hdr[4])

@@ -56,6 +56,14 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, q request, start 
 	f.Status = http.StatusOK
 	down.SetReadDeadline(time.Now().Add(30 * time.Second))
 	rec, sni, err := readHello(rw.Reader)
+	if err == errHungUp {
+		// A tool that hung up before sending anything asked for nothing
+		// (Go's transport, say, abandoning a dial it raced): the tunnel
+		// closes empty, not refused, and is no drift.
+		f.Outcome = store.EgressFetched
+		p.record(ctx, f, start)
+		return
+	}
 	if err == nil && sni != q.host {
 		err = errSNIMismatch
 	}

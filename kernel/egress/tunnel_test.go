@@ -53,6 +53,13 @@ func TestTunnelSNIMustMatch(t *testing.T) {
 	up := newUpstream(t, registry([]byte("x")))
 	r := start(t, s, up.config("example.com", "other.example.org"))
 
+	// A tunnel its tool closes before sending a byte asked for nothing:
+	// it closes empty, neither refused nor reported.
+	connect(t, r, "example.com").Close()
+	if l := r.ledger(t, s); len(l) != 2 || l[1].Kind != store.EgressTunnel || l[1].Outcome != store.EgressFetched || l[1].Bytes != 0 {
+		t.Fatalf("a tunnel closed unused: %+v", l)
+	}
+
 	// A ClientHello for other.example.org (allowlisted too) in a tunnel
 	// admitted for example.com.
 	c := connect(t, r, "example.com")
