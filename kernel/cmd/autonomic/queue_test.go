@@ -596,7 +596,17 @@ func TestThreeKernelsOneDatabase(t *testing.T) {
 				t.Errorf("task %s resumed but ran episodes %v", id, tk.Episodes)
 			}
 		case withCheckpoint[id] && len(tk.Episodes) != 1:
-			t.Errorf("task %s had a stable checkpoint on the killed host but ran again whole: episodes %v", id, tk.Episodes)
+			// The takers' lines on its first episode say why (recover.go's
+			// contain, or the resumed episode's own end).
+			var why []string
+			for _, h := range []*host{a, b, d} {
+				for _, line := range strings.Split(h.logs(), "\n") {
+					if strings.Contains(line, tk.Episodes[0].String()) {
+						why = append(why, line)
+					}
+				}
+			}
+			t.Errorf("task %s had a stable checkpoint on the killed host but ran again whole: episodes %v\n%s", id, tk.Episodes, strings.Join(why, "\n"))
 		}
 	}
 	t.Logf("%d of the lost host's %d tasks (%d with a stable checkpoint) resumed from their checkpoints on another host", nResumed, len(heldByC), len(withCheckpoint))
